@@ -1,0 +1,15 @@
+//! Wire formats of the Common Indexing Protocol family, with no I/O.
+//!
+//! * [`soif`]: Harvest's Summary Object Interchange Format (RFC 2655): an incremental,
+//!   zero-copy parser, a canonical writer, attribute matching helpers and known templates.
+//! * [`dsi`]: dataset identifiers (RFC 2652 §2.1.2), validated on construction.
+//!
+//! The daemon (`cipd`) and the hint model (`hints`) build on these types; nothing here
+//! spawns tasks, touches sockets or reads configuration.
+
+pub mod base64;
+pub mod dsi;
+pub mod soif;
+
+pub use dsi::Dsi;
+pub use soif::{Attribute, Identifier, SoifError, SoifObject};

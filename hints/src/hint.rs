@@ -1,0 +1,799 @@
+//! The CIP-HINT index object (RFC 2655 Appendix B): data model.
+//!
+//! A hint says, per `Template:Attribute`, which values a collection holds and in how many
+//! objects (a weightlist), with an optional threshold under which rare values are left out.
+
+use bytes::Bytes;
+use cip_proto::soif::Attribute;
+
+/// A `Template:Attribute` pair as a hint spells it (`DOCUMENT:Author`).
+///
+/// Equality and hashing are on the spelling; use [`AttrSpec::matches`] for the RFC 2655 §4
+/// comparison (case-insensitive, multi-value suffix folded).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttrSpec {
+    /// The template type, as spelled.
+    pub template: String,
+    /// The attribute name, as spelled.
+    pub attribute: String,
+}
+
+/// One `Value;Object-Count` entry of a weightlist.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WeightEntry {
+    /// The value's bytes, unescaped.
+    pub value: Bytes,
+    /// Number of objects holding the value at least once.
+    pub count: u64,
+}
+
+/// The weighted values of one attribute.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Weightlist {
+    /// Entries in the order the hint lists them.
+    pub entries: Vec<WeightEntry>,
+}
+
+/// A parsed CIP-HINT object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CipHint {
+    /// The SOIF URL of the hint object (the broker the hint describes), `-` when none.
+    pub url: String,
+    /// `Attribute-Identifier-List`: the attributes queries are supported against.
+    pub attributes: Vec<AttrSpec>,
+    /// `Source` / `Source-N`: URIs of the services that created the indexed objects.
+    pub sources: Vec<String>,
+    /// `Total-Object-Count`: objects in the collection the hint covers.
+    pub total_object_count: u64,
+    /// `Weightlist-[T:A]`, in the order they appear.
+    pub weightlists: Vec<(AttrSpec, Weightlist)>,
+    /// `Threshold-[T:A]`: values held by fewer objects than this were left out.
+    pub thresholds: Vec<(AttrSpec, u64)>,
+    /// `Certification-Type`.
+    pub certification_type: Option<String>,
+    /// `Certification`.
+    pub certification: Option<Bytes>,
+    /// `Date` (RFC 1123), as written.
+    pub date: Option<String>,
+    /// Attributes this model does not know, kept so that a hint passes through unchanged.
+    pub extra: Vec<Attribute>,
+}
+
+/// The template type of a hint object (RFC 2655 Appendix B), compared case-insensitively.
+pub const TEMPLATE: &str = "CIP-HINT";
+
+/// A `Template:Attribute` string that is not a valid [`AttrSpec`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("byte {offset}: {kind}")]
+pub struct AttrSpecError {
+    /// Byte offset within the text given to [`AttrSpec::parse`].
+    pub offset: usize,
+    /// What is wrong.
+    pub kind: AttrSpecErrorKind,
+}
+
+/// The kinds of [`AttrSpecError`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttrSpecErrorKind {
+    /// No `:` between template and attribute.
+    #[error("expected Template:Attribute, found no ':'")]
+    MissingColon,
+    /// Nothing before the `:`.
+    #[error("empty template type")]
+    EmptyTemplate,
+    /// Nothing after the `:`.
+    #[error("empty attribute name")]
+    EmptyAttribute,
+    /// A byte outside `[A-Za-z0-9._-]`.
+    #[error("{} is not allowed in a template type or attribute name", (*found as char).escape_debug())]
+    InvalidByte {
+        /// The byte found.
+        found: u8,
+    },
+}
+
+/// True for the bytes of an RFC 2655 §3.5 identifier (`[A-Za-z0-9_-]`), plus `.`.
+///
+/// `[`, `]` and `:` are left out: a spec sits inside `Weightlist-[T:A]`.
+fn is_spec_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
+}
+
+impl AttrSpec {
+    /// A spec from its two parts, validated.
+    ///
+    /// # Errors
+    /// When either part is empty or holds a byte outside `[A-Za-z0-9._-]`; offsets count
+    /// over `template:attribute`.
+    pub fn new(template: &str, attribute: &str) -> Result<Self, AttrSpecError> {
+        check_part(template, 0, AttrSpecErrorKind::EmptyTemplate)?;
+        check_part(
+            attribute,
+            template.len() + 1,
+            AttrSpecErrorKind::EmptyAttribute,
+        )?;
+        Ok(Self {
+            template: template.to_owned(),
+            attribute: attribute.to_owned(),
+        })
+    }
+
+    /// Parses `Template:Attribute` (surrounding whitespace ignored), splitting at the first
+    /// `:`. The spelling is kept as given.
+    ///
+    /// # Errors
+    /// [`AttrSpecError`] with an offset into `text`.
+    pub fn parse(text: &str) -> Result<Self, AttrSpecError> {
+        let lead = text.len() - text.trim_start().len();
+        let trimmed = text.trim();
+        let Some(colon) = trimmed.find(':') else {
+            return Err(AttrSpecError {
+                offset: lead,
+                kind: AttrSpecErrorKind::MissingColon,
+            });
+        };
+        Self::new(&trimmed[..colon], &trimmed[colon + 1..]).map_err(|e| AttrSpecError {
+            offset: e.offset + lead,
+            kind: e.kind,
+        })
+    }
+
+    /// True when a SOIF attribute `attribute` of an object of type `template` is this spec's
+    /// attribute: template compared ignoring ASCII case, attribute as RFC 2655 §4 says
+    /// (ignoring case, multi-value suffix folded on both sides: `Author-2` is `author`).
+    pub fn matches(&self, template: &str, attribute: &str) -> bool {
+        self.template.eq_ignore_ascii_case(template)
+            && cip_proto::soif::attr::attribute_matches(&self.attribute, attribute)
+    }
+
+    /// True when `other` names the same attribute under [`AttrSpec::matches`] rules
+    /// (`DOCUMENT:Author` and `document:AUTHOR-1`).
+    pub fn same_attribute(&self, other: &AttrSpec) -> bool {
+        self.matches(&other.template, &other.attribute)
+    }
+}
+
+fn check_part(part: &str, base: usize, empty: AttrSpecErrorKind) -> Result<(), AttrSpecError> {
+    if part.is_empty() {
+        return Err(AttrSpecError {
+            offset: base,
+            kind: empty,
+        });
+    }
+    match part.bytes().position(|b| !is_spec_byte(b)) {
+        Some(i) => Err(AttrSpecError {
+            offset: base + i,
+            kind: AttrSpecErrorKind::InvalidByte {
+                found: part.as_bytes()[i],
+            },
+        }),
+        None => Ok(()),
+    }
+}
+
+impl std::fmt::Display for AttrSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.template, self.attribute)
+    }
+}
+
+impl std::str::FromStr for AttrSpec {
+    type Err = AttrSpecError;
+    fn from_str(s: &str) -> Result<Self, AttrSpecError> {
+        Self::parse(s)
+    }
+}
+
+/// A hint that cannot be read or written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HintError {
+    /// The object's template type is not `CIP-HINT`.
+    #[error("template type {template} is not {TEMPLATE}")]
+    WrongTemplate {
+        /// The template type found.
+        template: String,
+    },
+    /// The object's URL is not UTF-8.
+    #[error("URL: byte {offset}: not UTF-8")]
+    UrlNotUtf8 {
+        /// Offset of the first bad byte within the URL.
+        offset: usize,
+    },
+    /// An attribute's value cannot be read.
+    #[error("{attribute}: byte {offset}: {problem}")]
+    Value {
+        /// The attribute identifier as the hint spells it.
+        attribute: String,
+        /// Position of the attribute in the SOIF object (0-based).
+        index: usize,
+        /// Byte offset within the value where the problem is.
+        offset: usize,
+        /// What is wrong.
+        problem: ValueProblem,
+    },
+    /// A `Weightlist-[..]` or `Threshold-[..]` identifier whose brackets do not hold a valid
+    /// `Template:Attribute`.
+    #[error("{attribute}: invalid Template:Attribute in the identifier: {error}")]
+    BadName {
+        /// The attribute identifier (as written, or as it would be written).
+        attribute: String,
+        /// Position of the attribute in the SOIF object, when reading one.
+        index: Option<usize>,
+        /// The problem, with its offset inside the brackets.
+        error: AttrSpecError,
+    },
+}
+
+impl HintError {
+    /// The attribute identifier the error is about, if any.
+    pub fn attribute(&self) -> Option<&str> {
+        match self {
+            Self::Value { attribute, .. } | Self::BadName { attribute, .. } => Some(attribute),
+            Self::WrongTemplate { .. } | Self::UrlNotUtf8 { .. } => None,
+        }
+    }
+
+    /// Position of the attribute in the SOIF object, if the error is about one.
+    pub fn attribute_index(&self) -> Option<usize> {
+        match self {
+            Self::Value { index, .. } => Some(*index),
+            Self::BadName { index, .. } => *index,
+            Self::WrongTemplate { .. } | Self::UrlNotUtf8 { .. } => None,
+        }
+    }
+
+    /// Byte offset within the attribute's value (or the URL) where the problem is, if known.
+    pub fn value_offset(&self) -> Option<usize> {
+        match self {
+            Self::Value { offset, .. } | Self::UrlNotUtf8 { offset } => Some(*offset),
+            Self::WrongTemplate { .. } | Self::BadName { .. } => None,
+        }
+    }
+}
+
+/// What is wrong with an attribute value of a hint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueProblem {
+    /// A weightlist that does not follow the codec rules ([`crate::weightlist`]).
+    #[error(transparent)]
+    Weightlist(crate::weightlist::WeightlistErrorKind),
+    /// `Total-Object-Count` or a threshold that is not a decimal `u64`.
+    #[error("{found:?} is not a decimal number")]
+    BadNumber {
+        /// The text found (lossy UTF-8, trimmed).
+        found: String,
+    },
+    /// An `Attribute-Identifier-List` entry that is not `Template:Attribute`.
+    #[error("invalid Template:Attribute: {0}")]
+    BadAttrSpec(AttrSpecErrorKind),
+    /// A text field (`Source`, `Certification-Type`, `Date`, the attribute list) that is
+    /// not UTF-8.
+    #[error("not UTF-8")]
+    NotUtf8,
+}
+
+/// Something odd in a hint that [`CipHint::from_soif`] read past. The hint is still usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HintWarning {
+    /// A `Threshold-[T:A]` for an attribute the `Attribute-Identifier-List` does not name
+    /// (Appendix B's own example has `Threshold-[DOCMENT:Author]`). It is kept.
+    #[error("Threshold-[{spec}] names no attribute of the Attribute-Identifier-List")]
+    ThresholdForUnlistedAttribute {
+        /// The spec as spelled.
+        spec: AttrSpec,
+    },
+    /// A `Weightlist-[T:A]` for an attribute the list does not name. It is kept.
+    #[error("Weightlist-[{spec}] names no attribute of the Attribute-Identifier-List")]
+    WeightlistForUnlistedAttribute {
+        /// The spec as spelled.
+        spec: AttrSpec,
+    },
+    /// `Date` is not an HTTP date (RFC 1123, RFC 850 or asctime). Kept as written.
+    #[error("Date {value:?} is not an RFC 1123 date: {reason}")]
+    BadDate {
+        /// The value as written.
+        value: String,
+        /// Why it does not parse.
+        reason: String,
+    },
+    /// No `Total-Object-Count`; 0 is assumed.
+    #[error("no Total-Object-Count; 0 assumed")]
+    MissingTotalObjectCount,
+    /// No `Attribute-Identifier-List`.
+    #[error("no Attribute-Identifier-List")]
+    MissingAttributeList,
+    /// A single-valued field appears again; the first is used, later ones are kept in
+    /// [`CipHint::extra`] so they pass through.
+    #[error("{name} appears more than once; the first is used")]
+    DuplicateField {
+        /// The identifier of the repeated field.
+        name: String,
+    },
+    /// The `Attribute-Identifier-List` names the same attribute twice.
+    #[error("{spec} is listed more than once")]
+    DuplicateAttribute {
+        /// The later spelling.
+        spec: AttrSpec,
+    },
+    /// Two weightlists for the same attribute; lookups use the first, both are kept.
+    #[error("more than one Weightlist-[{spec}]; the first is used")]
+    DuplicateWeightlist {
+        /// The later spelling.
+        spec: AttrSpec,
+    },
+    /// Two thresholds for the same attribute; lookups use the first, both are kept.
+    #[error("more than one Threshold-[{spec}]; the first is used")]
+    DuplicateThreshold {
+        /// The later spelling.
+        spec: AttrSpec,
+    },
+    /// A value listed twice in one weightlist.
+    #[error("Weightlist-[{spec}] lists {} more than once", .value.escape_ascii())]
+    DuplicateValue {
+        /// The weightlist's spec.
+        spec: AttrSpec,
+        /// The repeated value.
+        value: Bytes,
+    },
+    /// A count larger than `Total-Object-Count` (reported once per weightlist).
+    #[error("Weightlist-[{spec}] has a count of {count}, above Total-Object-Count {total}")]
+    CountExceedsTotal {
+        /// The weightlist's spec.
+        spec: AttrSpec,
+        /// The largest count in it.
+        count: u64,
+        /// The hint's total.
+        total: u64,
+    },
+}
+
+/// Parses an RFC 1123 date (`Sun, 05 Jan 1997 08:33:33 GMT`); the RFC 850 and asctime forms
+/// HTTP allows are accepted too.
+///
+/// # Errors
+/// [`DateError`] when `text` (surrounding whitespace ignored) is none of these.
+pub fn parse_date(text: &str) -> Result<std::time::SystemTime, DateError> {
+    httpdate::parse_http_date(text.trim()).map_err(|e| DateError {
+        reason: e.to_string(),
+    })
+}
+
+/// Formats `time` as an RFC 1123 date in GMT, the form `Date` is written in.
+pub fn format_date(time: std::time::SystemTime) -> String {
+    httpdate::fmt_http_date(time)
+}
+
+/// A `Date` that is not an RFC 1123 date.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not an RFC 1123 date: {reason}")]
+pub struct DateError {
+    /// Why it does not parse.
+    pub reason: String,
+}
+
+/// The field names of Appendix B, canonical spelling.
+mod field {
+    pub const ATTRIBUTE_LIST: &str = "Attribute-Identifier-List";
+    pub const SOURCE: &str = "Source";
+    pub const TOTAL: &str = "Total-Object-Count";
+    pub const WEIGHTLIST: &str = "Weightlist-";
+    pub const THRESHOLD: &str = "Threshold-";
+    pub const CERTIFICATION_TYPE: &str = "Certification-Type";
+    pub const CERTIFICATION: &str = "Certification";
+    pub const DATE: &str = "Date";
+}
+
+/// `Weightlist-[T:A]` → `T:A`, prefix compared ignoring case.
+fn bracketed<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+    let n = prefix.len();
+    let head = name.get(..n)?;
+    if !head.eq_ignore_ascii_case(prefix) {
+        return None;
+    }
+    name[n..].strip_prefix('[')?.strip_suffix(']')
+}
+
+impl CipHint {
+    /// Reads a CIP-HINT from a SOIF object, tolerantly.
+    ///
+    /// Field names are matched ignoring case, with multi-value suffixes folded (`Source-2`,
+    /// `Attribute-Identifier-list`); text fields are trimmed; several
+    /// `Attribute-Identifier-List` fields are concatenated; unknown attributes are kept in
+    /// [`CipHint::extra`]. Oddities that leave the hint usable come back as warnings.
+    ///
+    /// # Errors
+    /// [`HintError`] when the template is not `CIP-HINT`, or a value cannot be read (a bad
+    /// weightlist, count, threshold or attribute spec, or non-UTF-8 text), with the
+    /// attribute's name and the byte offset within its value.
+    pub fn from_soif(
+        obj: &cip_proto::soif::SoifObject,
+    ) -> Result<(CipHint, Vec<HintWarning>), HintError> {
+        use cip_proto::soif::attr::base_name;
+
+        let template = obj.template().as_str();
+        if !template.eq_ignore_ascii_case(TEMPLATE) {
+            return Err(HintError::WrongTemplate {
+                template: template.to_owned(),
+            });
+        }
+        let url = std::str::from_utf8(obj.url())
+            .map_err(|e| HintError::UrlNotUtf8 {
+                offset: e.valid_up_to(),
+            })?
+            .to_owned();
+        let mut hint = CipHint {
+            url,
+            ..CipHint::default()
+        };
+        let mut warnings = Vec::new();
+        let (mut total_seen, mut list_seen) = (false, false);
+
+        for (index, a) in obj.attributes.iter().enumerate() {
+            let name = a.name.as_str();
+            let base = base_name(name);
+            let value_error = |offset, problem| HintError::Value {
+                attribute: name.to_owned(),
+                index,
+                offset,
+                problem,
+            };
+            let name_spec = |inner: &str| {
+                AttrSpec::parse(inner).map_err(|error| HintError::BadName {
+                    attribute: name.to_owned(),
+                    index: Some(index),
+                    error,
+                })
+            };
+            let is = |field: &str| base.eq_ignore_ascii_case(field);
+            let mut single = |seen: bool, hint: &mut CipHint| {
+                if seen {
+                    warnings.push(HintWarning::DuplicateField {
+                        name: name.to_owned(),
+                    });
+                    hint.extra.push(a.clone());
+                }
+                !seen
+            };
+            if let Some(inner) = bracketed(base, field::WEIGHTLIST) {
+                let spec = name_spec(inner)?;
+                let list = crate::weightlist::parse(&a.value)
+                    .map_err(|e| value_error(e.offset, ValueProblem::Weightlist(e.kind)))?;
+                hint.weightlists.push((spec, list));
+            } else if let Some(inner) = bracketed(base, field::THRESHOLD) {
+                let spec = name_spec(inner)?;
+                let n = parse_number(&a.value).map_err(|(o, p)| value_error(o, p))?;
+                hint.thresholds.push((spec, n));
+            } else if is(field::ATTRIBUTE_LIST) {
+                list_seen = true;
+                parse_attr_list(&a.value, &mut hint.attributes, &mut warnings)
+                    .map_err(|(o, p)| value_error(o, p))?;
+            } else if is(field::SOURCE) {
+                let text = trimmed_text(&a.value).map_err(|(o, p)| value_error(o, p))?;
+                hint.sources.push(text.to_owned());
+            } else if is(field::TOTAL) {
+                if single(total_seen, &mut hint) {
+                    total_seen = true;
+                    hint.total_object_count =
+                        parse_number(&a.value).map_err(|(o, p)| value_error(o, p))?;
+                }
+            } else if is(field::CERTIFICATION_TYPE) {
+                if single(hint.certification_type.is_some(), &mut hint) {
+                    let text = trimmed_text(&a.value).map_err(|(o, p)| value_error(o, p))?;
+                    hint.certification_type = Some(text.to_owned());
+                }
+            } else if is(field::CERTIFICATION) {
+                if single(hint.certification.is_some(), &mut hint) {
+                    hint.certification = Some(a.value.clone());
+                }
+            } else if is(field::DATE) {
+                if single(hint.date.is_some(), &mut hint) {
+                    let text = trimmed_text(&a.value).map_err(|(o, p)| value_error(o, p))?;
+                    if let Err(e) = parse_date(text) {
+                        warnings.push(HintWarning::BadDate {
+                            value: text.to_owned(),
+                            reason: e.reason,
+                        });
+                    }
+                    hint.date = Some(text.to_owned());
+                }
+            } else {
+                hint.extra.push(a.clone());
+            }
+        }
+        if !list_seen {
+            warnings.push(HintWarning::MissingAttributeList);
+        }
+        if !total_seen {
+            warnings.push(HintWarning::MissingTotalObjectCount);
+        }
+        hint.check(&mut warnings);
+        Ok((hint, warnings))
+    }
+
+    /// Cross-field checks: unlisted and duplicate weightlists and thresholds, repeated
+    /// values, counts above the total.
+    fn check(&self, warnings: &mut Vec<HintWarning>) {
+        let listed = |spec: &AttrSpec| self.attributes.iter().any(|a| a.same_attribute(spec));
+        for (i, (spec, list)) in self.weightlists.iter().enumerate() {
+            if !listed(spec) {
+                warnings.push(HintWarning::WeightlistForUnlistedAttribute { spec: spec.clone() });
+            }
+            if self.weightlists[..i]
+                .iter()
+                .any(|(s, _)| s.same_attribute(spec))
+            {
+                warnings.push(HintWarning::DuplicateWeightlist { spec: spec.clone() });
+            }
+            let mut seen = std::collections::HashSet::with_capacity(list.entries.len());
+            for e in &list.entries {
+                if !seen.insert(&e.value[..]) {
+                    warnings.push(HintWarning::DuplicateValue {
+                        spec: spec.clone(),
+                        value: e.value.clone(),
+                    });
+                }
+            }
+            if let Some(max) = list.entries.iter().map(|e| e.count).max()
+                && max > self.total_object_count
+            {
+                warnings.push(HintWarning::CountExceedsTotal {
+                    spec: spec.clone(),
+                    count: max,
+                    total: self.total_object_count,
+                });
+            }
+        }
+        for (i, (spec, _)) in self.thresholds.iter().enumerate() {
+            if !listed(spec) {
+                warnings.push(HintWarning::ThresholdForUnlistedAttribute { spec: spec.clone() });
+            }
+            if self.thresholds[..i]
+                .iter()
+                .any(|(s, _)| s.same_attribute(spec))
+            {
+                warnings.push(HintWarning::DuplicateThreshold { spec: spec.clone() });
+            }
+        }
+    }
+
+    /// The hint as a canonical SOIF object.
+    ///
+    /// Order: `Attribute-Identifier-List` (entries joined by `", "`), `Source` (or
+    /// `Source-1`..`Source-N` when there are several), `Total-Object-Count`, each
+    /// `Weightlist-[T:A]` followed by the thresholds spelled the same, the remaining
+    /// thresholds, `Certification-Type`, `Certification`, `Date`, then [`CipHint::extra`].
+    /// An empty URL is written `-`; whitespace and `}` in the URL are percent-encoded.
+    ///
+    /// A spec whose fields hold bytes no identifier may (only possible when built by hand
+    /// rather than through [`AttrSpec::new`] / [`AttrSpec::parse`]) cannot be written as
+    /// `Weightlist-[..]`: its weightlist and thresholds are left out with a logged warning.
+    /// Use [`CipHint::try_to_soif`] to get an error instead.
+    pub fn to_soif(&self) -> cip_proto::soif::SoifObject {
+        match self.write_soif(false) {
+            Ok(obj) => obj,
+            // Unreachable: with `strict == false` every bad name is skipped, not returned.
+            Err(e) => unreachable_hint_error(e),
+        }
+    }
+
+    /// Like [`CipHint::to_soif`], but a spec that cannot be written is an error.
+    ///
+    /// # Errors
+    /// [`HintError::BadName`] for the first such spec.
+    pub fn try_to_soif(&self) -> Result<cip_proto::soif::SoifObject, HintError> {
+        self.write_soif(true)
+    }
+
+    fn write_soif(&self, strict: bool) -> Result<cip_proto::soif::SoifObject, HintError> {
+        use cip_proto::soif::{Attribute, SoifObject};
+
+        let url = sanitize_url(&self.url);
+        let mut obj = match SoifObject::new(TEMPLATE, url) {
+            Ok(obj) => obj,
+            // Invariant: TEMPLATE is an identifier and `sanitize_url` yields a non-empty URL
+            // with no whitespace or `}`, which is all `SoifObject::new` checks.
+            Err(e) => unreachable!("sanitized hint URL rejected: {e}"),
+        };
+        let mut push = |name: String, value: Bytes| -> Result<(), HintError> {
+            match Attribute::new(&name, value) {
+                Ok(a) => {
+                    obj.attributes.push(a);
+                    Ok(())
+                }
+                Err(_) => {
+                    let error = name_error(&name);
+                    if strict {
+                        return Err(HintError::BadName {
+                            attribute: name,
+                            index: None,
+                            error,
+                        });
+                    }
+                    tracing::warn!(attribute = %name, %error, "attribute left out of the hint");
+                    Ok(())
+                }
+            }
+        };
+        let list = self
+            .attributes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>();
+        push(
+            field::ATTRIBUTE_LIST.to_owned(),
+            Bytes::from(list.join(", ")),
+        )?;
+        match self.sources.as_slice() {
+            [one] => push(field::SOURCE.to_owned(), Bytes::from(one.clone()))?,
+            many => {
+                for (i, s) in many.iter().enumerate() {
+                    push(
+                        format!("{}-{}", field::SOURCE, i + 1),
+                        Bytes::from(s.clone()),
+                    )?;
+                }
+            }
+        }
+        push(
+            field::TOTAL.to_owned(),
+            Bytes::from(self.total_object_count.to_string()),
+        )?;
+        let mut written = vec![false; self.thresholds.len()];
+        for (spec, list) in &self.weightlists {
+            let value = Bytes::from(crate::weightlist::encode(list));
+            push(format!("{}[{spec}]", field::WEIGHTLIST), value)?;
+            for (i, (t, n)) in self.thresholds.iter().enumerate() {
+                if !written[i] && t == spec {
+                    written[i] = true;
+                    push(
+                        format!("{}[{t}]", field::THRESHOLD),
+                        Bytes::from(n.to_string()),
+                    )?;
+                }
+            }
+        }
+        for (i, (t, n)) in self.thresholds.iter().enumerate() {
+            if !written[i] {
+                push(
+                    format!("{}[{t}]", field::THRESHOLD),
+                    Bytes::from(n.to_string()),
+                )?;
+            }
+        }
+        if let Some(t) = &self.certification_type {
+            push(field::CERTIFICATION_TYPE.to_owned(), Bytes::from(t.clone()))?;
+        }
+        if let Some(c) = &self.certification {
+            push(field::CERTIFICATION.to_owned(), c.clone())?;
+        }
+        if let Some(d) = &self.date {
+            push(field::DATE.to_owned(), Bytes::from(d.clone()))?;
+        }
+        obj.attributes.extend(self.extra.iter().cloned());
+        Ok(obj)
+    }
+
+    /// The threshold for `spec`: the one spelled exactly so, else the first naming the same
+    /// attribute ([`AttrSpec::same_attribute`]).
+    pub fn threshold(&self, spec: &AttrSpec) -> Option<u64> {
+        lookup(&self.thresholds, spec).copied()
+    }
+
+    /// The weightlist for `spec`, found as [`CipHint::threshold`] finds thresholds.
+    pub fn weightlist(&self, spec: &AttrSpec) -> Option<&Weightlist> {
+        lookup(&self.weightlists, spec)
+    }
+
+    /// True when the `Attribute-Identifier-List` names `spec`'s attribute.
+    pub fn lists(&self, spec: &AttrSpec) -> bool {
+        self.attributes.iter().any(|a| a.same_attribute(spec))
+    }
+
+    /// `Date` as a time, when present and valid.
+    pub fn date_time(&self) -> Option<std::time::SystemTime> {
+        self.date.as_deref().and_then(|d| parse_date(d).ok())
+    }
+}
+
+fn lookup<'a, T>(items: &'a [(AttrSpec, T)], spec: &AttrSpec) -> Option<&'a T> {
+    items
+        .iter()
+        .find(|(s, _)| s == spec)
+        .or_else(|| items.iter().find(|(s, _)| s.same_attribute(spec)))
+        .map(|(_, v)| v)
+}
+
+#[cold]
+fn unreachable_hint_error(e: HintError) -> ! {
+    unreachable!("non-strict hint writing returned an error: {e}")
+}
+
+/// Why `Weightlist-[..]` / `Threshold-[..]` built from `name` is not an identifier.
+fn name_error(name: &str) -> AttrSpecError {
+    let inner = name
+        .find('[')
+        .map_or(name, |i| name[i + 1..].trim_end_matches(']'));
+    match AttrSpec::parse(inner) {
+        Err(e) => e,
+        // The spec itself is fine, so the brackets' content had a byte the parse trimmed
+        // (whitespace): report it at the start.
+        Ok(_) => AttrSpecError {
+            offset: 0,
+            kind: AttrSpecErrorKind::InvalidByte { found: b' ' },
+        },
+    }
+}
+
+/// Makes `url` writable as a SOIF URL: `-` for empty, whitespace and `}` percent-encoded.
+fn sanitize_url(url: &str) -> String {
+    if url.is_empty() {
+        return "-".to_owned();
+    }
+    let mut out = String::with_capacity(url.len());
+    for c in url.chars() {
+        if c.is_ascii_whitespace() || c == '}' || c == '\u{0b}' {
+            out.push_str(&format!("%{:02X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The value as trimmed text; `Err((offset, problem))` when not UTF-8.
+fn trimmed_text(value: &[u8]) -> Result<&str, (usize, ValueProblem)> {
+    std::str::from_utf8(value)
+        .map(str::trim)
+        .map_err(|e| (e.valid_up_to(), ValueProblem::NotUtf8))
+}
+
+/// A decimal `u64`, surrounding whitespace ignored.
+fn parse_number(value: &[u8]) -> Result<u64, (usize, ValueProblem)> {
+    let lead = value.iter().take_while(|b| b.is_ascii_whitespace()).count();
+    let digits = value[lead..].trim_ascii_end();
+    let bad = |at: usize| {
+        let found = String::from_utf8_lossy(digits).into_owned();
+        (lead + at, ValueProblem::BadNumber { found })
+    };
+    if digits.is_empty() {
+        return Err(bad(0));
+    }
+    let mut n: u64 = 0;
+    for (i, &d) in digits.iter().enumerate() {
+        if !d.is_ascii_digit() {
+            return Err(bad(i));
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(d - b'0')))
+            .ok_or_else(|| bad(0))?;
+    }
+    Ok(n)
+}
+
+/// Appends the entries of an `Attribute-Identifier-List` value to `out`: comma-separated,
+/// whitespace around entries ignored, empty entries (a trailing comma) skipped.
+fn parse_attr_list(
+    value: &[u8],
+    out: &mut Vec<AttrSpec>,
+    warnings: &mut Vec<HintWarning>,
+) -> Result<(), (usize, ValueProblem)> {
+    let text = std::str::from_utf8(value).map_err(|e| (e.valid_up_to(), ValueProblem::NotUtf8))?;
+    let mut start = 0;
+    for part in text.split(',') {
+        if !part.trim().is_empty() {
+            let spec = AttrSpec::parse(part)
+                .map_err(|e| (start + e.offset, ValueProblem::BadAttrSpec(e.kind)))?;
+            if out.iter().any(|s| s.same_attribute(&spec)) {
+                warnings.push(HintWarning::DuplicateAttribute { spec: spec.clone() });
+            }
+            out.push(spec);
+        }
+        start += part.len() + 1;
+    }
+    Ok(())
+}

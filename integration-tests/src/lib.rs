@@ -1,0 +1,1 @@
+//! Multi-node mesh tests live in `tests/`; this crate has no library code.
