@@ -8,6 +8,7 @@
 //! spawns tasks, touches sockets or reads configuration.
 
 pub mod base64;
+pub mod cip;
 pub mod dsi;
 pub mod soif;
 

@@ -1,0 +1,558 @@
+//! Connection state machines of RFC 2653 §2.1: the receiver ([`serve_connection`]) and the
+//! sender ([`CipClient`], [`CipConnection`]), over any byte stream.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use cip_proto::cip::stream::{CIP_VERSION, encode_status};
+use cip_proto::cip::{
+    CipCodec, Expect, Frame, Limits, PollResult, Request, ResponseCode, Status, StreamError,
+};
+use rustls_pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, ToSocketAddrs};
+use tokio::time::{Instant, timeout_at};
+use tokio_util::codec::{Decoder, Encoder};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::{PeerContext, Phase, Reply, RequestHandler, TransportConfig, TransportError};
+
+/// Read-buffer growth step.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Serves one connection as the receiver-CIP (RFC 2653 §2.1).
+///
+/// Sends the `220` banner, accepts `# CIP-Version: 3` (also when the first request follows
+/// without waiting, i.e. pipelined) with `300`, then answers requests with `handler` until
+/// the sender half-closes (`222`). A sender that asks for another version, or sends anything
+/// else first, gets `500` and the connection is closed (digest A23). Requests that do not
+/// parse get 500/501/502 with the reason as comment and the connection stays usable.
+/// A timeout sends `% 520` naming it, then closes; a line or message over the limits sends
+/// `% 500` with the detail, then closes. When `shutdown` fires, the request in progress
+/// (if any) is finished and answered, then `% 520 server shutting down` is sent and the
+/// connection closed.
+///
+/// # Errors
+/// [`TransportError`] for I/O failures, timeouts, limit violations and failed negotiation;
+/// a clean half-close or shutdown returns `Ok(())`.
+pub async fn serve_connection<S, H>(
+    stream: S,
+    peer: PeerContext,
+    handler: &H,
+    config: &TransportConfig,
+    shutdown: CancellationToken,
+) -> Result<(), TransportError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+    H: RequestHandler,
+{
+    let mut conn = Conn::new(stream, config.limits, Expect::Version);
+    conn.queue_status(&Status::with_comment(
+        ResponseCode::Banner,
+        config.banner.clone(),
+    ));
+    conn.send(Instant::now() + config.banner_timeout, Phase::Banner)
+        .await?;
+
+    let first = Wait::new(config.negotiation_timeout, Phase::Negotiation, None);
+    match conn
+        .read_frame(Expect::Version, first, Some(&shutdown))
+        .await
+    {
+        Ok(Read::Frame(Frame::Version {
+            version: Some(CIP_VERSION),
+            ..
+        })) => {
+            conn.queue_status(&Status::new(ResponseCode::VersionAccepted));
+            conn.send(
+                Instant::now() + config.negotiation_timeout,
+                Phase::Negotiation,
+            )
+            .await?;
+        }
+        Ok(Read::Frame(Frame::Version { version, line })) => {
+            let comment = match version {
+                Some(v) => format!("CIP version {v} not supported; this server speaks version 3"),
+                None => "expected # CIP-Version: 3".to_owned(),
+            };
+            conn.abort(ResponseCode::BadMimeFormat, comment, config)
+                .await;
+            return Err(TransportError::NotNegotiated { line });
+        }
+        Ok(Read::Frame(_)) => unreachable_frame(),
+        Ok(Read::Eof) => return conn.finish_closing(config).await,
+        Ok(Read::Cancelled) => return conn.finish_shutdown(config).await,
+        Err(e) => return conn.fail(e, config).await,
+    }
+
+    loop {
+        if shutdown.is_cancelled() {
+            return conn.finish_shutdown(config).await;
+        }
+        let wait = Wait::new(
+            config.idle_timeout,
+            Phase::Idle,
+            Some(config.transfer_timeout),
+        );
+        let message = match conn
+            .read_frame(Expect::Message, wait, Some(&shutdown))
+            .await
+        {
+            Ok(Read::Frame(Frame::Message(m))) => m,
+            Ok(Read::Frame(_)) => unreachable_frame(),
+            Ok(Read::Eof) => return conn.finish_closing(config).await,
+            Ok(Read::Cancelled) => return conn.finish_shutdown(config).await,
+            Err(e) => return conn.fail(e, config).await,
+        };
+        match Request::from_mime(&message, &config.limits) {
+            Err(e) => {
+                debug!(remote = %peer.remote, error = %e, "refusing request");
+                conn.queue_status(&Status::with_comment(e.code(), e.to_string()));
+            }
+            Ok(request) => {
+                debug!(remote = %peer.remote, kind = request.kind(), "request");
+                let reply = handler.handle(request, &peer).await;
+                conn.queue_reply(reply);
+            }
+        }
+        conn.send(Instant::now() + config.transfer_timeout, Phase::Transfer)
+            .await?;
+    }
+}
+
+fn unreachable_frame() -> ! {
+    // Invariant: CipCodec yields only Version frames in Expect::Version, Message frames in
+    // Expect::Message and Status frames in Expect::Status; read_frame sets the expectation.
+    unreachable!("codec returned a frame of another kind than expected")
+}
+
+/// Opens connections to receiver-CIPs.
+#[derive(Debug, Clone, Copy)]
+pub struct CipClient;
+
+impl CipClient {
+    /// Connects to `addr` (a `SocketAddr` or `(host, port)`), runs the TLS handshake when
+    /// `tls` is given, reads the banner and negotiates CIP version 3.
+    ///
+    /// TCP connect and TLS handshake share [`TransportConfig::connect_timeout`].
+    ///
+    /// # Errors
+    /// [`TransportError`]: connect or handshake failure or timeout, a peer that refuses
+    /// version 3 ([`TransportError::VersionRefused`]), or a broken banner.
+    pub async fn connect<A: ToSocketAddrs>(
+        addr: A,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+        config: &TransportConfig,
+    ) -> Result<CipConnection, TransportError> {
+        let deadline = Instant::now() + config.connect_timeout;
+        let tcp = timeout_at(deadline, TcpStream::connect(addr))
+            .await
+            .map_err(|_| TransportError::Timeout {
+                phase: Phase::Connect,
+            })??;
+        tcp.set_nodelay(true)?;
+        match tls {
+            None => CipConnection::negotiate(tcp, config).await,
+            Some((tls_config, name)) => {
+                let connector = tokio_rustls::TlsConnector::from(tls_config);
+                let stream = timeout_at(deadline, connector.connect(name, tcp))
+                    .await
+                    .map_err(|_| TransportError::Timeout {
+                        phase: Phase::Handshake,
+                    })??;
+                CipConnection::negotiate(stream, config).await
+            }
+        }
+    }
+}
+
+/// Any stream a connection can run over.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A negotiated sender-CIP connection.
+pub struct CipConnection {
+    conn: Conn<Box<dyn Stream>>,
+    config: TransportConfig,
+    banner: Status,
+}
+
+impl std::fmt::Debug for CipConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CipConnection")
+            .field("banner", &self.banner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The receiver's answer to a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientReply {
+    /// The status code.
+    pub code: ResponseCode,
+    /// The status line's comment.
+    pub comment: String,
+    /// The output that followed a `201`, parsed as a poll result.
+    pub result: Option<PollResult>,
+}
+
+impl CipConnection {
+    /// Runs the sender side over an established stream: reads the `220` banner (with
+    /// Whois++ continuation lines), sends `# CIP-Version: 3`, expects `300`.
+    ///
+    /// # Errors
+    /// As [`CipClient::connect`].
+    pub async fn negotiate<S>(stream: S, config: &TransportConfig) -> Result<Self, TransportError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut conn: Conn<Box<dyn Stream>> =
+            Conn::new(Box::new(stream), config.limits, Expect::Status);
+        let banner = conn
+            .read_status(Wait::new(config.banner_timeout, Phase::Banner, None))
+            .await?;
+        if banner.code != ResponseCode::Banner {
+            return Err(TransportError::UnexpectedStatus {
+                phase: Phase::Banner,
+                status: banner,
+            });
+        }
+        conn.queue(&Frame::version3())?;
+        conn.send(
+            Instant::now() + config.negotiation_timeout,
+            Phase::Negotiation,
+        )
+        .await?;
+        let wait = Wait::new(config.negotiation_timeout, Phase::Negotiation, None);
+        let status = conn.read_status(wait).await?;
+        match status.code {
+            ResponseCode::VersionAccepted => {}
+            code if code.is_permanent_failure() => {
+                return Err(TransportError::VersionRefused { status });
+            }
+            _ => {
+                return Err(TransportError::UnexpectedStatus {
+                    phase: Phase::Negotiation,
+                    status,
+                });
+            }
+        }
+        Ok(Self {
+            conn,
+            config: config.clone(),
+            banner,
+        })
+    }
+
+    /// The receiver's banner.
+    pub fn banner(&self) -> &Status {
+        &self.banner
+    }
+
+    /// Sends one request and reads the status line and, after `201`, the result; the whole
+    /// exchange is bounded by [`TransportConfig::transfer_timeout`].
+    ///
+    /// Output after any other code is not expected (digest A3); should stray bytes be
+    /// waiting before the next request, they are read as a message and dropped with a debug
+    /// log. Output after `201` to anything but a poll (digest A9) is parsed if possible and
+    /// otherwise dropped.
+    ///
+    /// # Errors
+    /// [`TransportError`]: I/O, timeout, a closed connection, a request that cannot be
+    /// encoded within the limits, or a poll result that does not parse.
+    pub async fn request(&mut self, request: &Request) -> Result<ClientReply, TransportError> {
+        let deadline = Instant::now() + self.config.transfer_timeout;
+        let wait = Wait::until(deadline, Phase::Transfer);
+        if !self.conn.rbuf.is_empty() {
+            match self.conn.read_frame(Expect::Message, wait, None).await? {
+                Read::Frame(Frame::Message(m)) => {
+                    debug!(bytes = m.len(), "dropping unexpected output after a reply");
+                }
+                _ => {
+                    return Err(TransportError::Closed {
+                        phase: Phase::Transfer,
+                    });
+                }
+            }
+        }
+        let message = request.to_mime()?;
+        self.conn.queue(&Frame::Message(message))?;
+        self.conn.send(deadline, Phase::Transfer).await?;
+        let status = self.conn.read_status(wait).await?;
+        let mut reply = ClientReply {
+            code: status.code,
+            comment: status.comment,
+            result: None,
+        };
+        if status.code == ResponseCode::OkOutputFollows {
+            let output = match self.conn.read_frame(Expect::Message, wait, None).await? {
+                Read::Frame(Frame::Message(m)) => m,
+                _ => {
+                    return Err(TransportError::Closed {
+                        phase: Phase::Transfer,
+                    });
+                }
+            };
+            match PollResult::from_mime(&output, &self.config.limits) {
+                Ok(result) => reply.result = Some(result),
+                Err(e) if matches!(request, Request::Poll { .. }) => return Err(e.into()),
+                Err(e) => debug!(error = %e, kind = request.kind(), "dropping unparsable output"),
+            }
+        }
+        Ok(reply)
+    }
+
+    /// Half-closes the connection and waits for the receiver's `222`.
+    ///
+    /// # Errors
+    /// I/O failure, timeout ([`TransportConfig::banner_timeout`]) or a status other than 222.
+    /// A receiver that closes without sending 222 is accepted.
+    pub async fn close(mut self) -> Result<(), TransportError> {
+        let deadline = Instant::now() + self.config.banner_timeout;
+        timeout_at(deadline, self.conn.io.shutdown())
+            .await
+            .map_err(|_| TransportError::Timeout {
+                phase: Phase::Closing,
+            })??;
+        match self
+            .conn
+            .read_frame(Expect::Status, Wait::until(deadline, Phase::Closing), None)
+            .await?
+        {
+            Read::Frame(Frame::Status(s)) if s.code == ResponseCode::Closing => Ok(()),
+            Read::Frame(Frame::Status(status)) => Err(TransportError::UnexpectedStatus {
+                phase: Phase::Closing,
+                status,
+            }),
+            _ => {
+                debug!("receiver closed without 222");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How long [`Conn::read_frame`] may wait.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    /// Deadline for the first byte of the frame.
+    first_byte: Instant,
+    /// Phase reported if it passes.
+    phase: Phase,
+    /// Once a byte arrived: time allowed for the rest (phase [`Phase::Transfer`]); `None`
+    /// keeps `first_byte` as the deadline.
+    rest: Option<Duration>,
+}
+
+impl Wait {
+    fn new(first: Duration, phase: Phase, rest: Option<Duration>) -> Self {
+        Self {
+            first_byte: Instant::now() + first,
+            phase,
+            rest,
+        }
+    }
+
+    fn until(deadline: Instant, phase: Phase) -> Self {
+        Self {
+            first_byte: deadline,
+            phase,
+            rest: None,
+        }
+    }
+}
+
+enum Read {
+    Frame(Frame),
+    Eof,
+    Cancelled,
+}
+
+/// A stream with the codec, its read buffer and its write buffer.
+struct Conn<S> {
+    io: S,
+    codec: CipCodec,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    fn new(io: S, limits: Limits, expect: Expect) -> Self {
+        Self {
+            io,
+            codec: CipCodec::new(limits, expect),
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+        }
+    }
+
+    /// Reads one frame of kind `expect`. `cancel` is honoured only while no byte of the
+    /// frame has arrived, so a request in progress is always read to its end.
+    async fn read_frame(
+        &mut self,
+        expect: Expect,
+        wait: Wait,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Read, TransportError> {
+        self.codec.expect(expect);
+        let mut started = (!self.rbuf.is_empty()).then(Instant::now);
+        loop {
+            if let Some(frame) = self.codec.decode(&mut self.rbuf)? {
+                return Ok(Read::Frame(frame));
+            }
+            let (deadline, phase) = match (started, wait.rest) {
+                (Some(at), Some(rest)) => (at + rest, Phase::Transfer),
+                _ => (wait.first_byte, wait.phase),
+            };
+            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+                // Grow geometrically so a large message is not copied once per chunk; the
+                // codec's limits bound the size.
+                self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()));
+            }
+            let read = timeout_at(deadline, self.io.read_buf(&mut self.rbuf));
+            let read = match cancel.filter(|_| started.is_none()) {
+                Some(token) => tokio::select! {
+                    biased;
+                    () = token.cancelled() => return Ok(Read::Cancelled),
+                    r = read => r,
+                },
+                None => read.await,
+            };
+            let n = read.map_err(|_| TransportError::Timeout { phase })??;
+            if n == 0 {
+                return Ok(match self.codec.decode_eof(&mut self.rbuf)? {
+                    Some(frame) => Read::Frame(frame),
+                    None => Read::Eof,
+                });
+            }
+            started.get_or_insert_with(Instant::now);
+        }
+    }
+
+    async fn read_status(&mut self, wait: Wait) -> Result<Status, TransportError> {
+        match self.read_frame(Expect::Status, wait, None).await? {
+            Read::Frame(Frame::Status(s)) => Ok(s),
+            Read::Frame(_) => unreachable_frame(),
+            Read::Eof | Read::Cancelled => Err(TransportError::Closed { phase: wait.phase }),
+        }
+    }
+
+    fn queue(&mut self, frame: &Frame) -> Result<(), StreamError> {
+        self.codec.encode(frame, &mut self.wbuf)
+    }
+
+    fn queue_status(&mut self, status: &Status) {
+        encode_status(status, &mut self.wbuf);
+    }
+
+    /// Queues a handler's reply: the status, and after 201 the result. A result that cannot
+    /// be encoded within the limits is replaced by `400` with the reason.
+    fn queue_reply(&mut self, reply: Reply) {
+        let comment = reply.comment.unwrap_or_default();
+        let status = Status::with_comment(reply.code, comment);
+        if reply.code != ResponseCode::OkOutputFollows {
+            if reply.result.is_some() {
+                warn!(code = %reply.code, "handler returned a result without 201; not sent");
+            }
+            self.queue_status(&status);
+            return;
+        }
+        let result = reply.result.unwrap_or_default();
+        let before = self.wbuf.len();
+        self.queue_status(&status);
+        let encoded = result
+            .to_mime()
+            .map_err(|e| e.to_string())
+            .and_then(|m| self.queue(&Frame::Message(m)).map_err(|e| e.to_string()));
+        if let Err(reason) = encoded {
+            warn!(%reason, "cannot send poll result");
+            self.wbuf.truncate(before);
+            self.queue_status(&Status::with_comment(
+                ResponseCode::TemporarilyUnable,
+                format!("cannot send result: {reason}"),
+            ));
+        }
+    }
+
+    async fn send(&mut self, deadline: Instant, phase: Phase) -> Result<(), TransportError> {
+        let (io, buf) = (&mut self.io, &self.wbuf);
+        let write = async move {
+            io.write_all(buf).await?;
+            io.flush().await
+        };
+        timeout_at(deadline, write)
+            .await
+            .map_err(|_| TransportError::Timeout { phase })??;
+        self.wbuf.clear();
+        Ok(())
+    }
+
+    /// Best effort: sends `code comment`, then closes. Errors are ignored, the connection is
+    /// being dropped anyway.
+    async fn abort(&mut self, code: ResponseCode, comment: String, config: &TransportConfig) {
+        self.wbuf.clear();
+        self.queue_status(&Status::with_comment(code, comment));
+        let deadline = Instant::now() + config.banner_timeout;
+        if self.send(deadline, Phase::Closing).await.is_ok() {
+            let _ = timeout_at(deadline, self.io.shutdown()).await;
+        }
+    }
+
+    /// The sender half-closed: `222`, close (RFC 2653 §2.1).
+    async fn finish_closing(mut self, config: &TransportConfig) -> Result<(), TransportError> {
+        if !self.rbuf.is_empty() {
+            debug!(
+                bytes = self.rbuf.len(),
+                "discarding partial message at half-close"
+            );
+        }
+        self.abort(
+            ResponseCode::Closing,
+            ResponseCode::Closing.text().to_owned(),
+            config,
+        )
+        .await;
+        Ok(())
+    }
+
+    async fn finish_shutdown(mut self, config: &TransportConfig) -> Result<(), TransportError> {
+        self.abort(
+            ResponseCode::Aborting,
+            "server shutting down".to_owned(),
+            config,
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Answers a read failure as the receiver: `520` for a timeout, `500` for a broken limit,
+    /// `222` for a half-close inside a message; nothing for I/O errors.
+    async fn fail(
+        mut self,
+        error: TransportError,
+        config: &TransportConfig,
+    ) -> Result<(), TransportError> {
+        match &error {
+            TransportError::Stream(StreamError::Truncated { .. }) => {
+                return self.finish_closing(config).await;
+            }
+            TransportError::Timeout { phase } => {
+                self.abort(
+                    ResponseCode::Aborting,
+                    format!("timeout during {phase}"),
+                    config,
+                )
+                .await;
+            }
+            TransportError::Stream(StreamError::Io(_)) | TransportError::Io(_) => {}
+            TransportError::Stream(e) => {
+                self.abort(ResponseCode::BadMimeFormat, e.to_string(), config)
+                    .await;
+            }
+            _ => {}
+        }
+        Err(error)
+    }
+}
