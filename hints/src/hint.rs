@@ -598,80 +598,81 @@ impl CipHint {
             // with no whitespace or `}`, which is all `SoifObject::new` checks.
             Err(e) => unreachable!("sanitized hint URL rejected: {e}"),
         };
-        let mut push = |name: String, value: Bytes| -> Result<(), HintError> {
-            match Attribute::new(&name, value) {
-                Ok(a) => {
-                    obj.attributes.push(a);
-                    Ok(())
-                }
-                Err(_) => {
-                    let error = name_error(&name);
-                    if strict {
-                        return Err(HintError::BadName {
-                            attribute: name,
-                            index: None,
-                            error,
-                        });
-                    }
-                    tracing::warn!(attribute = %name, %error, "attribute left out of the hint");
-                    Ok(())
+        // A spec must survive being read back from `Weightlist-[T:A]` and from the list.
+        let writable = |spec: &AttrSpec, attribute: String| -> Result<bool, HintError> {
+            match AttrSpec::new(&spec.template, &spec.attribute) {
+                Ok(_) => Ok(true),
+                Err(error) if strict => Err(HintError::BadName {
+                    attribute,
+                    index: None,
+                    error,
+                }),
+                Err(error) => {
+                    tracing::warn!(%attribute, %error, "attribute left out of the hint");
+                    Ok(false)
                 }
             }
         };
-        let list = self
-            .attributes
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>();
+        let mut push = |name: String, value: Bytes| match Attribute::new(&name, value) {
+            Ok(a) => obj.attributes.push(a),
+            // Invariant: names are fixed field names, `Source-N`, or brackets around a spec
+            // that `writable` accepted, all identifiers.
+            Err(e) => unreachable!("hint field name {name} rejected: {e}"),
+        };
+        let mut list = Vec::with_capacity(self.attributes.len());
+        for spec in &self.attributes {
+            if writable(spec, field::ATTRIBUTE_LIST.to_owned())? {
+                list.push(spec.to_string());
+            }
+        }
         push(
             field::ATTRIBUTE_LIST.to_owned(),
             Bytes::from(list.join(", ")),
-        )?;
+        );
         match self.sources.as_slice() {
-            [one] => push(field::SOURCE.to_owned(), Bytes::from(one.clone()))?,
+            [one] => push(field::SOURCE.to_owned(), Bytes::from(one.clone())),
             many => {
                 for (i, s) in many.iter().enumerate() {
                     push(
                         format!("{}-{}", field::SOURCE, i + 1),
                         Bytes::from(s.clone()),
-                    )?;
+                    );
                 }
             }
         }
         push(
             field::TOTAL.to_owned(),
             Bytes::from(self.total_object_count.to_string()),
-        )?;
+        );
+        let threshold_name = |t: &AttrSpec| format!("{}[{t}]", field::THRESHOLD);
         let mut written = vec![false; self.thresholds.len()];
         for (spec, list) in &self.weightlists {
-            let value = Bytes::from(crate::weightlist::encode(list));
-            push(format!("{}[{spec}]", field::WEIGHTLIST), value)?;
+            let name = format!("{}[{spec}]", field::WEIGHTLIST);
+            if writable(spec, name.clone())? {
+                push(name, Bytes::from(crate::weightlist::encode(list)));
+            }
             for (i, (t, n)) in self.thresholds.iter().enumerate() {
                 if !written[i] && t == spec {
                     written[i] = true;
-                    push(
-                        format!("{}[{t}]", field::THRESHOLD),
-                        Bytes::from(n.to_string()),
-                    )?;
+                    if writable(t, threshold_name(t))? {
+                        push(threshold_name(t), Bytes::from(n.to_string()));
+                    }
                 }
             }
         }
         for (i, (t, n)) in self.thresholds.iter().enumerate() {
-            if !written[i] {
-                push(
-                    format!("{}[{t}]", field::THRESHOLD),
-                    Bytes::from(n.to_string()),
-                )?;
+            if !written[i] && writable(t, threshold_name(t))? {
+                push(threshold_name(t), Bytes::from(n.to_string()));
             }
         }
         if let Some(t) = &self.certification_type {
-            push(field::CERTIFICATION_TYPE.to_owned(), Bytes::from(t.clone()))?;
+            push(field::CERTIFICATION_TYPE.to_owned(), Bytes::from(t.clone()));
         }
         if let Some(c) = &self.certification {
-            push(field::CERTIFICATION.to_owned(), c.clone())?;
+            push(field::CERTIFICATION.to_owned(), c.clone());
         }
         if let Some(d) = &self.date {
-            push(field::DATE.to_owned(), Bytes::from(d.clone()))?;
+            push(field::DATE.to_owned(), Bytes::from(d.clone()));
         }
         obj.attributes.extend(self.extra.iter().cloned());
         Ok(obj)
@@ -710,22 +711,6 @@ fn lookup<'a, T>(items: &'a [(AttrSpec, T)], spec: &AttrSpec) -> Option<&'a T> {
 #[cold]
 fn unreachable_hint_error(e: HintError) -> ! {
     unreachable!("non-strict hint writing returned an error: {e}")
-}
-
-/// Why `Weightlist-[..]` / `Threshold-[..]` built from `name` is not an identifier.
-fn name_error(name: &str) -> AttrSpecError {
-    let inner = name
-        .find('[')
-        .map_or(name, |i| name[i + 1..].trim_end_matches(']'));
-    match AttrSpec::parse(inner) {
-        Err(e) => e,
-        // The spec itself is fine, so the brackets' content had a byte the parse trimmed
-        // (whitespace): report it at the start.
-        Ok(_) => AttrSpecError {
-            offset: 0,
-            kind: AttrSpecErrorKind::InvalidByte { found: b' ' },
-        },
-    }
 }
 
 /// Makes `url` writable as a SOIF URL: `-` for empty, whitespace and `}` percent-encoded.
@@ -796,4 +781,295 @@ fn parse_attr_list(
         start += part.len() + 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cip_proto::soif::{Limits, SoifObject, parse_all};
+    use proptest::prelude::*;
+
+    fn spec(s: &str) -> AttrSpec {
+        AttrSpec::parse(s).unwrap()
+    }
+
+    fn object(pairs: &[(&str, &[u8])]) -> SoifObject {
+        let mut obj = SoifObject::new("CIP-HINT", "-").unwrap();
+        for (n, v) in pairs {
+            obj.push(n, Bytes::copy_from_slice(v)).unwrap();
+        }
+        obj
+    }
+
+    #[test]
+    fn attr_specs() {
+        let s = AttrSpec::parse("  DOCUMENT:Author-1 ").unwrap();
+        assert_eq!(
+            (s.template.as_str(), s.attribute.as_str()),
+            ("DOCUMENT", "Author-1")
+        );
+        assert_eq!(s.to_string(), "DOCUMENT:Author-1");
+        assert!(s.matches("document", "AUTHOR"));
+        assert!(s.matches("Document", "author-3"));
+        assert!(!s.matches("IMAGE", "Author"));
+        assert!(!s.matches("DOCUMENT", "Authors"));
+        assert!(s.same_attribute(&spec("document:author")));
+        let e = AttrSpec::parse(" Author").unwrap_err();
+        assert_eq!(
+            e,
+            AttrSpecError {
+                offset: 1,
+                kind: AttrSpecErrorKind::MissingColon
+            }
+        );
+        let e = AttrSpec::parse(":A").unwrap_err();
+        assert_eq!(e.kind, AttrSpecErrorKind::EmptyTemplate);
+        let e = AttrSpec::parse("T:").unwrap_err();
+        assert_eq!((e.offset, e.kind), (2, AttrSpecErrorKind::EmptyAttribute));
+        let e = AttrSpec::parse("T:A b").unwrap_err();
+        assert_eq!(
+            (e.offset, e.kind),
+            (3, AttrSpecErrorKind::InvalidByte { found: b' ' })
+        );
+        let e = AttrSpec::parse("T:A:B").unwrap_err();
+        assert_eq!(e.offset, 3);
+        assert_eq!(
+            "IMAGE:Subject".parse::<AttrSpec>().unwrap(),
+            spec("IMAGE:Subject")
+        );
+    }
+
+    #[test]
+    fn tolerant_field_names_and_values() {
+        let obj = object(&[
+            ("attribute-identifier-list", b"DOCUMENT:Author ,"),
+            ("ATTRIBUTE-IDENTIFIER-LIST-2", b" ,IMAGE:Subject"),
+            ("source", b"  http://s/  "),
+            ("TOTAL-OBJECT-COUNT", b" 7\r\n"),
+            ("weightlist-[document:author]", b"A;3,"),
+            ("threshold-[IMAGE:Subject]", b"2"),
+            ("X-Custom", b"kept"),
+            ("date", b" Sun, 05 Jan 1997 08:33:33 GMT "),
+        ]);
+        let (hint, warnings) = CipHint::from_soif(&obj).unwrap();
+        assert_eq!(
+            hint.attributes,
+            [spec("DOCUMENT:Author"), spec("IMAGE:Subject")]
+        );
+        assert_eq!(hint.sources, ["http://s/"]);
+        assert_eq!(hint.total_object_count, 7);
+        assert_eq!(
+            hint.weightlist(&spec("DOCUMENT:AUTHOR"))
+                .unwrap()
+                .entries
+                .len(),
+            1
+        );
+        assert_eq!(hint.threshold(&spec("image:subject")), Some(2));
+        assert_eq!(hint.extra.len(), 1);
+        assert_eq!(hint.date.as_deref(), Some("Sun, 05 Jan 1997 08:33:33 GMT"));
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // Canonical output spells the names the RFC's way and keeps the unknown attribute.
+        let out = String::from_utf8(hint.to_soif().to_bytes()).unwrap();
+        assert!(out.contains("Attribute-Identifier-List{30}:\tDOCUMENT:Author, IMAGE:Subject\n"));
+        assert!(out.contains("\nSource{9}:\thttp://s/\n"));
+        assert!(out.contains("\nWeightlist-[document:author]{3}:\tA;3\n"));
+        assert!(out.contains("\nX-Custom{4}:\tkept\n"));
+    }
+
+    #[test]
+    fn warnings() {
+        let obj = object(&[
+            ("Attribute-Identifier-List", b"D:A, d:a-1"),
+            ("Total-Object-Count", b"2"),
+            ("Total-Object-Count", b"3"),
+            ("Weightlist-[D:A]", b"x;1, x;3"),
+            ("Weightlist-[D:B]", b"y;1"),
+            ("Weightlist-[D:a]", b""),
+            ("Threshold-[D:A]", b"1"),
+            ("Threshold-[d:A-2]", b"1"),
+            ("Date", b"yesterday"),
+        ]);
+        let (hint, w) = CipHint::from_soif(&obj).unwrap();
+        assert_eq!(hint.total_object_count, 2);
+        assert_eq!(hint.extra.len(), 1);
+        assert_eq!(hint.date.as_deref(), Some("yesterday"));
+        assert!(hint.date_time().is_none());
+        let has = |pred: &dyn Fn(&HintWarning) -> bool| w.iter().any(pred);
+        assert!(has(&|x| matches!(
+            x,
+            HintWarning::DuplicateAttribute { .. }
+        )));
+        assert!(has(
+            &|x| matches!(x, HintWarning::DuplicateField { name } if name == "Total-Object-Count")
+        ));
+        assert!(has(
+            &|x| matches!(x, HintWarning::DuplicateValue { value, .. } if value == "x")
+        ));
+        assert!(has(&|x| matches!(
+            x,
+            HintWarning::CountExceedsTotal {
+                count: 3,
+                total: 2,
+                ..
+            }
+        )));
+        assert!(has(
+            &|x| matches!(x, HintWarning::WeightlistForUnlistedAttribute { spec } if spec.attribute == "B")
+        ));
+        assert!(has(&|x| matches!(
+            x,
+            HintWarning::DuplicateWeightlist { .. }
+        )));
+        assert!(has(&|x| matches!(
+            x,
+            HintWarning::DuplicateThreshold { .. }
+        )));
+        assert!(has(&|x| matches!(x, HintWarning::BadDate { .. })));
+        assert_eq!(w.len(), 8, "{w:?}");
+        let (_, w) = CipHint::from_soif(&object(&[])).unwrap();
+        assert_eq!(
+            w,
+            [
+                HintWarning::MissingAttributeList,
+                HintWarning::MissingTotalObjectCount
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_attribute_and_offset() {
+        let err = |pairs: &[(&str, &[u8])]| CipHint::from_soif(&object(pairs)).unwrap_err();
+        let e = err(&[("Weightlist-[D:A]", b"a;1, b;2x")]);
+        assert_eq!(e.attribute(), Some("Weightlist-[D:A]"));
+        assert_eq!(e.value_offset(), Some(7));
+        assert_eq!(e.attribute_index(), Some(0));
+        assert!(
+            e.to_string().starts_with("Weightlist-[D:A]: byte 7: "),
+            "{e}"
+        );
+        let e = err(&[("Source", b"ok"), ("Total-Object-Count", b" 1O")]);
+        assert_eq!(
+            (e.attribute(), e.value_offset(), e.attribute_index()),
+            (Some("Total-Object-Count"), Some(2), Some(1))
+        );
+        let e = err(&[("Threshold-[D:A]", b"-1")]);
+        assert_eq!(e.value_offset(), Some(0));
+        let e = err(&[("Total-Object-Count", b"99999999999999999999")]);
+        assert!(matches!(
+            e,
+            HintError::Value {
+                problem: ValueProblem::BadNumber { .. },
+                ..
+            }
+        ));
+        let e = err(&[("Attribute-Identifier-List", b"D:A, Author, I:S")]);
+        assert_eq!(e.value_offset(), Some(5));
+        let e = err(&[("Attribute-Identifier-List", b"D:A, D:\xff")]);
+        assert!(matches!(
+            e,
+            HintError::Value {
+                offset: 7,
+                problem: ValueProblem::NotUtf8,
+                ..
+            }
+        ));
+        let e = err(&[("Weightlist-[DA]", b"")]);
+        assert!(
+            matches!(e, HintError::BadName { index: Some(0), .. }),
+            "{e}"
+        );
+        let e = CipHint::from_soif(&SoifObject::new("FILE", "-").unwrap()).unwrap_err();
+        assert!(matches!(e, HintError::WrongTemplate { .. }));
+        let e =
+            CipHint::from_soif(&SoifObject::new("cip-hint", &b"x\xff"[..]).unwrap()).unwrap_err();
+        assert_eq!(e, HintError::UrlNotUtf8 { offset: 1 });
+    }
+
+    #[test]
+    fn writer_never_emits_bad_soif() {
+        let mut hint = CipHint {
+            url: "http://a b/}".into(),
+            ..CipHint::default()
+        };
+        assert_eq!(hint.to_soif().url_str(), Some("http://a%20b/%7D"));
+        hint.url.clear();
+        assert_eq!(hint.to_soif().url_str(), Some("-"));
+        let bad = AttrSpec {
+            template: "D".into(),
+            attribute: "A]".into(),
+        };
+        hint.weightlists.push((bad.clone(), Weightlist::default()));
+        hint.thresholds.push((bad, 3));
+        let e = hint.try_to_soif().unwrap_err();
+        assert!(matches!(e, HintError::BadName { index: None, .. }), "{e}");
+        let obj = hint.to_soif();
+        assert!(
+            obj.attributes
+                .iter()
+                .all(|a| !a.name.as_str().contains("A]"))
+        );
+        // What the writer emits always reads back.
+        assert_eq!(parse_all(obj.to_bytes(), Limits::default()).unwrap(), [obj]);
+    }
+
+    #[test]
+    fn dates() {
+        let t = parse_date("Sun, 05 Jan 1997 08:33:33 GMT").unwrap();
+        assert_eq!(format_date(t), "Sun, 05 Jan 1997 08:33:33 GMT");
+        assert!(parse_date("Sunday, 05-Jan-97 08:33:33 GMT").is_ok());
+        assert!(parse_date("Mon, 05 Jan 1997 08:33:33 GMT").is_err());
+    }
+
+    fn spec_strategy() -> impl Strategy<Value = AttrSpec> {
+        ("[A-Za-z][A-Za-z0-9_.-]{0,6}", "[A-Za-z][A-Za-z0-9_.-]{0,6}")
+            .prop_map(|(t, a)| AttrSpec::new(&t, &a).unwrap())
+    }
+
+    fn hint_strategy() -> impl Strategy<Value = CipHint> {
+        let entry =
+            (prop::collection::vec(any::<u8>(), 0..8), any::<u64>()).prop_map(|(v, count)| {
+                WeightEntry {
+                    value: Bytes::from(v),
+                    count,
+                }
+            });
+        let list = prop::collection::vec(entry, 0..5).prop_map(|entries| Weightlist { entries });
+        (
+            "[a-z:/.]{1,12}",
+            prop::collection::vec(spec_strategy(), 0..4),
+            prop::collection::vec("[ -~]{0,10}", 0..3),
+            any::<u64>(),
+            prop::collection::vec((spec_strategy(), list), 0..3),
+            prop::option::of("[A-Za-z-]{1,8}"),
+            prop::option::of(prop::collection::vec(any::<u8>(), 0..8)),
+        )
+            .prop_map(|(url, attributes, sources, total, weightlists, ct, cert)| {
+                // Thresholds in canonical order: one after each weightlist, spelled the same.
+                let thresholds = weightlists.iter().map(|(s, _)| (s.clone(), 2)).collect();
+                CipHint {
+                    url,
+                    attributes,
+                    sources: sources.into_iter().map(|s| s.trim().to_owned()).collect(),
+                    total_object_count: total,
+                    weightlists,
+                    thresholds,
+                    certification_type: ct,
+                    certification: cert.map(Bytes::from),
+                    date: Some("Sun, 05 Jan 1997 08:33:33 GMT".into()),
+                    extra: Vec::new(),
+                }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn canonical_round_trip(hint in hint_strategy()) {
+            let bytes = hint.to_soif().to_bytes();
+            let objects = parse_all(bytes, Limits::default()).unwrap();
+            prop_assert_eq!(objects.len(), 1);
+            let (back, _) = CipHint::from_soif(&objects[0]).unwrap();
+            prop_assert_eq!(back, hint);
+        }
+    }
 }

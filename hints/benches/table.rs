@@ -1,0 +1,288 @@
+//! Routing table figures at mesh scale: 1,000 peers, 10,000,000 `(value, peer)` entries,
+//! 1,000,000 distinct values. Run with `cargo bench -p hints --bench table`; set
+//! `TABLE_BENCH_SCALE=0.1` for a smaller run.
+//!
+//! Prints: bulk load time, bytes used against `2 x distinct value bytes + 16 x entries`,
+//! exact lookups per second (one core), substring query p50/p99, and the cost of replacing
+//! one peer's hint in the loaded table. Each figure with a target is printed next to it
+//! with MET or MISSED (the targets are for the full scale).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use cip_proto::Dsi;
+use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
+use hints::query::Query;
+use hints::rank::QueryOptions;
+use hints::table::{PeerMeta, RoutingTable, TableConfig};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+const SYLLABLES: &[&str] = &[
+    "an", "ber", "cor", "dal", "el", "fen", "gar", "hol", "is", "jo", "ka", "lin", "mor", "nes",
+    "ol", "par", "qui", "ros", "sil", "tor", "ul", "van", "wes", "xi", "yor", "zan", "ci", "mo",
+];
+
+fn word(rng: &mut Rng, syllables: usize) -> String {
+    let mut w = String::new();
+    for _ in 0..syllables {
+        w.push_str(SYLLABLES[rng.below(SYLLABLES.len())]);
+    }
+    let mut c = w.chars();
+    match c.next() {
+        Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+        None => w,
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "MET" } else { "MISSED" }
+}
+
+fn main() {
+    let scale: f64 = std::env::var("TABLE_BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    let peers = ((1000.0 * scale) as usize).max(2);
+    let distinct = ((1_000_000.0 * scale) as usize).max(100);
+    let per_peer = 10_000;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+
+    // Distinct values: "Firstname Lastname" style, made unique by a base-36 suffix.
+    let mut pool: Vec<Bytes> = Vec::with_capacity(distinct);
+    for i in 0..distinct {
+        let v = format!("{} {} {}", word(&mut rng, 2), word(&mut rng, 3), radix36(i));
+        pool.push(Bytes::from(v));
+    }
+    // Each peer draws its values with a skew, so popular values are shared by many peers.
+    let mut lists: Vec<Vec<(u32, u64)>> = Vec::with_capacity(peers);
+    for _ in 0..peers {
+        let mut ids: Vec<u32> = Vec::with_capacity(per_peer);
+        while ids.len() < per_peer {
+            let r = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+            ids.push(((r * r * 0.5 + r * 0.5) * distinct as f64) as u32);
+            if ids.len() == per_peer {
+                ids.sort_unstable();
+                ids.dedup();
+            }
+        }
+        lists.push(
+            ids.into_iter()
+                .map(|id| (id, 1 + rng.below(50) as u64))
+                .collect(),
+        );
+    }
+    let spec = AttrSpec {
+        template: "DOCUMENT".into(),
+        attribute: "Author".into(),
+    };
+    let hint_of = |list: &Vec<(u32, u64)>| CipHint {
+        url: "-".into(),
+        total_object_count: 100_000,
+        weightlists: vec![(
+            spec.clone(),
+            Weightlist {
+                entries: list
+                    .iter()
+                    .map(|&(id, count)| WeightEntry {
+                        value: pool[id as usize].clone(),
+                        count,
+                    })
+                    .collect(),
+            },
+        )],
+        ..CipHint::default()
+    };
+    let meta = |p: usize| PeerMeta {
+        dsi: Dsi::new(&format!("1.3.6.1.4.1.99999.{p}")).unwrap_or_else(|e| panic!("dsi: {e}")),
+        base_uris: vec![format!("cip://peer{p}.example/")],
+        dsi_description: None,
+        received: SystemTime::UNIX_EPOCH,
+        expires: None,
+        via: None,
+    };
+
+    let table = RoutingTable::new(TableConfig::default());
+    let start = Instant::now();
+    let results = table.replace_all(lists.iter().enumerate().map(|(p, l)| (meta(p), hint_of(l))));
+    let load = start.elapsed();
+    assert!(results.iter().all(Result::is_ok));
+    let st = table.stats();
+    let formula = 2 * st.value_bytes + 16 * st.entries;
+    println!(
+        "load: {peers} peers, {} entries, {} distinct values ({} value bytes) in {:.2} s ({:.1} M entries/s); target < 10 s: {}",
+        st.entries,
+        st.distinct_values,
+        st.value_bytes,
+        load.as_secs_f64(),
+        st.entries as f64 / load.as_secs_f64() / 1e6,
+        verdict(load.as_secs_f64() < 10.0)
+    );
+    println!(
+        "memory: {:.1} MB used, budget 2 x value bytes + 16 x entries = {:.1} MB ({:.2} of budget, {:.1} B/entry); target <= budget: {}",
+        st.approx_bytes as f64 / 1e6,
+        formula as f64 / 1e6,
+        st.approx_bytes as f64 / formula as f64,
+        st.approx_bytes as f64 / st.entries as f64,
+        verdict(st.approx_bytes <= formula)
+    );
+
+    if std::env::var_os("TABLE_BENCH_LOAD_ONLY").is_some() {
+        return;
+    }
+
+    // Exact lookups: values of random peers, random case.
+    let opts = QueryOptions {
+        limit: 10,
+        max_values: 1,
+        ..QueryOptions::default()
+    };
+    let exact: Vec<Query> = (0..4096)
+        .map(|i| {
+            let l = &lists[rng.below(peers)];
+            let v = String::from_utf8_lossy(&pool[l[rng.below(l.len())].0 as usize]).into_owned();
+            let v = if i % 2 == 0 {
+                v.to_ascii_uppercase()
+            } else {
+                v
+            };
+            Query::parse(&format!("DOCUMENT:Author=\"{v}\"")).unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    let rate = |f: &mut dyn FnMut(&Query) -> usize| {
+        let mut n = 0u64;
+        let mut found = 0usize;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(2) {
+            for q in &exact {
+                found += f(q);
+            }
+            n += exact.len() as u64;
+        }
+        (
+            n as f64 / start.elapsed().as_secs_f64(),
+            found as f64 / n as f64,
+        )
+    };
+    // TABLE_BENCH_ONLY=exact|substring|replace runs one part (the data stay the same).
+    let only = std::env::var("TABLE_BENCH_ONLY").ok();
+    let run = |part: &str| only.as_deref().is_none_or(|o| o == part);
+    if run("exact") {
+        let (routes, per) = rate(&mut |q| table.route(q, &opts).len());
+        println!(
+            "exact: {:.2} M route() lookups/s on one core (ranked peers, {per:.1} per lookup, limit 10); target >= 1 M/s: {}",
+            routes / 1e6,
+            verdict(routes >= 1e6)
+        );
+        let (full, per) = rate(&mut |q| table.query(q, &opts).len());
+        println!(
+            "exact: {:.2} M query() lookups/s with full referrals ({per:.1} per query); target >= 1 M/s: {}",
+            full / 1e6,
+            verdict(full >= 1e6)
+        );
+    }
+
+    // Substring: 4..8 characters cut from random values.
+    let mut times = Vec::new();
+    let mut matched = 0usize;
+    for _ in 0..2000 {
+        let v = pool[rng.below(pool.len())].clone();
+        let len = 4 + rng.below(5);
+        let at = rng.below(v.len().saturating_sub(len).max(1));
+        let needle =
+            String::from_utf8_lossy(&v[at..(at + len).min(v.len())]).replace(['"', '\\'], "");
+        let q = Query::parse(&format!("Author~\"{needle}\"")).unwrap_or_else(|e| panic!("{e}"));
+        if !run("substring") {
+            continue;
+        }
+        let t = Instant::now();
+        let r = table.query(&q, &opts);
+        times.push(t.elapsed());
+        if std::env::var_os("TABLE_BENCH_SLOW").is_some() && t.elapsed() > Duration::from_millis(2)
+        {
+            let t2 = Instant::now();
+            let routes = table.route(&q, &opts);
+            let rt = t2.elapsed();
+            println!(
+                "slow {needle:?}: {:?} route {:?} refs {} top matched {}",
+                times.last().unwrap(),
+                rt,
+                r.len(),
+                r.iter().map(|r| r.matched_values).max().unwrap_or(0)
+            );
+            drop(routes);
+        }
+        matched += r.iter().map(|r| r.matched_values).max().unwrap_or(0);
+    }
+    if run("substring") {
+        times.sort();
+        let pct = |p: f64| times[((times.len() as f64 * p) as usize).min(times.len() - 1)];
+        println!(
+            "substring: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms over {} distinct values ({:.1} values matched per query for the top peer); target p99 <= 2 ms: {}",
+            pct(0.50).as_secs_f64() * 1e3,
+            pct(0.99).as_secs_f64() * 1e3,
+            times[times.len() - 1].as_secs_f64() * 1e3,
+            st.distinct_values,
+            matched as f64 / times.len() as f64,
+            verdict(pct(0.99) <= Duration::from_millis(2))
+        );
+    }
+
+    if !run("replace") {
+        return;
+    }
+    // Incremental replacement of single peers in the loaded table.
+    let mut worst = Duration::ZERO;
+    let start = Instant::now();
+    let rounds = 100;
+    for i in 0..rounds {
+        let p = rng.below(peers);
+        let t = Instant::now();
+        table
+            .replace(meta(p), &hint_of(&lists[(p + i) % peers]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        worst = worst.max(t.elapsed());
+    }
+    let st = table.stats();
+    println!(
+        "replace: {rounds} single-peer replacements, mean {:.2} ms, max {:.2} ms; {} segments, {} dead entries after",
+        start.elapsed().as_secs_f64() * 1e3 / rounds as f64,
+        worst.as_secs_f64() * 1e3,
+        st.segments,
+        st.dead_entries
+    );
+    let (routes, _) = rate(&mut |q| table.route(q, &opts).len());
+    println!(
+        "exact after replacements ({} segments): {:.2} M lookups/s",
+        st.segments,
+        routes / 1e6
+    );
+}
+
+fn radix36(mut n: usize) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(digits[n % 36]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,1020 @@
+//! Immutable value-index segments: interned values, postings and a trigram index.
+//!
+//! A [`Segment`] holds the weightlist entries of one or more peer imports (each import is a
+//! *slot*). Its values are distinct under ASCII case folding, stored once each, sorted in
+//! folded order, and concatenated in one buffer; each keeps one representative spelling (the
+//! byte-wise smallest of the spellings that fold to it), so that "Garcia" and "GARCIA" share
+//! an entry. For each value, the postings `(slot, attribute, count)` say which import
+//! reported it under which attribute and in how many objects.
+//!
+//! Lookups:
+//! * exact: an open-addressing table of value ids keyed by a randomly seeded `foldhash` of
+//!   the folded bytes (seeded so that a peer cannot choose colliding values offline), the
+//!   candidate compared byte-wise with the folded copy of the value;
+//! * substring: a trigram index over folded values. Values are grouped in blocks of
+//!   [`BLOCK`] consecutive ids and each trigram lists, delta-varint coded, the blocks whose
+//!   values contain it; a search intersects the lists of the needle's trigrams, rarest
+//!   first, for as long as a list is short next to the blocks left to check, then runs
+//!   `memchr::memmem` over the folded bytes of each run of surviving blocks (values are
+//!   contiguous, so a run is one haystack). Needles shorter than three bytes scan all
+//!   folded bytes the same way;
+//! * prefix: binary search over the sorted values.
+//!
+//! Each value is stored twice: its representative spelling (answers show it) and its
+//! ASCII-lowercased form (lookups compare it), at the same offsets.
+//!
+//! Segments never change once built; the routing table replaces them whole.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasher, Hasher};
+
+use memchr::memmem;
+
+/// The seeded hasher of value bytes: `foldhash`, seeded randomly per table.
+pub(crate) type RandomState = foldhash::fast::RandomState;
+
+/// Values per trigram-index block: a trigram's list names blocks, not values, which keeps the
+/// index to a few bytes per value at the price of checking up to this many values per block.
+pub(crate) const BLOCK: usize = 8;
+const BLOCK_SHIFT: u32 = BLOCK.trailing_zeros();
+
+/// Counts at or above this are kept in [`Segment::big_counts`].
+const BIG: u32 = u32::MAX;
+
+/// One `(slot, attribute, count)` entry of a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Posting {
+    /// Import slot (one per peer hint) in the routing table.
+    pub slot: u32,
+    /// Table-wide attribute id.
+    pub attr: u32,
+    count: u32,
+}
+
+/// A segment would exceed the 32-bit offsets it uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentOverflow;
+
+/// An immutable set of values with their postings and lookup structures.
+#[derive(Debug, Default)]
+pub(crate) struct Segment {
+    bytes: Vec<u8>,
+    /// `bytes` ASCII-lowercased.
+    folded: Vec<u8>,
+    value_ends: Vec<u32>,
+    post_ends: Vec<u32>,
+    postings: Vec<Posting>,
+    big_counts: Vec<(u32, u64)>,
+    slots: Vec<(u32, u64)>,
+    table: Vec<u32>,
+    grams: GramIndex,
+}
+
+/// Compares byte strings as if ASCII-lowercased.
+pub(crate) fn cmp_folded(a: &[u8], b: &[u8]) -> Ordering {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i < n {
+        // Skip the bytes that are equal as they stand, eight at a time; only a raw
+        // difference needs folding.
+        while i + 8 <= n && a[i..i + 8] == b[i..i + 8] {
+            i += 8;
+        }
+        while i < n && a[i] == b[i] {
+            i += 1;
+        }
+        if i == n {
+            break;
+        }
+        let (x, y) = (a[i].to_ascii_lowercase(), b[i].to_ascii_lowercase());
+        if x != y {
+            return x.cmp(&y);
+        }
+        i += 1;
+    }
+    a.len().cmp(&b.len())
+}
+
+/// Builds one segment from many imports at once by interning values in a hash table and
+/// sorting only the distinct ones: the bulk-load path, much cheaper than merging one small
+/// segment per import.
+#[derive(Debug, Default)]
+pub(crate) struct BulkBuilder {
+    /// Open addressing: value id + 1, 0 when empty.
+    table: Vec<u32>,
+    /// Representative spellings, concatenated.
+    arena: Vec<u8>,
+    /// `(start, len)` of each value in `arena`, and its hash.
+    spans: Vec<(usize, u32, u64)>,
+    /// `(value id, attribute, slot, count)`.
+    postings: Vec<(u32, u32, u32, u64)>,
+    scratch: Vec<(u32, u32, u64)>,
+}
+
+impl BulkBuilder {
+    fn value(&self, id: u32) -> &[u8] {
+        let (start, len, _) = self.spans[id as usize];
+        &self.arena[start..start + len as usize]
+    }
+
+    /// Grows the table so that `more` values can be added without growing it again.
+    fn reserve(&mut self, more: usize) {
+        if (self.spans.len() + more) * 2 >= self.table.len() {
+            let mut size = (self.table.len() * 2).max(1024);
+            while (self.spans.len() + more) * 2 >= size {
+                size *= 2;
+            }
+            let mut table = vec![0u32; size];
+            for (id, &(_, _, h)) in self.spans.iter().enumerate() {
+                let mut at = h as usize & (size - 1);
+                while table[at] != 0 {
+                    at = (at + 1) & (size - 1);
+                }
+                table[at] = id as u32 + 1;
+            }
+            self.table = table;
+        }
+    }
+
+    /// Loads the memory a lookup of hash `h` will read first and returns a digest of it:
+    /// issued for several values before any of them is looked up, the cache misses overlap
+    /// instead of following one another.
+    fn touch(&self, h: u64) -> u64 {
+        let entry = self.table[h as usize & (self.table.len() - 1)];
+        match entry.checked_sub(1) {
+            Some(id) => {
+                let (start, _, stored) = self.spans[id as usize];
+                stored ^ u64::from(self.arena.get(start).copied().unwrap_or(0))
+            }
+            None => 0,
+        }
+    }
+
+    /// The id of `value` (hash `h`, from [`hash_folded`]), added when new. The table must
+    /// have room ([`BulkBuilder::reserve`]).
+    fn intern(&mut self, value: &[u8], h: u64) -> Result<u32, SegmentOverflow> {
+        let mask = self.table.len() - 1;
+        let mut at = h as usize & mask;
+        loop {
+            let entry = self.table[at];
+            if entry == 0 {
+                break;
+            }
+            let id = entry - 1;
+            let (_, _, stored) = self.spans[id as usize];
+            if stored != h {
+                at = (at + 1) & mask;
+                continue;
+            }
+            let current = self.value(id);
+            // Most repeats are spelled alike: a plain comparison settles them.
+            if current == value {
+                return Ok(id);
+            }
+            if current.eq_ignore_ascii_case(value) {
+                if value < current {
+                    // Keep the byte-wise smallest spelling; the old bytes stay unused.
+                    let start = self.arena.len();
+                    self.arena.extend_from_slice(value);
+                    self.spans[id as usize] = (start, value.len() as u32, h);
+                }
+                return Ok(id);
+            }
+            at = (at + 1) & mask;
+        }
+        let id = u32::try_from(self.spans.len())
+            .ok()
+            .filter(|&id| id < u32::MAX - 1)
+            .ok_or(SegmentOverflow)?;
+        let len = u32::try_from(value.len()).map_err(|_| SegmentOverflow)?;
+        self.spans.push((self.arena.len(), len, h));
+        self.arena.extend_from_slice(value);
+        self.table[at] = id + 1;
+        Ok(id)
+    }
+
+    /// Adds one import; returns its distinct values and `(attribute, value)` entries.
+    pub(crate) fn add(
+        &mut self,
+        entries: &[(&[u8], u32, u64)],
+        slot: u32,
+        hasher: &RandomState,
+    ) -> Result<(usize, usize), SegmentOverflow> {
+        const BATCH: usize = 16;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let mut hashes = [0u64; BATCH];
+        let mut digest = 0u64;
+        for batch in entries.chunks(BATCH) {
+            self.reserve(batch.len());
+            for (h, e) in hashes.iter_mut().zip(batch) {
+                *h = hash_folded(hasher, e.0);
+                digest ^= self.touch(*h);
+            }
+            for (&h, &(value, attr, count)) in hashes.iter().zip(batch) {
+                scratch.push((self.intern(value, h)?, attr, count));
+            }
+        }
+        std::hint::black_box(digest);
+        scratch.sort_unstable();
+        let mut distinct = 0;
+        let mut added = 0;
+        let mut k = 0;
+        while k < scratch.len() {
+            let (id, attr, mut count) = scratch[k];
+            if self
+                .postings
+                .last()
+                .is_none_or(|p| p.0 != id || p.2 != slot)
+            {
+                distinct += 1;
+            }
+            k += 1;
+            while k < scratch.len() && scratch[k].0 == id && scratch[k].1 == attr {
+                count = count.saturating_add(scratch[k].2);
+                k += 1;
+            }
+            self.postings.push((id, attr, slot, count));
+            added += 1;
+        }
+        self.scratch = scratch;
+        Ok((distinct, added))
+    }
+
+    /// The segment, indexed.
+    pub(crate) fn finish(self, hasher: &RandomState) -> Result<Segment, SegmentOverflow> {
+        let n = self.spans.len();
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_unstable_by(|&a, &b| cmp_folded(self.value(a), self.value(b)));
+        let mut rank = vec![0u32; n];
+        for (r, &id) in order.iter().enumerate() {
+            rank[id as usize] = r as u32;
+        }
+        // Counting sort of the postings by value rank.
+        let mut starts = vec![0usize; n + 1];
+        for p in &self.postings {
+            starts[rank[p.0 as usize] as usize + 1] += 1;
+        }
+        for r in 0..n {
+            starts[r + 1] += starts[r];
+        }
+        let mut fill = starts.clone();
+        let mut sorted = vec![(0u32, 0u32, 0u64); self.postings.len()];
+        for &(id, attr, slot, count) in &self.postings {
+            let r = rank[id as usize] as usize;
+            sorted[fill[r]] = (attr, slot, count);
+            fill[r] += 1;
+        }
+        let mut builder = Builder::default();
+        for (r, &id) in order.iter().enumerate() {
+            builder.push(self.value(id), &mut sorted[starts[r]..starts[r + 1]])?;
+        }
+        Ok(builder.finish().index(hasher))
+    }
+}
+
+/// Hash of bytes already ASCII-lowercased.
+#[inline]
+pub(crate) fn hash_lower(hasher: &RandomState, lower: &[u8]) -> u64 {
+    hasher.hash_one(lower)
+}
+
+/// Hash of the ASCII-lowercased bytes (equal to [`hash_lower`] of the lowercased copy).
+pub(crate) fn hash_folded(hasher: &RandomState, bytes: &[u8]) -> u64 {
+    if !bytes.iter().any(u8::is_ascii_uppercase) {
+        return hash_lower(hasher, bytes);
+    }
+    let mut buf = [0u8; 64];
+    if let Some(buf) = buf.get_mut(..bytes.len()) {
+        buf.copy_from_slice(bytes);
+        buf.make_ascii_lowercase();
+        return hash_lower(hasher, buf);
+    }
+    hash_lower(hasher, &bytes.to_ascii_lowercase())
+}
+
+impl Segment {
+    /// Builds a segment from one import's entries `(value, attribute, count)`. Values that
+    /// fold to the same bytes under one attribute are merged, their counts summed.
+    pub(crate) fn from_entries(
+        entries: Vec<(&[u8], u32, u64)>,
+        slot: u32,
+        hasher: &RandomState,
+    ) -> Result<Self, SegmentOverflow> {
+        Ok(Self::from_entries_unindexed(entries, slot)?.index(hasher))
+    }
+
+    fn from_entries_unindexed(
+        mut entries: Vec<(&[u8], u32, u64)>,
+        slot: u32,
+    ) -> Result<Self, SegmentOverflow> {
+        // Within a folded group the byte-wise smallest spelling sorts first.
+        entries.sort_unstable_by(|a, b| cmp_folded(a.0, b.0).then_with(|| a.0.cmp(b.0)));
+        let mut builder = Builder::default();
+        let mut group: Vec<(u32, u32, u64)> = Vec::new();
+        let mut i = 0;
+        while i < entries.len() {
+            let mut j = i + 1;
+            while j < entries.len() && cmp_folded(entries[i].0, entries[j].0).is_eq() {
+                j += 1;
+            }
+            group.clear();
+            group.extend(
+                entries[i..j]
+                    .iter()
+                    .map(|(_, attr, count)| (*attr, slot, *count)),
+            );
+            builder.push(entries[i].0, &mut group)?;
+            i = j;
+        }
+        Ok(builder.finish())
+    }
+
+    /// Merges segments, keeping only postings whose slot is `live`.
+    pub(crate) fn merge(
+        segments: &[&Segment],
+        live: &dyn Fn(u32) -> bool,
+        hasher: &RandomState,
+    ) -> Result<Self, SegmentOverflow> {
+        struct Cursor<'a> {
+            key: &'a [u8],
+            seg: usize,
+            id: u32,
+        }
+        impl PartialEq for Cursor<'_> {
+            fn eq(&self, other: &Self) -> bool {
+                self.cmp(other).is_eq()
+            }
+        }
+        impl Eq for Cursor<'_> {}
+        impl PartialOrd for Cursor<'_> {
+            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl Ord for Cursor<'_> {
+            // Reversed: BinaryHeap is a max-heap and we want the smallest value first.
+            fn cmp(&self, other: &Self) -> Ordering {
+                cmp_folded(other.key, self.key).then(other.seg.cmp(&self.seg))
+            }
+        }
+        let mut heap = BinaryHeap::with_capacity(segments.len());
+        for (seg, s) in segments.iter().enumerate() {
+            if s.len() > 0 {
+                heap.push(Cursor {
+                    key: s.value(0),
+                    seg,
+                    id: 0,
+                });
+            }
+        }
+        let mut builder = Builder::default();
+        let mut group: Vec<(usize, u32)> = Vec::new();
+        let mut postings: Vec<(u32, u32, u64)> = Vec::new();
+        while let Some(first) = heap.pop() {
+            group.clear();
+            group.push((first.seg, first.id));
+            while heap
+                .peek()
+                .is_some_and(|c| cmp_folded(c.key, first.key).is_eq())
+            {
+                if let Some(c) = heap.pop() {
+                    group.push((c.seg, c.id));
+                }
+            }
+            postings.clear();
+            let mut spelling: Option<&[u8]> = None;
+            for &(seg, id) in &group {
+                let s = segments[seg];
+                let before = postings.len();
+                postings.extend(
+                    s.postings(id)
+                        .filter(|p| live(p.0))
+                        .map(|(slot, attr, count)| (attr, slot, count)),
+                );
+                if postings.len() > before {
+                    let v = s.value(id);
+                    spelling = Some(spelling.map_or(v, |w| w.min(v)));
+                }
+                if let Some(next) = id.checked_add(1).filter(|&n| (n as usize) < s.len()) {
+                    heap.push(Cursor {
+                        key: s.value(next),
+                        seg,
+                        id: next,
+                    });
+                }
+            }
+            if let Some(spelling) = spelling {
+                builder.push(spelling, &mut postings)?;
+            }
+        }
+        Ok(builder.finish().index(hasher))
+    }
+
+    /// Adds the exact-match table and the trigram index.
+    fn index(mut self, hasher: &RandomState) -> Self {
+        let n = self.len();
+        // n < u32::MAX (Builder::push), so this cannot overflow usize.
+        let size = (n + n / 2).max(4).next_power_of_two();
+        let mut table = vec![0u32; size];
+        let mask = size - 1;
+        for id in 0..n as u32 {
+            let mut at = hash_lower(hasher, self.folded_value(id)) as usize & mask;
+            while table[at] != 0 {
+                at = (at + 1) & mask;
+            }
+            table[at] = id + 1;
+        }
+        self.table = table;
+        self.grams = GramIndex::build(&self);
+        self
+    }
+
+    /// Number of distinct values.
+    pub(crate) fn len(&self) -> usize {
+        self.value_ends.len()
+    }
+
+    /// Number of postings.
+    pub(crate) fn entries(&self) -> usize {
+        self.postings.len()
+    }
+
+    /// Bytes of value text.
+    pub(crate) fn value_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The representative spelling of value `id`.
+    pub(crate) fn value(&self, id: u32) -> &[u8] {
+        let id = id as usize;
+        let start = if id == 0 {
+            0
+        } else {
+            self.value_ends[id - 1] as usize
+        };
+        &self.bytes[start..self.value_ends[id] as usize]
+    }
+
+    /// Value `id` ASCII-lowercased.
+    pub(crate) fn folded_value(&self, id: u32) -> &[u8] {
+        let id = id as usize;
+        let start = if id == 0 {
+            0
+        } else {
+            self.value_ends[id - 1] as usize
+        };
+        &self.folded[start..self.value_ends[id] as usize]
+    }
+
+    /// The postings of value `id` as `(slot, attribute, count)`.
+    pub(crate) fn postings(&self, id: u32) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
+        let id = id as usize;
+        let start = if id == 0 {
+            0
+        } else {
+            self.post_ends[id - 1] as usize
+        };
+        let end = self.post_ends[id] as usize;
+        self.postings[start..end]
+            .iter()
+            .enumerate()
+            .map(move |(k, p)| (p.slot, p.attr, self.count_at(start + k, p)))
+    }
+
+    fn count_at(&self, index: usize, p: &Posting) -> u64 {
+        if p.count != BIG {
+            return u64::from(p.count);
+        }
+        match self
+            .big_counts
+            .binary_search_by_key(&(index as u32), |e| e.0)
+        {
+            Ok(k) => self.big_counts[k].1,
+            // Invariant: every BIG marker has a big_counts entry (Builder::push).
+            Err(_) => u64::from(BIG),
+        }
+    }
+
+    /// The slots holding postings here, with their posting counts.
+    pub(crate) fn slots(&self) -> &[(u32, u64)] {
+        &self.slots
+    }
+
+    /// Postings belonging to `slot`.
+    pub(crate) fn slot_entries(&self, slot: u32) -> u64 {
+        self.slots
+            .binary_search_by_key(&slot, |e| e.0)
+            .map_or(0, |k| self.slots[k].1)
+    }
+
+    /// The id of the value whose lowercase form is `lower` (already ASCII-lowercased);
+    /// `hash` is [`hash_lower`] of it with the hasher the segment was built with.
+    pub(crate) fn find_exact(&self, hash: u64, lower: &[u8]) -> Option<u32> {
+        if self.table.is_empty() {
+            return None;
+        }
+        let mask = self.table.len() - 1;
+        let mut at = hash as usize & mask;
+        loop {
+            let entry = self.table[at];
+            if entry == 0 {
+                return None;
+            }
+            let id = entry - 1;
+            if self.folded_value(id) == lower {
+                return Some(id);
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// Appends to `out` the ids of values containing the needle `finder` looks for (built
+    /// on the ASCII-lowercased needle), in ascending order. `blocks` is scratch space.
+    pub(crate) fn find_substring(
+        &self,
+        finder: &memmem::Finder<'_>,
+        blocks: &mut Vec<u32>,
+        out: &mut Vec<u32>,
+    ) {
+        let n = self.len();
+        let needle = finder.needle();
+        if n == 0 {
+            return;
+        }
+        if needle.len() < 3 {
+            self.scan_ids(finder, 0, n as u32, out);
+            return;
+        }
+        let mut lists: [&[u8]; 16] = [&[]; 16];
+        let mut count = 0;
+        let mut grams = [0u32; 16];
+        // The first and last few trigrams narrow as well as all of them would, nearly always;
+        // the check below is exact anyway.
+        let windows = needle.windows(3);
+        let total = windows.len();
+        for (k, w) in windows.enumerate() {
+            if k >= 8 && k + 8 < total {
+                continue;
+            }
+            let g = gram_key(w);
+            if grams[..count].contains(&g) {
+                continue;
+            }
+            match self.grams.list(g) {
+                Some(l) => {
+                    grams[count] = g;
+                    lists[count] = l;
+                    count += 1;
+                }
+                None => return,
+            }
+        }
+        let lists = &mut lists[..count];
+        lists.sort_unstable_by_key(|l| l.len());
+        blocks.clear();
+        blocks.extend(Blocks::new(lists[0]));
+        for list in lists.iter().skip(1) {
+            // Decoding a list costs about a byte's work per entry; checking a block costs
+            // a memmem over eight values. Stop once the blocks left are cheaper to check.
+            if blocks.is_empty() || list.len() > 16 * blocks.len() {
+                break;
+            }
+            let mut keep = 0;
+            let mut other = Blocks::new(list).peekable();
+            for k in 0..blocks.len() {
+                let b = blocks[k];
+                while other.next_if(|&o| o < b).is_some() {}
+                if other.peek() == Some(&b) {
+                    blocks[keep] = b;
+                    keep += 1;
+                }
+            }
+            blocks.truncate(keep);
+        }
+        // Check each run of consecutive blocks as one haystack.
+        let mut k = 0;
+        while k < blocks.len() {
+            let first = blocks[k];
+            let mut last = first;
+            while k + 1 < blocks.len() && blocks[k + 1] == last + 1 {
+                k += 1;
+                last += 1;
+            }
+            k += 1;
+            let start = (first as usize) << BLOCK_SHIFT;
+            let end = (((last as usize) + 1) << BLOCK_SHIFT).min(n);
+            if start < end {
+                self.scan_ids(finder, start as u32, end as u32, out);
+            }
+        }
+    }
+
+    /// Appends the ids in `start..end` whose folded value contains `finder`'s needle.
+    fn scan_ids(&self, finder: &memmem::Finder<'_>, start: u32, end: u32, out: &mut Vec<u32>) {
+        let nlen = finder.needle().len();
+        if nlen == 0 {
+            out.extend(start..end);
+            return;
+        }
+        let value_start = |id: u32| {
+            if id == 0 {
+                0
+            } else {
+                self.value_ends[id as usize - 1] as usize
+            }
+        };
+        let hay_start = value_start(start);
+        let hay_end = self.value_ends[end as usize - 1] as usize;
+        let hay = &self.folded[hay_start..hay_end];
+        let mut pos = 0;
+        let mut id = start;
+        while pos <= hay.len() {
+            let Some(found) = finder.find(&hay[pos..]) else {
+                break;
+            };
+            let at = hay_start + pos + found;
+            // The value holding byte `at` (ends are ascending; empty values are skipped).
+            while id < end && self.value_ends[id as usize] as usize <= at {
+                id += 1;
+            }
+            if id >= end {
+                break;
+            }
+            let value_end = self.value_ends[id as usize] as usize;
+            if at + nlen <= value_end {
+                out.push(id);
+            }
+            // Either way no later match starting in this value needs looking at: it either
+            // matched already or any match from here on would cross its end.
+            id += 1;
+            pos = value_end - hay_start;
+        }
+    }
+
+    /// The ids of values starting with `prefix`, ignoring ASCII case.
+    pub(crate) fn prefix_range(&self, prefix: &[u8]) -> std::ops::Range<u32> {
+        let n = self.len() as u32;
+        let lower = partition(n, |id| cmp_folded(self.value(id), prefix).is_lt());
+        let upper = partition(n, |id| {
+            let v = self.value(id);
+            cmp_folded(v, prefix).is_lt()
+                || (v.len() >= prefix.len() && v[..prefix.len()].eq_ignore_ascii_case(prefix))
+        });
+        lower..upper
+    }
+
+    /// Approximate heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+            + self.folded.capacity()
+            + 4 * (self.value_ends.capacity() + self.post_ends.capacity() + self.table.capacity())
+            + std::mem::size_of::<Posting>() * self.postings.capacity()
+            + 16 * (self.big_counts.capacity() + self.slots.capacity())
+            + self.grams.heap_bytes()
+    }
+}
+
+/// First id in `0..n` for which `below` is false (`below` true on a prefix of the ids).
+fn partition(n: u32, below: impl Fn(u32) -> bool) -> u32 {
+    let (mut lo, mut hi) = (0u32, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(mid) { lo = mid + 1 } else { hi = mid }
+    }
+    lo
+}
+
+#[derive(Default)]
+struct Builder {
+    bytes: Vec<u8>,
+    folded: Vec<u8>,
+    value_ends: Vec<u32>,
+    post_ends: Vec<u32>,
+    postings: Vec<Posting>,
+    big_counts: Vec<(u32, u64)>,
+    slot_entries: Vec<u64>,
+}
+
+impl Builder {
+    /// Adds the next value (in folded order) with postings `(attr, slot, count)`; sorts them
+    /// and sums duplicates.
+    fn push(
+        &mut self,
+        spelling: &[u8],
+        postings: &mut [(u32, u32, u64)],
+    ) -> Result<(), SegmentOverflow> {
+        postings.sort_unstable();
+        let fits = |len: usize| u32::try_from(len).is_ok_and(|n| n < u32::MAX);
+        if !fits(self.bytes.len() + spelling.len())
+            || !fits(self.postings.len() + postings.len())
+            || !fits(self.value_ends.len() + 1)
+        {
+            return Err(SegmentOverflow);
+        }
+        self.bytes.extend_from_slice(spelling);
+        self.folded
+            .extend(spelling.iter().map(u8::to_ascii_lowercase));
+        self.value_ends.push(self.bytes.len() as u32);
+        let mut k = 0;
+        while k < postings.len() {
+            let (attr, slot, mut count) = postings[k];
+            k += 1;
+            while k < postings.len() && postings[k].0 == attr && postings[k].1 == slot {
+                count = count.saturating_add(postings[k].2);
+                k += 1;
+            }
+            if count == 0 {
+                continue;
+            }
+            let stored = if count >= u64::from(BIG) {
+                self.big_counts.push((self.postings.len() as u32, count));
+                BIG
+            } else {
+                count as u32
+            };
+            self.postings.push(Posting {
+                slot,
+                attr,
+                count: stored,
+            });
+            let s = slot as usize;
+            if self.slot_entries.len() <= s {
+                self.slot_entries.resize(s + 1, 0);
+            }
+            self.slot_entries[s] += 1;
+        }
+        self.post_ends.push(self.postings.len() as u32);
+        Ok(())
+    }
+
+    fn finish(self) -> Segment {
+        let mut seg = Segment {
+            bytes: self.bytes,
+            folded: self.folded,
+            value_ends: self.value_ends,
+            post_ends: self.post_ends,
+            postings: self.postings,
+            big_counts: self.big_counts,
+            slots: self
+                .slot_entries
+                .iter()
+                .enumerate()
+                .filter(|e| *e.1 > 0)
+                .map(|(s, &n)| (s as u32, n))
+                .collect(),
+            table: Vec::new(),
+            grams: GramIndex::default(),
+        };
+        seg.bytes.shrink_to_fit();
+        seg.folded.shrink_to_fit();
+        seg.value_ends.shrink_to_fit();
+        seg.post_ends.shrink_to_fit();
+        seg.postings.shrink_to_fit();
+        seg
+    }
+}
+
+fn gram_key(w: &[u8]) -> u32 {
+    (u32::from(w[0].to_ascii_lowercase()) << 16)
+        | (u32::from(w[1].to_ascii_lowercase()) << 8)
+        | u32::from(w[2].to_ascii_lowercase())
+}
+
+/// Trigram -> delta-varint list of value blocks.
+#[derive(Debug, Default)]
+struct GramIndex {
+    keys: Vec<u32>,
+    ends: Vec<usize>,
+    lists: Vec<u8>,
+}
+
+impl GramIndex {
+    fn build(seg: &Segment) -> Self {
+        // Dense index per distinct trigram, then per trigram its list so far and last block.
+        let mut dense: HashMap<u32, u32, BuildGramHasher> = HashMap::default();
+        let mut building: Vec<(u32, u32, Vec<u8>)> = Vec::new();
+        let mut grams: Vec<u32> = Vec::new();
+        let n = seg.len();
+        for block in 0..n.div_ceil(BLOCK) {
+            grams.clear();
+            for id in block * BLOCK..((block + 1) * BLOCK).min(n) {
+                grams.extend(seg.folded_value(id as u32).windows(3).map(gram_key));
+            }
+            grams.sort_unstable();
+            grams.dedup();
+            let block = block as u32;
+            for &g in &grams {
+                let next = building.len() as u32;
+                let k = *dense.entry(g).or_insert(next);
+                if k == next {
+                    building.push((g, block, Vec::new()));
+                    put_varint(&mut building[k as usize].2, block);
+                } else {
+                    let e = &mut building[k as usize];
+                    put_varint(&mut e.2, block - e.1);
+                    e.1 = block;
+                }
+            }
+        }
+        building.sort_unstable_by_key(|e| e.0);
+        let total = building.iter().map(|e| e.2.len()).sum();
+        let mut lists = Vec::with_capacity(total);
+        let mut ends = Vec::with_capacity(building.len());
+        let mut keys = Vec::with_capacity(building.len());
+        for (g, _, list) in building {
+            keys.push(g);
+            lists.extend_from_slice(&list);
+            ends.push(lists.len());
+        }
+        Self { keys, ends, lists }
+    }
+
+    fn list(&self, gram: u32) -> Option<&[u8]> {
+        let k = self.keys.binary_search(&gram).ok()?;
+        let start = if k == 0 { 0 } else { self.ends[k - 1] };
+        Some(&self.lists[start..self.ends[k]])
+    }
+
+    fn heap_bytes(&self) -> usize {
+        4 * self.keys.capacity() + 8 * self.ends.capacity() + self.lists.capacity()
+    }
+}
+
+/// Multiplicative hashing for trigram keys (at most 2^24 of them, used only while
+/// building, so a peer cannot make lookups slow through them).
+#[derive(Default, Clone, Copy)]
+struct BuildGramHasher;
+
+impl BuildHasher for BuildGramHasher {
+    type Hasher = GramHasher;
+    fn build_hasher(&self) -> GramHasher {
+        GramHasher(0)
+    }
+}
+
+struct GramHasher(u64);
+
+impl Hasher for GramHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (u64::from(n) ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Decodes a block list.
+struct Blocks<'a> {
+    data: &'a [u8],
+    pos: usize,
+    current: Option<u32>,
+}
+
+impl<'a> Blocks<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        Self {
+            data,
+            pos: 0,
+            current: None,
+        }
+    }
+}
+
+impl Iterator for Blocks<'_> {
+    type Item = u32;
+    fn next(&mut self) -> Option<u32> {
+        let mut v: u32 = 0;
+        let mut shift = 0;
+        loop {
+            let b = *self.data.get(self.pos)?;
+            self.pos += 1;
+            v |= u32::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
+            if b < 0x80 {
+                break;
+            }
+            shift += 7;
+        }
+        let next = match self.current {
+            None => v,
+            Some(c) => c.saturating_add(v),
+        };
+        self.current = Some(next);
+        Some(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cip_proto::soif::attr::contains_ignore_ascii_case;
+    use proptest::prelude::*;
+
+    fn seg(values: &[(&str, u32, u64)], slot: u32, h: &RandomState) -> Segment {
+        let entries = values
+            .iter()
+            .map(|(v, a, c)| (v.as_bytes(), *a, *c))
+            .collect();
+        Segment::from_entries(entries, slot, h).unwrap()
+    }
+
+    #[test]
+    fn folds_and_merges_spellings() {
+        let h = RandomState::default();
+        let s = seg(
+            &[
+                ("Garcia", 0, 3),
+                ("GARCIA", 0, 2),
+                ("garcia", 1, 1),
+                ("Moon", 0, 5),
+            ],
+            7,
+            &h,
+        );
+        assert_eq!(s.len(), 2);
+        let id = s.find_exact(hash_folded(&h, b"gArCiA"), b"garcia").unwrap();
+        assert_eq!(s.value(id), b"GARCIA");
+        assert_eq!(
+            s.postings(id).collect::<Vec<_>>(),
+            vec![(7, 0, 5), (7, 1, 1)]
+        );
+        assert_eq!(s.find_exact(hash_folded(&h, b"garci"), b"garci"), None);
+        assert_eq!(s.slots(), &[(7, 3)]);
+    }
+
+    #[test]
+    fn big_counts_survive() {
+        let h = RandomState::default();
+        let s = seg(
+            &[("x", 0, u64::MAX - 1), ("y", 0, u64::from(u32::MAX))],
+            0,
+            &h,
+        );
+        let counts: Vec<u64> = (0..2).flat_map(|id| s.postings(id).map(|p| p.2)).collect();
+        assert_eq!(counts, vec![u64::MAX - 1, u64::from(u32::MAX)]);
+        let m = Segment::merge(&[&s], &|_| true, &h).unwrap();
+        let counts: Vec<u64> = (0..2).flat_map(|id| m.postings(id).map(|p| p.2)).collect();
+        assert_eq!(counts, vec![u64::MAX - 1, u64::from(u32::MAX)]);
+    }
+
+    #[test]
+    fn merge_drops_dead_slots_and_shares_values() {
+        let h = RandomState::default();
+        let a = seg(&[("alpha", 0, 1), ("beta", 0, 2)], 0, &h);
+        let b = seg(&[("BETA", 0, 3), ("gamma", 0, 4)], 1, &h);
+        let c = seg(&[("delta", 0, 4)], 2, &h);
+        let m = Segment::merge(&[&a, &b, &c], &|s| s != 2, &h).unwrap();
+        let values: Vec<&[u8]> = (0..m.len() as u32).map(|id| m.value(id)).collect();
+        assert_eq!(values, vec![&b"alpha"[..], b"BETA", b"gamma"]);
+        assert_eq!(
+            m.postings(1).collect::<Vec<_>>(),
+            vec![(0, 0, 2), (1, 0, 3)]
+        );
+        assert_eq!(m.slots(), &[(0, 2), (1, 2)]);
+        assert_eq!(m.prefix_range(b"B"), 1..2);
+        assert_eq!(m.prefix_range(b""), 0..3);
+        assert_eq!(m.prefix_range(b"zz"), 3..3);
+    }
+
+    proptest! {
+        #[test]
+        fn substring_and_exact_match_brute_force(
+            values in prop::collection::vec("[abcAB ]{0,12}", 0..60),
+            needle in "[abAB ]{1,4}|[abAB]{5,40}",
+        ) {
+            let h = RandomState::default();
+            let entries = values.iter().map(|v| (v.as_bytes(), 0, 1)).collect();
+            let s = Segment::from_entries(entries, 0, &h).unwrap();
+            let mut got = Vec::new();
+            let lower = needle.to_ascii_lowercase();
+            s.find_substring(&memmem::Finder::new(lower.as_bytes()), &mut Vec::new(), &mut got);
+            let want: Vec<u32> = (0..s.len() as u32)
+                .filter(|&id| contains_ignore_ascii_case(s.value(id), needle.as_bytes()))
+                .collect();
+            prop_assert_eq!(got, want);
+            for v in &values {
+                let lower = v.to_ascii_lowercase();
+                let id = s.find_exact(hash_folded(&h, v.as_bytes()), lower.as_bytes());
+                prop_assert!(id.is_some_and(|id| s.value(id).eq_ignore_ascii_case(v.as_bytes())));
+            }
+            let mut sorted: Vec<&[u8]> = (0..s.len() as u32).map(|id| s.value(id)).collect();
+            let before = sorted.clone();
+            sorted.sort_by(|a, b| cmp_folded(a, b));
+            prop_assert_eq!(before, sorted);
+        }
+    }
+}

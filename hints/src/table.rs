@@ -1,0 +1,1778 @@
+//! The routing table: peers' CIP-HINTs, merged into an index that answers queries with
+//! ranked referrals.
+//!
+//! # Design
+//!
+//! The table is an immutable [`Snapshot`] behind an [`ArcSwap`]. A reader loads the current
+//! snapshot (no lock, never waits for a writer) and answers from it alone, so it sees each
+//! peer's old hint or its new one, never a mix. Writers take a mutex, build the next
+//! snapshot off to the side and swap it in.
+//!
+//! A snapshot holds:
+//! * `slots`: one per imported hint, each with its peer's metadata; a peer's DSI maps to its
+//!   live slot. Replacing a peer's hint gives the new hint a new slot and marks the old one
+//!   dead, which hides every old posting at once;
+//! * `segments`: immutable value indexes ([`crate::index`]), shared between snapshots by
+//!   `Arc`. Each import becomes a new small segment (cost proportional to the hint), and
+//!   segments are merged LSM-style: while the second-newest holds no more than twice the
+//!   newest's live entries, the two merge, and a segment whose dead entries outnumber its
+//!   live ones is rewritten. So the segment count stays logarithmic, each entry is rewritten
+//!   a few times over its life, and a replacement never rebuilds the whole index. A slot's
+//!   postings always sit in exactly one segment; a dead slot number is reused only once no
+//!   segment refers to it;
+//! * `attrs`: the table-wide attribute dictionary, keyed by lowercase template and lowercase
+//!   attribute base name (RFC 2655 §3.3, §4), with the first spelling seen.
+//!
+//! [`RoutingTable::replace_all`] imports many hints into one new segment, interning values
+//! in a hash map and sorting only the distinct ones: the path for loading at start-up.
+//! Writes run on the caller's thread and may take a while when they trigger a big merge:
+//! call them from a blocking task, not an async executor thread.
+//!
+//! # Loop prevention (digest A21)
+//!
+//! Every hint may carry `Provenance-N` attributes naming the DSIs of the datasets it was
+//! aggregated from ([`crate::aggregate`]). Import refuses a hint whose DSI is this node's, or
+//! whose provenance names this node's DSI, or that names more datasets than
+//! [`TableLimits::max_provenance`] (CIP v1's hop count served the same end).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use cip_proto::Dsi;
+use cip_proto::dsi::DsiError;
+use cip_proto::soif::attr::base_name;
+
+use crate::hint::{AttrSpec, CipHint};
+use crate::index::{BulkBuilder, RandomState, Segment, hash_lower};
+use crate::query::{MatchOp, Query};
+use crate::rank::{
+    Explanation, MatchedValue, QueryOptions, RankKey, Referral, TermExplanation, TermStatus,
+    rank_order,
+};
+use crate::thesaurus::AttrPattern;
+
+/// Name of the CIP-HINT attribute (with `-N` multi-value suffixes) that lists provenance
+/// DSIs.
+pub const PROVENANCE_ATTRIBUTE: &str = "Provenance";
+
+/// Default for [`TableLimits::max_peers`].
+pub const DEFAULT_MAX_PEERS: usize = 10_000;
+/// Default for [`TableLimits::max_entries_per_hint`].
+pub const DEFAULT_MAX_ENTRIES_PER_HINT: usize = 20_000_000;
+/// Default for [`TableLimits::max_value_len`].
+pub const DEFAULT_MAX_VALUE_LEN: usize = 4096;
+/// Default for [`TableLimits::max_provenance`].
+pub const DEFAULT_MAX_PROVENANCE: usize = 256;
+/// Default for [`TableLimits::max_attributes`].
+pub const DEFAULT_MAX_ATTRIBUTES: usize = 65_536;
+
+/// Bounds on what the table accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLimits {
+    /// Most peers (DSIs) in the table.
+    pub max_peers: usize,
+    /// Most weightlist entries in one hint.
+    pub max_entries_per_hint: usize,
+    /// Longest weightlist value, in bytes.
+    pub max_value_len: usize,
+    /// Most provenance DSIs on one hint.
+    pub max_provenance: usize,
+    /// Most distinct `Template:Attribute` keys in the table.
+    pub max_attributes: usize,
+}
+
+impl Default for TableLimits {
+    fn default() -> Self {
+        Self {
+            max_peers: DEFAULT_MAX_PEERS,
+            max_entries_per_hint: DEFAULT_MAX_ENTRIES_PER_HINT,
+            max_value_len: DEFAULT_MAX_VALUE_LEN,
+            max_provenance: DEFAULT_MAX_PROVENANCE,
+            max_attributes: DEFAULT_MAX_ATTRIBUTES,
+        }
+    }
+}
+
+/// Table configuration.
+#[derive(Debug, Clone, Default)]
+pub struct TableConfig {
+    /// This node's DSI: hints from it, or derived from it, are refused.
+    pub node: Option<Dsi>,
+    /// Bounds.
+    pub limits: TableLimits,
+}
+
+/// What the node knows about a peer hint besides its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerMeta {
+    /// The dataset's DSI (the index object's `dsi` parameter).
+    pub dsi: Dsi,
+    /// Its base-uri(s), for referrals.
+    pub base_uris: Vec<String>,
+    /// DSI-description, when the peer sent one.
+    pub dsi_description: Option<String>,
+    /// When the hint arrived.
+    pub received: SystemTime,
+    /// When it stops counting, if ever.
+    pub expires: Option<SystemTime>,
+    /// The configured peer it came from.
+    pub via: Option<String>,
+}
+
+/// A peer as [`RoutingTable::peers`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSummary {
+    /// DSI.
+    pub dsi: Dsi,
+    /// Base-URIs.
+    pub base_uris: Vec<String>,
+    /// DSI-description.
+    pub dsi_description: Option<String>,
+    /// Total-Object-Count of its hint.
+    pub total: u64,
+    /// Distinct values (case-folded) over all its weightlists.
+    pub distinct_values: usize,
+    /// `(attribute, value)` entries.
+    pub entries: usize,
+    /// When the hint arrived.
+    pub received: SystemTime,
+    /// When it expires.
+    pub expires: Option<SystemTime>,
+    /// The configured peer it came from.
+    pub via: Option<String>,
+    /// DSIs the hint says it was aggregated from.
+    pub provenance: Vec<Dsi>,
+}
+
+/// Size figures of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableStats {
+    /// Peers.
+    pub peers: usize,
+    /// Index segments.
+    pub segments: usize,
+    /// Distinct values, summed over segments (a value held in two segments counts twice
+    /// until they merge; [`RoutingTable::compact`] merges all).
+    pub distinct_values: usize,
+    /// Bytes of those values.
+    pub value_bytes: usize,
+    /// Live `(value, peer, attribute)` entries.
+    pub entries: usize,
+    /// Entries of replaced or removed hints not yet merged away.
+    pub dead_entries: usize,
+    /// Approximate heap bytes of the index and peer data.
+    pub approx_bytes: usize,
+}
+
+/// One row of [`RoutingTable::entries`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRow {
+    /// The attribute.
+    pub attribute: AttrSpec,
+    /// The value (one spelling of its case-folded class).
+    pub value: Bytes,
+    /// Sum of the peers' counts.
+    pub total: u64,
+    /// Per peer count, by DSI.
+    pub peers: Vec<(Dsi, u64)>,
+}
+
+/// What [`RoutingTable::replace`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplaceOutcome {
+    /// True when the peer had a hint that this one replaced.
+    pub replaced: bool,
+    /// Distinct values in the new hint.
+    pub distinct_values: usize,
+    /// `(attribute, value)` entries in the new hint.
+    pub entries: usize,
+}
+
+/// Why a hint was not imported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// The hint claims this node's own DSI.
+    #[error("hint carries this node's own dsi {dsi}")]
+    OwnDsi {
+        /// The DSI.
+        dsi: Dsi,
+    },
+    /// The hint was derived from this node's own out-bound hint.
+    #[error("hint from {peer} lists this node ({node}) in its provenance: a routing loop")]
+    Loop {
+        /// The peer's DSI.
+        peer: Dsi,
+        /// This node's DSI.
+        node: Dsi,
+    },
+    /// A provenance value is not a DSI.
+    #[error("provenance value {value:?} is not a dsi: {source}")]
+    BadProvenance {
+        /// The value.
+        value: String,
+        /// Why.
+        source: DsiError,
+    },
+    /// Too many provenance DSIs.
+    #[error("hint lists {count} provenance dsis, the limit is {max}")]
+    TooManyProvenance {
+        /// How many.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A value longer than the limit.
+    #[error("value {index} of weightlist {attribute} is {len} bytes long, the limit is {max}")]
+    ValueTooLong {
+        /// The weightlist's attribute, as spelled.
+        attribute: String,
+        /// Position of the value in its weightlist.
+        index: usize,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More entries than the limit.
+    #[error("hint has {count} weightlist entries, the limit is {max}")]
+    TooManyEntries {
+        /// How many.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The table holds the most peers it may.
+    #[error("routing table is full ({max} peers)")]
+    TooManyPeers {
+        /// The limit.
+        max: usize,
+    },
+    /// The table holds the most attributes it may.
+    #[error("routing table holds the limit of {max} attributes")]
+    TooManyAttributes {
+        /// The limit.
+        max: usize,
+    },
+    /// The hint's index would exceed 32-bit offsets.
+    #[error("hint too large to index")]
+    TooLarge,
+}
+
+/// The DSIs a hint's `Provenance` / `Provenance-N` attributes list (values may also hold
+/// several DSIs separated by whitespace or commas).
+///
+/// # Errors
+/// [`ImportError::BadProvenance`] for a value that is not a DSI.
+pub fn provenance(hint: &CipHint) -> Result<Vec<Dsi>, ImportError> {
+    let mut out = Vec::new();
+    for a in &hint.extra {
+        if !a
+            .name
+            .base_name()
+            .eq_ignore_ascii_case(PROVENANCE_ATTRIBUTE)
+        {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&a.value);
+        for part in text
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|p| !p.is_empty())
+        {
+            let dsi = Dsi::new(part).map_err(|source| ImportError::BadProvenance {
+                value: part.to_owned(),
+                source,
+            })?;
+            out.push(dsi);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// A peer's hint as the table keeps it (values live in the segments).
+#[derive(Debug)]
+pub(crate) struct PeerEntry {
+    pub meta: Arc<PeerMeta>,
+    pub total: u64,
+    pub attributes: Vec<AttrSpec>,
+    pub sources: Vec<String>,
+    /// `(attribute id, threshold)`, sorted by id.
+    pub thresholds: Vec<(u32, u64)>,
+    pub provenance: Vec<Dsi>,
+    pub distinct_values: usize,
+    pub entries: usize,
+}
+
+impl PeerEntry {
+    fn threshold_for(&self, attrs: &[u32]) -> Option<u64> {
+        self.thresholds
+            .iter()
+            .filter(|(a, t)| *t > 1 && attrs.binary_search(a).is_ok())
+            .map(|e| e.1)
+            .max()
+    }
+
+    fn live_at(&self, now: Option<SystemTime>) -> bool {
+        match (now, self.meta.expires) {
+            (Some(now), Some(exp)) => exp > now,
+            _ => true,
+        }
+    }
+}
+
+/// A normalised attribute.
+#[derive(Debug, Clone)]
+pub(crate) struct AttrInfo {
+    pub template: String,
+    pub spelling: AttrSpec,
+}
+
+/// Table-wide attribute dictionary.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AttrTable {
+    pub infos: Vec<AttrInfo>,
+    by_key: HashMap<(String, String), u32>,
+    by_attribute: HashMap<String, Vec<u32>>,
+}
+
+pub(crate) fn attr_key(spec: &AttrSpec) -> (String, String) {
+    (
+        spec.template.to_ascii_lowercase(),
+        base_name(&spec.attribute).to_ascii_lowercase(),
+    )
+}
+
+impl AttrTable {
+    pub(crate) fn id(&self, spec: &AttrSpec) -> Option<u32> {
+        self.by_key.get(&attr_key(spec)).copied()
+    }
+
+    fn intern(&mut self, spec: &AttrSpec) -> u32 {
+        let key = attr_key(spec);
+        if let Some(&id) = self.by_key.get(&key) {
+            return id;
+        }
+        let id = self.infos.len() as u32;
+        let spelling = AttrSpec {
+            template: spec.template.clone(),
+            attribute: base_name(&spec.attribute).to_owned(),
+        };
+        self.by_attribute.entry(key.1.clone()).or_default().push(id);
+        self.infos.push(AttrInfo {
+            template: key.0.clone(),
+            spelling,
+        });
+        self.by_key.insert(key, id);
+        id
+    }
+
+    /// Ids of the attributes any pattern matches, sorted.
+    pub(crate) fn resolve(&self, patterns: &[AttrPattern]) -> Vec<u32> {
+        let mut out = Vec::new();
+        for p in patterns {
+            if let Some(ids) = self.by_attribute.get(&p.attribute) {
+                for &id in ids {
+                    let info = &self.infos[id as usize];
+                    if p.template.as_ref().is_none_or(|t| *t == info.template) {
+                        out.push(id);
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// One consistent state of the table.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    pub peers: BTreeMap<Dsi, u32>,
+    pub slots: Vec<Option<Arc<PeerEntry>>>,
+    free: Vec<u32>,
+    pub attrs: Arc<AttrTable>,
+    pub segments: Vec<Arc<Segment>>,
+}
+
+impl Snapshot {
+    pub(crate) fn entry(&self, slot: u32) -> Option<&Arc<PeerEntry>> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    fn live_entries(&self, seg: &Segment) -> u64 {
+        seg.slots()
+            .iter()
+            .filter(|(s, _)| self.entry(*s).is_some())
+            .map(|e| e.1)
+            .sum()
+    }
+
+    fn kill(&mut self, dsi: &Dsi) -> bool {
+        match self.peers.remove(dsi) {
+            Some(slot) => {
+                self.slots[slot as usize] = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn merge_range(&mut self, range: std::ops::Range<usize>, hasher: &RandomState) -> bool {
+        let parts: Vec<&Segment> = self.segments[range.clone()].iter().map(|s| &**s).collect();
+        let bytes: usize = parts.iter().map(|s| s.value_bytes()).sum();
+        let entries: usize = parts.iter().map(|s| s.entries()).sum();
+        let values: usize = parts.iter().map(|s| s.len()).sum();
+        if [bytes, entries, values]
+            .iter()
+            .any(|&n| n >= u32::MAX as usize)
+        {
+            return false;
+        }
+        let slots = &self.slots;
+        let live = |s: u32| slots.get(s as usize).is_some_and(Option::is_some);
+        match Segment::merge(&parts, &live, hasher) {
+            Ok(merged) => {
+                self.segments.splice(range, [Arc::new(merged)]);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Applies the merge policy of the module doc; `full` merges everything into one.
+    fn compact(&mut self, hasher: &RandomState, full: bool) {
+        self.segments.retain(|s| s.entries() > 0);
+        let dead = self
+            .segments
+            .iter()
+            .any(|s| self.live_entries(s) < s.entries() as u64);
+        if full && (self.segments.len() > 1 || dead) {
+            let n = self.segments.len();
+            self.merge_range(0..n, hasher);
+        }
+        loop {
+            self.segments.retain(|s| s.entries() > 0);
+            let n = self.segments.len();
+            if n >= 2 {
+                let older = self.live_entries(&self.segments[n - 2]);
+                let newer = self.live_entries(&self.segments[n - 1]);
+                if older <= newer.saturating_mul(2) && self.merge_range(n - 2..n, hasher) {
+                    continue;
+                }
+            }
+            let dirty = self.segments.iter().position(|s| {
+                let live = self.live_entries(s);
+                s.entries() as u64 - live > live
+            });
+            if let Some(i) = dirty {
+                let n = self.segments.len();
+                if (i + 1 < n && self.merge_range(i..i + 2, hasher))
+                    || self.merge_range(i..i + 1, hasher)
+                {
+                    continue;
+                }
+            }
+            break;
+        }
+        // Slots no segment refers to any more can be handed out again.
+        let mut referenced = vec![false; self.slots.len()];
+        for seg in &self.segments {
+            for &(s, _) in seg.slots() {
+                referenced[s as usize] = true;
+            }
+        }
+        self.free = (0..self.slots.len() as u32)
+            .filter(|&s| self.slots[s as usize].is_none() && !referenced[s as usize])
+            .collect();
+        while self.slots.last().is_some_and(Option::is_none)
+            && self.free.last() == Some(&(self.slots.len() as u32 - 1))
+        {
+            self.slots.pop();
+            self.free.pop();
+        }
+    }
+}
+
+/// Peers' hints, indexed for routing queries. Cheap to share in an `Arc`; all methods take
+/// `&self`; readers never wait for writers.
+#[derive(Debug)]
+pub struct RoutingTable {
+    config: TableConfig,
+    hasher: RandomState,
+    current: ArcSwap<Snapshot>,
+    writer: Mutex<()>,
+}
+
+impl Default for RoutingTable {
+    fn default() -> Self {
+        Self::new(TableConfig::default())
+    }
+}
+
+/// A ranked peer, as [`RoutingTable::route`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The peer.
+    pub meta: Arc<PeerMeta>,
+    /// Matching object count (see [`crate::rank`]); 0 when possible.
+    pub count: u64,
+    /// The peer's Total-Object-Count.
+    pub total: u64,
+    /// Definite or possible.
+    pub definite: bool,
+    /// For a possible route: the smallest threshold among the unmatched terms.
+    pub threshold: Option<u64>,
+}
+
+/// A term's matches.
+struct TermResult {
+    attrs: Vec<u32>,
+    /// `(segment, value id)` of every matched value, by segment, then id.
+    values: Vec<(u32, u32)>,
+    /// `(slot, summed count)` of the live slots with a match, by slot.
+    by_slot: Vec<(u32, u64)>,
+}
+
+/// How a candidate met one term.
+#[derive(Debug, Clone, Copy)]
+enum TermRef {
+    /// Index into the term's `by_slot`.
+    Hits(u32),
+    /// Only possibly, below this threshold.
+    Possible(u64),
+}
+
+struct Candidate<'a> {
+    slot: u32,
+    entry: &'a PeerEntry,
+    definite: bool,
+    count: u64,
+    threshold: u64,
+    /// Start of this candidate's per-term refs in [`Evaluation::refs`].
+    refs: usize,
+}
+
+struct Evaluation<'a> {
+    terms: Vec<TermResult>,
+    candidates: Vec<Candidate<'a>>,
+    refs: Vec<TermRef>,
+}
+
+/// One posting that matched a term for a ranked candidate.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hit {
+    term: u32,
+    seg: u32,
+    id: u32,
+    attr: u32,
+    count: u64,
+}
+
+/// Per-thread buffers reused between queries, so that a lookup allocates little and
+/// touches no fresh memory.
+#[derive(Default)]
+struct Scratch {
+    /// Per slot: the summed count of the current term, 0 when untouched.
+    counts: Vec<u64>,
+    /// Slots with a non-zero entry in `counts`.
+    touched: Vec<u32>,
+    /// Per slot: the candidate index + 1, 0 for none.
+    cand_of: Vec<u32>,
+    ids: Vec<u32>,
+    blocks: Vec<u32>,
+    lower: Vec<u8>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
+/// Runs `f` with this thread's scratch buffers (fresh ones if they are in use already).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let mut f = Some(f);
+    let shared = SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => f.take().map(|f| f(&mut scratch)),
+        Err(_) => None,
+    });
+    match (shared, f) {
+        (Some(r), _) => r,
+        (None, Some(f)) => f(&mut Scratch::default()),
+        // Invariant: `f` was taken only when it ran and produced a result.
+        (None, None) => unreachable!("scratch closure ran without a result"),
+    }
+}
+
+impl RoutingTable {
+    /// An empty table.
+    pub fn new(config: TableConfig) -> Self {
+        Self {
+            config,
+            hasher: RandomState::default(),
+            current: ArcSwap::from_pointee(Snapshot::default()),
+            writer: Mutex::new(()),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TableConfig {
+        &self.config
+    }
+
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // The guarded data is `()`: a panic in another writer leaves nothing inconsistent.
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Imports `hint` from `peer`, atomically replacing any hint with the same DSI.
+    ///
+    /// # Errors
+    /// [`ImportError`] when the hint is this node's own or derived from it, or breaks a
+    /// limit; the table is then unchanged.
+    pub fn replace(&self, peer: PeerMeta, hint: &CipHint) -> Result<ReplaceOutcome, ImportError> {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        let (slot, mut entry, entries) = self.prepare(&mut next, peer, hint)?;
+        let segment = Segment::from_entries(entries, slot, &self.hasher)
+            .map_err(|_| ImportError::TooLarge)?;
+        entry.distinct_values = segment.len();
+        entry.entries = segment.entries();
+        let outcome = install(&mut next, slot, entry);
+        next.segments.push(Arc::new(segment));
+        next.compact(&self.hasher, false);
+        self.current.store(Arc::new(next));
+        Ok(outcome)
+    }
+
+    /// Imports many hints and indexes them in one pass: the fast path for loading. Each
+    /// hint succeeds or fails on its own; all successful ones appear in one swap.
+    pub fn replace_all<I, H>(&self, hints: I) -> Vec<Result<ReplaceOutcome, ImportError>>
+    where
+        I: IntoIterator<Item = (PeerMeta, H)>,
+        H: std::borrow::Borrow<CipHint>,
+    {
+        // Flush a bulk segment well before its 32-bit offsets could overflow.
+        const FLUSH_AT: usize = (u32::MAX / 2) as usize;
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        let mut bulk = BulkBuilder::default();
+        let (mut bulk_bytes, mut bulk_entries) = (0usize, 0usize);
+        let mut results = Vec::new();
+        for (peer, hint) in hints {
+            let result = self.prepare(&mut next, peer, hint.borrow()).and_then(
+                |(slot, mut entry, entries)| {
+                    let bytes: usize = entries.iter().map(|e| e.0.len()).sum();
+                    if bulk_bytes + bytes > FLUSH_AT || bulk_entries + entries.len() > FLUSH_AT {
+                        let full = std::mem::take(&mut bulk);
+                        let segment = full
+                            .finish(&self.hasher)
+                            .map_err(|_| ImportError::TooLarge)?;
+                        next.segments.push(Arc::new(segment));
+                        (bulk_bytes, bulk_entries) = (0, 0);
+                    }
+                    bulk_bytes += bytes;
+                    bulk_entries += entries.len();
+                    let (distinct, count) = bulk
+                        .add(&entries, slot, &self.hasher)
+                        .map_err(|_| ImportError::TooLarge)?;
+                    entry.distinct_values = distinct;
+                    entry.entries = count;
+                    Ok(install(&mut next, slot, entry))
+                },
+            );
+            results.push(result);
+        }
+        match bulk.finish(&self.hasher) {
+            Ok(segment) => next.segments.push(Arc::new(segment)),
+            // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
+            // rather than keep hints that no segment holds.
+            Err(_) => {
+                return results
+                    .into_iter()
+                    .map(|_| Err(ImportError::TooLarge))
+                    .collect();
+            }
+        }
+        next.compact(&self.hasher, false);
+        self.current.store(Arc::new(next));
+        results
+    }
+
+    /// Checks a hint and turns it into a slot, a peer entry (counts not yet filled in) and
+    /// the entries `(value, attribute id, count)` to index.
+    #[allow(clippy::type_complexity)]
+    fn prepare<'h>(
+        &self,
+        next: &mut Snapshot,
+        peer: PeerMeta,
+        hint: &'h CipHint,
+    ) -> Result<(u32, PeerEntry, Vec<(&'h [u8], u32, u64)>), ImportError> {
+        let limits = &self.config.limits;
+        let provenance = provenance(hint)?;
+        if provenance.len() > limits.max_provenance {
+            return Err(ImportError::TooManyProvenance {
+                count: provenance.len(),
+                max: limits.max_provenance,
+            });
+        }
+        if let Some(node) = &self.config.node {
+            if *node == peer.dsi {
+                return Err(ImportError::OwnDsi { dsi: peer.dsi });
+            }
+            if provenance.contains(node) {
+                return Err(ImportError::Loop {
+                    peer: peer.dsi,
+                    node: node.clone(),
+                });
+            }
+        }
+        if !next.peers.contains_key(&peer.dsi) && next.peers.len() >= limits.max_peers {
+            return Err(ImportError::TooManyPeers {
+                max: limits.max_peers,
+            });
+        }
+        let count: usize = hint.weightlists.iter().map(|(_, w)| w.entries.len()).sum();
+        if count > limits.max_entries_per_hint {
+            return Err(ImportError::TooManyEntries {
+                count,
+                max: limits.max_entries_per_hint,
+            });
+        }
+        for (spec, w) in &hint.weightlists {
+            if let Some((index, e)) = w
+                .entries
+                .iter()
+                .enumerate()
+                .find(|(_, e)| e.value.len() > limits.max_value_len)
+            {
+                return Err(ImportError::ValueTooLong {
+                    attribute: format!("{}:{}", spec.template, spec.attribute),
+                    index,
+                    len: e.value.len(),
+                    max: limits.max_value_len,
+                });
+            }
+        }
+        let specs = hint
+            .weightlists
+            .iter()
+            .map(|(s, _)| s)
+            .chain(hint.thresholds.iter().map(|(s, _)| s));
+        let missing: Vec<&AttrSpec> = specs.filter(|s| next.attrs.id(s).is_none()).collect();
+        if !missing.is_empty() {
+            let mut attrs = (*next.attrs).clone();
+            for s in missing {
+                attrs.intern(s);
+            }
+            if attrs.infos.len() > limits.max_attributes {
+                return Err(ImportError::TooManyAttributes {
+                    max: limits.max_attributes,
+                });
+            }
+            next.attrs = Arc::new(attrs);
+        }
+        let attrs = &next.attrs;
+        let mut entries = Vec::with_capacity(count);
+        for (spec, w) in &hint.weightlists {
+            // Invariant: every weightlist attribute was interned just above.
+            let Some(id) = attrs.id(spec) else { continue };
+            entries.extend(
+                w.entries
+                    .iter()
+                    .filter(|e| e.count > 0)
+                    .map(|e| (&e.value[..], id, e.count)),
+            );
+        }
+        let mut thresholds: Vec<(u32, u64)> = hint
+            .thresholds
+            .iter()
+            .filter_map(|(s, t)| Some((attrs.id(s)?, *t)))
+            .collect();
+        thresholds.sort_unstable();
+        thresholds.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1 = a.1.max(b.1);
+            }
+            same
+        });
+        let slot = next.free.pop().unwrap_or(next.slots.len() as u32);
+        let entry = PeerEntry {
+            meta: Arc::new(peer),
+            total: hint.total_object_count,
+            attributes: hint.attributes.clone(),
+            sources: hint.sources.clone(),
+            thresholds,
+            provenance,
+            distinct_values: 0,
+            entries: 0,
+        };
+        Ok((slot, entry, entries))
+    }
+
+    /// Removes a peer's hint; false when there was none.
+    pub fn remove(&self, dsi: &Dsi) -> bool {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        if !next.kill(dsi) {
+            return false;
+        }
+        next.compact(&self.hasher, false);
+        self.current.store(Arc::new(next));
+        true
+    }
+
+    /// Removes every hint that expired at or before `now`; returns their DSIs.
+    pub fn expire(&self, now: SystemTime) -> Vec<Dsi> {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        let gone: Vec<Dsi> = next
+            .peers
+            .iter()
+            .filter(|&(_, &slot)| next.entry(slot).is_some_and(|e| !e.live_at(Some(now))))
+            .map(|(d, _)| d.clone())
+            .collect();
+        if gone.is_empty() {
+            return gone;
+        }
+        for d in &gone {
+            next.kill(d);
+        }
+        next.compact(&self.hasher, false);
+        self.current.store(Arc::new(next));
+        gone
+    }
+
+    /// Merges all segments into one, dropping dead entries.
+    pub fn compact(&self) {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        next.compact(&self.hasher, true);
+        self.current.store(Arc::new(next));
+    }
+
+    /// The peers, by DSI.
+    pub fn peers(&self) -> Vec<PeerSummary> {
+        let snap = self.current.load();
+        snap.peers
+            .values()
+            .filter_map(|&slot| snap.entry(slot))
+            .map(|e| PeerSummary {
+                dsi: e.meta.dsi.clone(),
+                base_uris: e.meta.base_uris.clone(),
+                dsi_description: e.meta.dsi_description.clone(),
+                total: e.total,
+                distinct_values: e.distinct_values,
+                entries: e.entries,
+                received: e.meta.received,
+                expires: e.meta.expires,
+                via: e.meta.via.clone(),
+                provenance: e.provenance.clone(),
+            })
+            .collect()
+    }
+
+    /// Size figures.
+    pub fn stats(&self) -> TableStats {
+        let snap = self.current.load();
+        let mut st = TableStats {
+            peers: snap.peers.len(),
+            segments: snap.segments.len(),
+            ..TableStats::default()
+        };
+        for seg in &snap.segments {
+            let live = snap.live_entries(seg) as usize;
+            st.distinct_values += seg.len();
+            st.value_bytes += seg.value_bytes();
+            st.entries += live;
+            st.dead_entries += seg.entries() - live;
+            st.approx_bytes += seg.heap_bytes();
+        }
+        st.approx_bytes += snap.slots.capacity() * 8
+            + snap.peers.len() * (std::mem::size_of::<PeerEntry>() + 64)
+            + snap.attrs.infos.len() * 128;
+        st
+    }
+
+    /// The ranked peers for `q` without building referrals: the cheap path when only the
+    /// order and the counts are needed.
+    pub fn route(&self, q: &Query, opts: &QueryOptions) -> Vec<Route> {
+        let snap = self.current.load();
+        let eval = self.evaluate(&snap, q, opts);
+        eval.candidates
+            .iter()
+            .map(|c| Route {
+                meta: c.entry.meta.clone(),
+                count: c.count,
+                total: c.entry.total,
+                definite: c.definite,
+                threshold: (!c.definite).then_some(c.threshold),
+            })
+            .collect()
+    }
+
+    /// Ranked referrals for `q` (see [`crate::rank`] for the order).
+    pub fn query(&self, q: &Query, opts: &QueryOptions) -> Vec<Referral> {
+        let snap = self.current.load();
+        let eval = self.evaluate(&snap, q, opts);
+        let (hits, starts) = self.gather(&snap, &eval);
+        let terms = eval.terms.len();
+        eval.candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| referral(&snap, c, &hits[starts[i]..starts[i + 1]], terms, opts))
+            .collect()
+    }
+
+    /// The referrals of [`RoutingTable::query`] with how each was matched and ranked.
+    pub fn explain(&self, q: &Query, opts: &QueryOptions) -> Vec<Explanation> {
+        let snap = self.current.load();
+        let eval = self.evaluate(&snap, q, opts);
+        let (all_hits, starts) = self.gather(&snap, &eval);
+        let nterms = eval.terms.len();
+        eval.candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let entry = c.entry;
+                let cand_hits = &all_hits[starts[i]..starts[i + 1]];
+                let mut counts = Vec::new();
+                let terms = q
+                    .terms()
+                    .iter()
+                    .enumerate()
+                    .map(|(t, term)| {
+                        let (status, count, hits) = match eval.refs[c.refs + t] {
+                            TermRef::Hits(k) => {
+                                let (_, count) = eval.terms[t].by_slot[k as usize];
+                                (TermStatus::Definite, count, cand_hits)
+                            }
+                            TermRef::Possible(threshold) => {
+                                (TermStatus::Possible { threshold }, 0, &[][..])
+                            }
+                        };
+                        counts.push(count.to_string());
+                        let mut matches: Vec<MatchedValue> = hits
+                            .iter()
+                            .filter(|h| h.term as usize == t)
+                            .map(|h| MatchedValue {
+                                attribute: snap.attrs.infos[h.attr as usize].spelling.clone(),
+                                value: Bytes::copy_from_slice(
+                                    snap.segments[h.seg as usize].value(h.id),
+                                ),
+                                count: h.count,
+                            })
+                            .collect();
+                        matches.sort_by(|a, b| {
+                            b.count.cmp(&a.count).then_with(|| a.value.cmp(&b.value))
+                        });
+                        let matched_values = matches.len();
+                        matches.truncate(opts.max_values);
+                        TermExplanation {
+                            term: term.to_string(),
+                            status,
+                            count,
+                            matches,
+                            matched_values,
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                let rank = if c.definite {
+                    let estimate = if counts.len() > 1 {
+                        format!("count = min({}) = {}", counts.join(", "), c.count)
+                    } else {
+                        format!("count = {} (sum over matching values)", c.count)
+                    };
+                    format!(
+                        "definite; {estimate}; then count/total = {}/{}; then dsi {}",
+                        c.count, entry.total, entry.meta.dsi
+                    )
+                } else {
+                    format!(
+                        "possible (after all definite); threshold {}; then total {}; then dsi {}",
+                        c.threshold, entry.total, entry.meta.dsi
+                    )
+                };
+                Explanation {
+                    referral: referral(&snap, c, cand_hits, nterms, opts),
+                    position: i + 1,
+                    via: entry.meta.via.clone(),
+                    received: entry.meta.received,
+                    terms,
+                    rank,
+                }
+            })
+            .collect()
+    }
+
+    /// Matches, filters and ranks; keeps at most `opts.limit` candidates in rank order.
+    fn evaluate<'a>(&self, snap: &'a Snapshot, q: &Query, opts: &QueryOptions) -> Evaluation<'a> {
+        with_scratch(|scratch| self.evaluate_with(snap, q, opts, scratch))
+    }
+
+    fn evaluate_with<'a>(
+        &self,
+        snap: &'a Snapshot,
+        q: &Query,
+        opts: &QueryOptions,
+        scratch: &mut Scratch,
+    ) -> Evaluation<'a> {
+        // Without `now`, liveness is the slot's presence: no need to touch the entry.
+        let live = |slot: u32| match opts.now {
+            None => snap.entry(slot).is_some(),
+            Some(_) => snap.entry(slot).is_some_and(|e| e.live_at(opts.now)),
+        };
+        let mut eval = Evaluation {
+            terms: Vec::with_capacity(q.terms().len()),
+            candidates: Vec::new(),
+            refs: Vec::new(),
+        };
+        if scratch.counts.len() < snap.slots.len() {
+            scratch.counts.resize(snap.slots.len(), 0);
+        }
+        for term in q.terms() {
+            let pattern = AttrPattern::new(term.template.as_deref(), &term.attribute);
+            let attrs = match &opts.thesaurus {
+                Some(th) => snap.attrs.resolve(&th.expand(&pattern)),
+                None => snap.attrs.resolve(std::slice::from_ref(&pattern)),
+            };
+            if attrs.is_empty() {
+                return eval;
+            }
+            scratch.lower.clear();
+            scratch.lower.extend_from_slice(&term.value);
+            scratch.lower.make_ascii_lowercase();
+            let mut values: Vec<(u32, u32)> = Vec::new();
+            let counts = &mut scratch.counts;
+            let touched = &mut scratch.touched;
+            touched.clear();
+            let mut add = |si: usize, seg: &Segment, id: u32| {
+                values.push((si as u32, id));
+                for (slot, attr, count) in seg.postings(id) {
+                    if contains_sorted(&attrs, attr) {
+                        let c = &mut counts[slot as usize];
+                        if *c == 0 {
+                            touched.push(slot);
+                        }
+                        // Stored counts are at least 1, so a touched slot never reads 0.
+                        *c = c.saturating_add(count).max(1);
+                    }
+                }
+            };
+            match term.op {
+                MatchOp::Exact => {
+                    let hash = hash_lower(&self.hasher, &scratch.lower);
+                    for (si, seg) in snap.segments.iter().enumerate() {
+                        if let Some(id) = seg.find_exact(hash, &scratch.lower) {
+                            add(si, seg, id);
+                        }
+                    }
+                }
+                MatchOp::Substring => {
+                    let finder = memchr::memmem::Finder::new(&scratch.lower);
+                    for (si, seg) in snap.segments.iter().enumerate() {
+                        scratch.ids.clear();
+                        seg.find_substring(&finder, &mut scratch.blocks, &mut scratch.ids);
+                        for &id in &scratch.ids {
+                            add(si, seg, id);
+                        }
+                    }
+                }
+            }
+            let mut by_slot: Vec<(u32, u64)> = Vec::with_capacity(scratch.touched.len());
+            for &slot in &scratch.touched {
+                let c = std::mem::take(&mut scratch.counts[slot as usize]);
+                if live(slot) {
+                    by_slot.push((slot, c));
+                }
+            }
+            by_slot.sort_unstable_by_key(|e| e.0);
+            eval.terms.push(TermResult {
+                attrs,
+                values,
+                by_slot,
+            });
+        }
+        let consider = |slot: u32, eval: &mut Evaluation<'a>| {
+            let Some(entry) = snap.entry(slot) else {
+                return;
+            };
+            let start = eval.refs.len();
+            let mut definite = true;
+            let mut count = u64::MAX;
+            let mut threshold = u64::MAX;
+            for t in 0..eval.terms.len() {
+                let term = &eval.terms[t];
+                match term.by_slot.binary_search_by_key(&slot, |e| e.0) {
+                    Ok(k) => {
+                        count = count.min(term.by_slot[k].1);
+                        eval.refs.push(TermRef::Hits(k as u32));
+                    }
+                    Err(_) => {
+                        let possible = if opts.include_possible {
+                            entry.threshold_for(&term.attrs)
+                        } else {
+                            None
+                        };
+                        let Some(th) = possible else {
+                            eval.refs.truncate(start);
+                            return;
+                        };
+                        definite = false;
+                        threshold = threshold.min(th);
+                        eval.refs.push(TermRef::Possible(th));
+                    }
+                }
+            }
+            eval.candidates.push(Candidate {
+                slot,
+                entry,
+                definite,
+                count: if definite { count } else { 0 },
+                threshold: if definite { 0 } else { threshold },
+                refs: start,
+            });
+        };
+        if opts.include_possible {
+            for &slot in snap.peers.values() {
+                if live(slot) {
+                    consider(slot, &mut eval);
+                }
+            }
+        } else if !eval.terms.is_empty() {
+            for k in 0..eval.terms[0].by_slot.len() {
+                let slot = eval.terms[0].by_slot[k].0;
+                consider(slot, &mut eval);
+            }
+        }
+        fn key<'k>(c: &'k Candidate<'_>) -> RankKey<'k> {
+            RankKey {
+                definite: c.definite,
+                count: c.count,
+                total: c.entry.total,
+                threshold: c.threshold,
+                dsi: &c.entry.meta.dsi,
+            }
+        }
+        let by_rank = |a: &Candidate<'_>, b: &Candidate<'_>| rank_order(&key(a), &key(b));
+        if eval.candidates.len() > opts.limit && opts.limit > 0 {
+            eval.candidates
+                .select_nth_unstable_by(opts.limit - 1, by_rank);
+        }
+        eval.candidates.truncate(opts.limit);
+        eval.candidates.sort_unstable_by(by_rank);
+        eval
+    }
+
+    /// The postings behind each ranked candidate's definite terms: for candidate `c`,
+    /// `hits[starts[c]..starts[c + 1]]`, by term, then segment and value id.
+    fn gather(&self, snap: &Snapshot, eval: &Evaluation<'_>) -> (Vec<Hit>, Vec<usize>) {
+        with_scratch(|scratch| gather_with(snap, eval, scratch))
+    }
+
+    /// Table contents for operators: the `top` `(attribute, value)` rows with the highest
+    /// summed count, optionally only one attribute, one peer, or values starting with
+    /// `prefix` (ASCII-case-insensitive). Ties by value, then attribute.
+    pub fn entries(
+        &self,
+        attr: Option<&AttrSpec>,
+        peer: Option<&Dsi>,
+        prefix: Option<&[u8]>,
+        top: usize,
+    ) -> Vec<TableRow> {
+        let snap = self.current.load();
+        let attr_ids = match attr {
+            Some(a) => {
+                let ids = snap
+                    .attrs
+                    .resolve(&[AttrPattern::new(Some(&a.template), &a.attribute)]);
+                if ids.is_empty() {
+                    return Vec::new();
+                }
+                Some(ids)
+            }
+            None => None,
+        };
+        let peer_slot = match peer {
+            Some(d) => match snap.peers.get(d) {
+                Some(&s) => Some(s),
+                None => return Vec::new(),
+            },
+            None => None,
+        };
+        // (attribute, folded value) -> (smallest spelling, total, per-slot counts)
+        type Row = (Vec<u8>, u64, Vec<(u32, u64)>);
+        let mut rows: HashMap<(u32, Vec<u8>), Row> = HashMap::new();
+        for seg in &snap.segments {
+            if peer_slot.is_some_and(|s| seg.slot_entries(s) == 0) {
+                continue;
+            }
+            let range = match prefix {
+                Some(p) => seg.prefix_range(p),
+                None => 0..seg.len() as u32,
+            };
+            for id in range {
+                let value = seg.value(id);
+                for (slot, a, count) in seg.postings(id) {
+                    let keep = snap.entry(slot).is_some()
+                        && peer_slot.is_none_or(|s| s == slot)
+                        && attr_ids.as_ref().is_none_or(|ids| contains_sorted(ids, a));
+                    if !keep {
+                        continue;
+                    }
+                    let row = rows
+                        .entry((a, value.to_ascii_lowercase()))
+                        .or_insert_with(|| (value.to_vec(), 0, Vec::new()));
+                    if value < row.0.as_slice() {
+                        row.0 = value.to_vec();
+                    }
+                    row.1 = row.1.saturating_add(count);
+                    row.2.push((slot, count));
+                }
+            }
+        }
+        let mut rows: Vec<_> = rows.into_iter().collect();
+        rows.sort_by(|a, b| {
+            b.1.1
+                .cmp(&a.1.1)
+                .then_with(|| a.0.1.cmp(&b.0.1))
+                .then(a.0.0.cmp(&b.0.0))
+        });
+        rows.truncate(top);
+        rows.into_iter()
+            .map(|((a, _), (value, total, peers))| {
+                let mut peers: Vec<(Dsi, u64)> = peers
+                    .into_iter()
+                    .filter_map(|(s, n)| Some((snap.entry(s)?.meta.dsi.clone(), n)))
+                    .collect();
+                peers.sort();
+                TableRow {
+                    attribute: snap.attrs.infos[a as usize].spelling.clone(),
+                    value: Bytes::from(value),
+                    total,
+                    peers,
+                }
+            })
+            .collect()
+    }
+}
+
+fn gather_with(
+    snap: &Snapshot,
+    eval: &Evaluation<'_>,
+    scratch: &mut Scratch,
+) -> (Vec<Hit>, Vec<usize>) {
+    let n = eval.candidates.len();
+    let mut starts = vec![0usize; n + 1];
+    if n == 0 {
+        return (Vec::new(), starts);
+    }
+    if scratch.cand_of.len() < snap.slots.len() {
+        scratch.cand_of.resize(snap.slots.len(), 0);
+    }
+    let cand_of = &mut scratch.cand_of;
+    for (i, c) in eval.candidates.iter().enumerate() {
+        cand_of[c.slot as usize] = i as u32 + 1;
+    }
+    let mut raw: Vec<(u32, Hit)> = Vec::new();
+    for (t, term) in eval.terms.iter().enumerate() {
+        for &(seg, id) in &term.values {
+            for (slot, attr, count) in snap.segments[seg as usize].postings(id) {
+                let c = cand_of[slot as usize];
+                if c != 0 && contains_sorted(&term.attrs, attr) {
+                    starts[c as usize] += 1;
+                    raw.push((
+                        c - 1,
+                        Hit {
+                            term: t as u32,
+                            seg,
+                            id,
+                            attr,
+                            count,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    for c in &eval.candidates {
+        cand_of[c.slot as usize] = 0;
+    }
+    for k in 1..starts.len() {
+        starts[k] += starts[k - 1];
+    }
+    // A stable counting sort by candidate keeps each one's hits in generation order.
+    let mut fill = starts.clone();
+    let mut hits = vec![Hit::default(); raw.len()];
+    for (c, h) in raw {
+        hits[fill[c as usize]] = h;
+        fill[c as usize] += 1;
+    }
+    (hits, starts)
+}
+
+fn referral(
+    snap: &Snapshot,
+    c: &Candidate<'_>,
+    hits: &[Hit],
+    terms: usize,
+    opts: &QueryOptions,
+) -> Referral {
+    // Per value: its count summed over the attributes one term matched it under; the
+    // largest such count when several terms matched it.
+    let mut values: Vec<(u32, u32, u64)> = Vec::with_capacity(hits.len().min(64));
+    let mut last_term = u32::MAX;
+    for h in hits {
+        match values.last_mut() {
+            Some(last) if last_term == h.term && last.0 == h.seg && last.1 == h.id => {
+                last.2 = last.2.saturating_add(h.count);
+            }
+            _ => values.push((h.seg, h.id, h.count)),
+        }
+        last_term = h.term;
+    }
+    if terms > 1 {
+        values.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(b.2.cmp(&a.2)));
+        values.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
+    }
+    let matched_values = values.len();
+    let value = |v: &(u32, u32, u64)| snap.segments[v.0 as usize].value(v.1);
+    let by_rank = |a: &(u32, u32, u64), b: &(u32, u32, u64)| {
+        b.2.cmp(&a.2).then_with(|| value(a).cmp(value(b)))
+    };
+    if values.len() > opts.max_values && opts.max_values > 0 {
+        values.select_nth_unstable_by(opts.max_values - 1, by_rank);
+    }
+    values.truncate(opts.max_values);
+    values.sort_by(by_rank);
+    let e = c.entry;
+    Referral {
+        dsi: e.meta.dsi.clone(),
+        base_uris: e.meta.base_uris.clone(),
+        dsi_description: e.meta.dsi_description.clone(),
+        count: c.count,
+        total: e.total,
+        definite: c.definite,
+        threshold: (!c.definite).then_some(c.threshold),
+        values: values
+            .iter()
+            .map(|v| (Bytes::copy_from_slice(value(v)), v.2))
+            .collect(),
+        matched_values,
+    }
+}
+
+/// Makes `entry` the live hint of its peer in `slot`, retiring any older one.
+fn install(next: &mut Snapshot, slot: u32, entry: PeerEntry) -> ReplaceOutcome {
+    let dsi = entry.meta.dsi.clone();
+    let outcome = ReplaceOutcome {
+        replaced: next.kill(&dsi),
+        distinct_values: entry.distinct_values,
+        entries: entry.entries,
+    };
+    if slot as usize >= next.slots.len() {
+        next.slots.resize(slot as usize + 1, None);
+    }
+    next.slots[slot as usize] = Some(Arc::new(entry));
+    next.peers.insert(dsi, slot);
+    outcome
+}
+
+fn contains_sorted(ids: &[u32], id: u32) -> bool {
+    if ids.len() <= 8 {
+        ids.contains(&id)
+    } else {
+        ids.binary_search(&id).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hint::{WeightEntry, Weightlist};
+    use crate::thesaurus::Thesaurus;
+    use std::time::Duration;
+
+    fn dsi(s: &str) -> Dsi {
+        Dsi::new(s).unwrap()
+    }
+
+    fn meta(d: &str) -> PeerMeta {
+        PeerMeta {
+            dsi: dsi(d),
+            base_uris: vec![format!("cip://peer-{d}/")],
+            dsi_description: Some(format!("peer {d}")),
+            received: SystemTime::UNIX_EPOCH,
+            expires: None,
+            via: Some("upstream".into()),
+        }
+    }
+
+    fn spec(t: &str, a: &str) -> AttrSpec {
+        AttrSpec {
+            template: t.into(),
+            attribute: a.into(),
+        }
+    }
+
+    type Lists<'a> = [(&'a str, &'a str, &'a [(&'a str, u64)])];
+
+    fn hint(total: u64, lists: &Lists<'_>) -> CipHint {
+        CipHint {
+            url: "-".into(),
+            total_object_count: total,
+            weightlists: lists
+                .iter()
+                .map(|(t, a, es)| {
+                    let entries = es
+                        .iter()
+                        .map(|(v, c)| WeightEntry {
+                            value: Bytes::copy_from_slice(v.as_bytes()),
+                            count: *c,
+                        })
+                        .collect();
+                    (spec(t, a), Weightlist { entries })
+                })
+                .collect(),
+            ..CipHint::default()
+        }
+    }
+
+    fn q(s: &str) -> Query {
+        Query::parse(s).unwrap()
+    }
+
+    fn summary(r: &[Referral]) -> Vec<(String, u64, bool)> {
+        r.iter()
+            .map(|r| (r.dsi.to_string(), r.count, r.definite))
+            .collect()
+    }
+
+    fn sample() -> RoutingTable {
+        let t = RoutingTable::new(TableConfig {
+            node: Some(dsi("9.9")),
+            ..TableConfig::default()
+        });
+        t.replace(
+            meta("1.1"),
+            &hint(
+                100,
+                &[(
+                    "DOCUMENT",
+                    "Author",
+                    &[("Garcia", 10), ("Jose Garcia y Montes", 3)],
+                )],
+            ),
+        )
+        .unwrap();
+        t.replace(
+            meta("1.2"),
+            &hint(
+                50,
+                &[("document", "AUTHOR-1", &[("GARCIA", 20), ("Smith", 5)])],
+            ),
+        )
+        .unwrap();
+        t.replace(
+            meta("1.3"),
+            &hint(10, &[("FILE", "Author", &[("garcia", 10)])]),
+        )
+        .unwrap();
+        t
+    }
+
+    #[test]
+    fn exact_lookup_folds_case_suffix_and_template() {
+        let t = sample();
+        let opts = QueryOptions::default();
+        assert_eq!(
+            summary(&t.query(&q("DOCUMENT:Author=garcia"), &opts)),
+            vec![("1.2".into(), 20, true), ("1.1".into(), 10, true)]
+        );
+        // Without a template FILE:Author counts too; 1.3 beats 1.1 on count/total.
+        assert_eq!(
+            summary(&t.query(&q("author=GARCIA"), &opts)),
+            vec![
+                ("1.2".into(), 20, true),
+                ("1.3".into(), 10, true),
+                ("1.1".into(), 10, true)
+            ]
+        );
+        let r = &t.query(&q("Author=garcia"), &opts)[0];
+        assert_eq!(r.base_uris, vec!["cip://peer-1.2/".to_string()]);
+        assert_eq!(r.dsi_description.as_deref(), Some("peer 1.2"));
+        assert_eq!(r.values, vec![(Bytes::from_static(b"GARCIA"), 20)]);
+        assert!(t.query(&q("Author=Garci"), &opts).is_empty());
+        assert!(t.query(&q("Title=Garcia"), &opts).is_empty());
+    }
+
+    #[test]
+    fn substring_rfc_example() {
+        let t = sample();
+        let r = t.query(&q("DOCUMENT:Author~Garcia"), &QueryOptions::default());
+        assert_eq!(
+            summary(&r),
+            vec![("1.2".into(), 20, true), ("1.1".into(), 13, true)]
+        );
+        assert_eq!(r[1].matched_values, 2);
+        // One spelling stands for all that fold together.
+        assert!(r[1].values[0].0.eq_ignore_ascii_case(b"garcia"));
+        assert_eq!(r[1].values[0].1, 10);
+    }
+
+    #[test]
+    fn conjunction_takes_the_minimum() {
+        let t = sample();
+        let r = t.query(&q("Author~garcia & Author=smith"), &QueryOptions::default());
+        assert_eq!(summary(&r), vec![("1.2".into(), 5, true)]);
+        let e = t.explain(&q("Author~garcia & Author=smith"), &QueryOptions::default());
+        assert!(e[0].rank.contains("min(20, 5)"), "{}", e[0].rank);
+        // The first spelling the table saw names the attribute.
+        assert_eq!(
+            e[0].terms[1].matches[0].attribute,
+            spec("DOCUMENT", "Author")
+        );
+    }
+
+    #[test]
+    fn possible_referrals_follow_definite_ones() {
+        let t = sample();
+        let mut h = hint(1000, &[("DOCUMENT", "Author", &[("Other", 50)])]);
+        h.thresholds.push((spec("DOCUMENT", "Author"), 10));
+        t.replace(meta("1.4"), &h).unwrap();
+        let opts = QueryOptions {
+            include_possible: true,
+            ..QueryOptions::default()
+        };
+        let r = t.query(&q("DOCUMENT:Author=Garcia"), &opts);
+        assert_eq!(summary(&r).last(), Some(&("1.4".into(), 0, false)));
+        assert_eq!(r.last().unwrap().threshold, Some(10));
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            t.query(&q("DOCUMENT:Author=Garcia"), &QueryOptions::default())
+                .len(),
+            2
+        );
+        let e = t.explain(&q("DOCUMENT:Author=Garcia"), &opts);
+        assert_eq!(e[2].terms[0].status, TermStatus::Possible { threshold: 10 });
+    }
+
+    #[test]
+    fn replace_remove_expire() {
+        let t = sample();
+        let out = t
+            .replace(
+                meta("1.1"),
+                &hint(5, &[("DOCUMENT", "Author", &[("Nobody", 1)])]),
+            )
+            .unwrap();
+        assert!(out.replaced);
+        assert_eq!(
+            summary(&t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default())),
+            vec![("1.2".into(), 20, true)]
+        );
+        assert!(t.remove(&dsi("1.2")));
+        assert!(!t.remove(&dsi("1.2")));
+        assert!(
+            t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default())
+                .is_empty()
+        );
+        let mut m = meta("1.5");
+        m.expires = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(10));
+        t.replace(m, &hint(1, &[("DOCUMENT", "Author", &[("Garcia", 1)])]))
+            .unwrap();
+        let late = QueryOptions {
+            now: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(20)),
+            ..QueryOptions::default()
+        };
+        assert!(t.query(&q("DOCUMENT:Author=garcia"), &late).is_empty());
+        assert_eq!(
+            t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default())
+                .len(),
+            1
+        );
+        assert_eq!(
+            t.expire(SystemTime::UNIX_EPOCH + Duration::from_secs(5)),
+            Vec::<Dsi>::new()
+        );
+        assert_eq!(
+            t.expire(SystemTime::UNIX_EPOCH + Duration::from_secs(10)),
+            vec![dsi("1.5")]
+        );
+        let peers: Vec<String> = t.peers().iter().map(|p| p.dsi.to_string()).collect();
+        assert_eq!(peers, vec!["1.1", "1.3"]);
+        t.compact();
+        let st = t.stats();
+        assert_eq!(
+            (st.peers, st.segments, st.entries, st.dead_entries),
+            (2, 1, 2, 0)
+        );
+    }
+
+    #[test]
+    fn thesaurus_at_query_time() {
+        let t = RoutingTable::default();
+        t.replace(
+            meta("1.1"),
+            &hint(10, &[("Dublin-Core-1", "CREATOR", &[("Garcia", 4)])]),
+        )
+        .unwrap();
+        let plain = QueryOptions::default();
+        assert!(t.query(&q("DOCUMENT:Author=garcia"), &plain).is_empty());
+        let th = Thesaurus::parse("DOCUMENT:Author = FILE:Author = Dublin-Core-1:CREATOR").unwrap();
+        let opts = QueryOptions {
+            thesaurus: Some(Arc::new(th)),
+            ..QueryOptions::default()
+        };
+        assert_eq!(
+            summary(&t.query(&q("DOCUMENT:Author=garcia"), &opts)),
+            vec![("1.1".into(), 4, true)]
+        );
+        assert_eq!(
+            summary(&t.query(&q("Author~GARC"), &opts)),
+            vec![("1.1".into(), 4, true)]
+        );
+    }
+
+    #[test]
+    fn refuses_loops() {
+        let t = sample();
+        assert!(matches!(
+            t.replace(meta("9.9"), &hint(1, &[])),
+            Err(ImportError::OwnDsi { .. })
+        ));
+        let mut h = hint(1, &[("DOCUMENT", "Author", &[("x", 1)])]);
+        h.extra
+            .push(cip_proto::soif::Attribute::new("Provenance-1", "1.7").unwrap());
+        h.extra
+            .push(cip_proto::soif::Attribute::new("provenance-2", "9.9").unwrap());
+        assert_eq!(
+            t.replace(meta("1.7"), &h),
+            Err(ImportError::Loop {
+                peer: dsi("1.7"),
+                node: dsi("9.9")
+            })
+        );
+        h.extra[1] = cip_proto::soif::Attribute::new("Provenance-2", "1.02").unwrap();
+        assert!(matches!(
+            t.replace(meta("1.7"), &h),
+            Err(ImportError::BadProvenance { .. })
+        ));
+        h.extra.pop();
+        t.replace(meta("1.7"), &h).unwrap();
+        let p = t.peers().into_iter().find(|p| p.dsi == dsi("1.7")).unwrap();
+        assert_eq!(p.provenance, vec![dsi("1.7")]);
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let limits = TableLimits {
+            max_peers: 1,
+            max_value_len: 3,
+            ..TableLimits::default()
+        };
+        let t = RoutingTable::new(TableConfig { node: None, limits });
+        t.replace(meta("1.1"), &hint(1, &[("D", "A", &[("abc", 1)])]))
+            .unwrap();
+        assert!(matches!(
+            t.replace(meta("1.1"), &hint(1, &[("D", "A", &[("abcd", 1)])])),
+            Err(ImportError::ValueTooLong {
+                index: 0,
+                len: 4,
+                max: 3,
+                ..
+            })
+        ));
+        assert_eq!(
+            t.replace(meta("1.2"), &hint(1, &[])),
+            Err(ImportError::TooManyPeers { max: 1 })
+        );
+        // The refused replacement left the old hint in place.
+        assert_eq!(t.query(&q("A=abc"), &QueryOptions::default()).len(), 1);
+    }
+
+    #[test]
+    fn entries_lists_rows() {
+        let t = sample();
+        let rows = t.entries(None, None, Some(b"gar"), 10);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].total, 30);
+        assert_eq!(rows[0].peers, vec![(dsi("1.1"), 10), (dsi("1.2"), 20)]);
+        assert_eq!(rows[1].attribute, spec("FILE", "Author"));
+        let rows = t.entries(
+            Some(&spec("document", "author")),
+            Some(&dsi("1.2")),
+            None,
+            1,
+        );
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].value.clone(), rows[0].total),
+            (Bytes::from_static(b"GARCIA"), 20)
+        );
+    }
+
+    #[test]
+    fn many_replacements_keep_segments_few_and_slots_bounded() {
+        let t = RoutingTable::default();
+        for round in 0..30u64 {
+            for p in 0..20 {
+                let v = format!("v{p}");
+                t.replace(
+                    meta(&format!("2.{p}")),
+                    &hint(round + 1, &[("D", "A", &[(&v, round + 1), ("shared", 1)])]),
+                )
+                .unwrap();
+            }
+        }
+        let st = t.stats();
+        assert!(st.segments <= 8, "{st:?}");
+        assert!(st.dead_entries <= st.entries, "{st:?}");
+        assert!(t.snapshot().slots.len() <= 80);
+        let r = t.query(&q("A=shared"), &QueryOptions::default());
+        assert_eq!(r.len(), 20);
+        assert!(r.iter().all(|r| r.count == 1 && r.total == 30));
+        assert_eq!(t.query(&q("A=v3"), &QueryOptions::default())[0].count, 30);
+    }
+
+    #[test]
+    fn broad_substring_counts_every_value() {
+        let t = RoutingTable::default();
+        for p in 0..3u64 {
+            let values: Vec<String> = (0..400).map(|i| format!("value {i}")).collect();
+            let entries: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), p + 1)).collect();
+            t.replace(
+                meta(&format!("3.{p}")),
+                &hint(1000, &[("D", "A", &entries)]),
+            )
+            .unwrap();
+        }
+        let r = t.query(&q("A~VALUE"), &QueryOptions::default());
+        assert_eq!(
+            summary(&r),
+            vec![
+                ("3.2".into(), 1200, true),
+                ("3.1".into(), 800, true),
+                ("3.0".into(), 400, true)
+            ]
+        );
+        assert!(
+            r.iter()
+                .all(|r| r.matched_values == 400 && r.values.len() == 5)
+        );
+        let r = t.query(&q("A~lue 39"), &QueryOptions::default());
+        assert_eq!(r[0].matched_values, 11);
+    }
+}

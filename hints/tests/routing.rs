@@ -1,0 +1,295 @@
+//! Routing table against brute force over the raw collections, and replacement atomicity
+//! under concurrent readers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use cip_proto::Dsi;
+use cip_proto::soif::attr::contains_ignore_ascii_case;
+use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
+use hints::query::{MatchOp, Query};
+use hints::rank::QueryOptions;
+use hints::table::{PeerMeta, RoutingTable, TableConfig};
+use proptest::prelude::*;
+
+const POOL: &[&str] = &[
+    "Garcia",
+    "GARCIA",
+    "Jose Garcia y Montes",
+    "Smith",
+    "smith",
+    "Aldrin, Buzz",
+    "Moon",
+    "Sun",
+    "Planet",
+];
+const TEMPLATES: &[&str] = &["DOCUMENT", "FILE"];
+
+/// One peer's raw collection: objects, each a list of (template index, value index).
+#[derive(Debug, Clone)]
+struct Peer {
+    objects: Vec<Vec<(usize, usize)>>,
+    threshold: u64,
+    attr_spelling: usize,
+}
+
+fn peer() -> impl Strategy<Value = Peer> {
+    (
+        prop::collection::vec(
+            prop::collection::vec((0..TEMPLATES.len(), 0..POOL.len()), 0..4),
+            0..25,
+        ),
+        0u64..4,
+        0usize..3,
+    )
+        .prop_map(|(objects, threshold, attr_spelling)| Peer {
+            objects,
+            threshold,
+            attr_spelling,
+        })
+}
+
+fn dsi(i: usize) -> Dsi {
+    Dsi::new(&format!("1.3.{i}")).unwrap()
+}
+
+fn meta(i: usize) -> PeerMeta {
+    PeerMeta {
+        dsi: dsi(i),
+        base_uris: vec![format!("cip://peer{i}/")],
+        dsi_description: None,
+        received: SystemTime::UNIX_EPOCH,
+        expires: None,
+        via: None,
+    }
+}
+
+/// Objects per (template, exact value) in one collection.
+fn counts(p: &Peer) -> BTreeMap<(usize, usize), u64> {
+    let mut out = BTreeMap::new();
+    for obj in &p.objects {
+        let mut seen: Vec<(usize, usize)> = obj.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        for k in seen {
+            *out.entry(k).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+fn to_hint(p: &Peer) -> CipHint {
+    let attr = ["Author", "AUTHOR", "author-1"][p.attr_spelling];
+    let mut hint = CipHint {
+        url: "-".into(),
+        total_object_count: p.objects.len() as u64,
+        ..CipHint::default()
+    };
+    for (t, template) in TEMPLATES.iter().enumerate() {
+        let spec = AttrSpec {
+            template: (*template).into(),
+            attribute: attr.into(),
+        };
+        let entries: Vec<WeightEntry> = counts(p)
+            .into_iter()
+            .filter(|&((tt, _), n)| tt == t && n >= p.threshold)
+            .map(|((_, v), n)| WeightEntry {
+                value: Bytes::from_static(POOL[v].as_bytes()),
+                count: n,
+            })
+            .collect();
+        hint.weightlists
+            .push((spec.clone(), Weightlist { entries }));
+        if p.threshold > 0 {
+            hint.thresholds.push((spec, p.threshold));
+        }
+    }
+    hint
+}
+
+/// Expected (dsi, count, total, matched distinct folded values), in rank order.
+fn brute_force(
+    peers: &[Option<Peer>],
+    template: Option<usize>,
+    op: MatchOp,
+    needle: &str,
+) -> Vec<(Dsi, u64, u64, usize)> {
+    let mut out = Vec::new();
+    for (i, p) in peers.iter().enumerate() {
+        let Some(p) = p else { continue };
+        let mut count = 0;
+        let mut values: Vec<String> = Vec::new();
+        for ((t, v), n) in counts(p) {
+            let value = POOL[v];
+            let matches = match op {
+                MatchOp::Exact => value.eq_ignore_ascii_case(needle),
+                MatchOp::Substring => {
+                    contains_ignore_ascii_case(value.as_bytes(), needle.as_bytes())
+                }
+            };
+            if n >= p.threshold && template.is_none_or(|x| x == t) && matches {
+                count += n;
+                values.push(value.to_ascii_lowercase());
+            }
+        }
+        values.sort();
+        values.dedup();
+        if count > 0 {
+            out.push((dsi(i), count, p.objects.len() as u64, values.len()));
+        }
+    }
+    out.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then_with(|| {
+                (u128::from(b.1) * u128::from(a.2)).cmp(&(u128::from(a.1) * u128::from(b.2)))
+            })
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    out
+}
+
+fn query_text(template: Option<usize>, op: MatchOp, needle: &str) -> String {
+    let t = template
+        .map(|t| format!("{}:", TEMPLATES[t]))
+        .unwrap_or_default();
+    let value: String = needle
+        .chars()
+        .flat_map(|c| {
+            (c == '&' || c == '\\')
+                .then_some('\\')
+                .into_iter()
+                .chain([c])
+        })
+        .collect();
+    format!("{t}Author{}\"{value}\"", op.symbol())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Random collections -> hints -> table (bulk, incremental, with replacements and
+    /// removals): every query's ranking equals brute force over the raw collections.
+    #[test]
+    fn ranking_matches_brute_force(
+        initial in prop::collection::vec(peer(), 1..8),
+        updates in prop::collection::vec((0usize..10, prop::option::of(peer())), 0..12),
+        bulk in any::<bool>(),
+        queries in prop::collection::vec(
+            (prop::option::of(0..TEMPLATES.len()), any::<bool>(), 0..POOL.len(), 0usize..6, 1usize..5),
+            1..8,
+        ),
+    ) {
+        let table = RoutingTable::new(TableConfig::default());
+        let mut peers: Vec<Option<Peer>> = initial.iter().cloned().map(Some).collect();
+        if bulk {
+            let results = table.replace_all(initial.iter().enumerate().map(|(i, p)| (meta(i), to_hint(p))));
+            prop_assert!(results.iter().all(Result::is_ok));
+        } else {
+            for (i, p) in initial.iter().enumerate() {
+                table.replace(meta(i), &to_hint(p)).unwrap();
+            }
+        }
+        for (i, p) in updates {
+            if peers.len() <= i {
+                peers.resize(i + 1, None);
+            }
+            match p {
+                Some(p) => {
+                    table.replace(meta(i), &to_hint(&p)).unwrap();
+                    peers[i] = Some(p);
+                }
+                None => {
+                    prop_assert_eq!(table.remove(&dsi(i)), peers[i].is_some());
+                    peers[i] = None;
+                }
+            }
+        }
+        for (template, substring, v, start, len) in queries {
+            let op = if substring { MatchOp::Substring } else { MatchOp::Exact };
+            let value = POOL[v];
+            let needle: String = if substring {
+                let chars: Vec<char> = value.chars().collect();
+                let s = start.min(chars.len() - 1);
+                chars[s..(s + len).min(chars.len())].iter().collect()
+            } else if start % 2 == 0 { value.to_ascii_uppercase() } else { value.to_string() };
+            let text = query_text(template, op, &needle);
+            let q = Query::parse(&text).unwrap();
+            let got: Vec<(Dsi, u64, u64, usize)> = table
+                .query(&q, &QueryOptions { limit: usize::MAX, ..QueryOptions::default() })
+                .into_iter()
+                .map(|r| { assert!(r.definite); (r.dsi, r.count, r.total, r.matched_values) })
+                .collect();
+            prop_assert_eq!(got, brute_force(&peers, template, op, &needle), "{}", text);
+        }
+    }
+}
+
+/// Every hint version `k` holds two values with count `k` and Total-Object-Count `k`: a
+/// reader that saw half a replacement would see different counts.
+#[test]
+fn replacement_is_atomic_under_concurrent_readers() {
+    fn version(k: u64, peer: usize) -> CipHint {
+        let spec = AttrSpec {
+            template: "DOCUMENT".into(),
+            attribute: "Author".into(),
+        };
+        let mut entries = vec![
+            WeightEntry {
+                value: Bytes::from("marker-a"),
+                count: k,
+            },
+            WeightEntry {
+                value: Bytes::from("marker-b"),
+                count: k,
+            },
+        ];
+        // Vary the rest so that merges move data around.
+        entries.extend((0..(k % 7) * 50).map(|i| WeightEntry {
+            value: Bytes::from(format!("filler {peer} {k} {i}")),
+            count: 1,
+        }));
+        CipHint {
+            url: "-".into(),
+            total_object_count: k,
+            weightlists: vec![(spec, Weightlist { entries })],
+            ..CipHint::default()
+        }
+    }
+    let table = Arc::new(RoutingTable::default());
+    for p in 0..4 {
+        table.replace(meta(p), &version(1, p)).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (table, stop) = (table.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let q = Query::parse("Author~marker-").unwrap();
+                let mut checked = 0u64;
+                while !stop.load(Ordering::Relaxed) || checked == 0 {
+                    let refs = table.query(&q, &QueryOptions::default());
+                    assert_eq!(refs.len(), 4);
+                    for r in refs {
+                        assert_eq!(r.values.len(), 2);
+                        assert!(r.values.iter().all(|(_, n)| *n == r.total), "{r:?}");
+                        assert_eq!(r.count, 2 * r.total);
+                    }
+                    checked += 1;
+                }
+                checked
+            })
+        })
+        .collect();
+    for k in 2..300 {
+        table
+            .replace(meta((k % 4) as usize), &version(k, (k % 4) as usize))
+            .unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+}
