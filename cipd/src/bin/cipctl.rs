@@ -1,0 +1,50 @@
+//! `cipctl`: the operators' tool. Offline SOIF and hint tools, queries, and the admin socket.
+
+use std::process::ExitCode;
+
+use cipd::ctl;
+use clap::{Parser, Subcommand};
+
+/// Operate and inspect cipd nodes, and work with SOIF and CIP-HINT files.
+#[derive(Debug, Parser)]
+#[command(name = "cipctl", version, about)]
+struct Cli {
+    #[command(flatten)]
+    admin: ctl::admin::AdminOptions,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check, convert and reformat SOIF files (offline).
+    #[command(subcommand)]
+    Soif(ctl::soif::SoifCommand),
+    /// Build CIP-HINT objects from SOIF collections and inspect them (offline).
+    #[command(subcommand)]
+    Hint(ctl::hint::HintCommand),
+    /// Ask a node for referrals (and chase them with --follow).
+    Query(ctl::query::QueryArgs),
+    #[command(flatten)]
+    Admin(ctl::admin::AdminCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Soif(cmd) => ctl::soif::run(cmd),
+        Command::Hint(cmd) => ctl::hint::run(cmd),
+        Command::Query(args) => ctl::query::run(args),
+        Command::Admin(cmd) => ctl::admin::run(cmd, &cli.admin),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

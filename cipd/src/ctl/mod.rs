@@ -1,0 +1,21 @@
+//! `cipctl` subcommands. Each module holds one command group's clap arguments and its `run`.
+//!
+//! Offline tools (no daemon needed): [`soif`]. Commands for a running daemon: [`admin`].
+
+pub mod admin;
+pub mod hint;
+pub mod query;
+pub mod soif;
+
+use std::process::ExitCode;
+
+/// Exit status for "ran fine, found problems in the input" (as `grep` and `diff` use 1).
+pub const EXIT_INVALID_INPUT: u8 = 1;
+/// Exit status for usage or environment errors (missing files, unreachable daemon).
+pub const EXIT_FAILURE: u8 = 2;
+
+/// Prints an error chain the way every subcommand does and returns [`EXIT_FAILURE`].
+pub fn fail(err: &anyhow::Error) -> ExitCode {
+    eprintln!("cipctl: {err:#}");
+    ExitCode::from(EXIT_FAILURE)
+}

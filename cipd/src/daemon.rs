@@ -1,0 +1,442 @@
+//! Starting and stopping a node: listeners, background tasks, shutdown.
+//!
+//! [`Daemon::start`] binds every listener first (port 0 allowed; the bound addresses come
+//! back in [`RunningDaemon`]), restores the routing table from the spool, loads the local
+//! collections, and only then starts accepting connections and contacting peers. Every task
+//! runs on one [`TaskTracker`] under one [`CancellationToken`] (child tokens per subsystem);
+//! [`RunningDaemon::shutdown`] cancels, closes the tracker and waits up to the grace period
+//! for in-flight requests. Dropping a `RunningDaemon` cancels as a fallback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::service::CipService;
+use crate::state::{Listeners, Node, Status, display_addr};
+use crate::telemetry::LogHandle;
+use crate::transport::{PeerContext, serve_connection, tls};
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A TLS listener's certificate or key could not be loaded.
+    #[error("tls listener {addr}: {source}")]
+    Tls {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: tls::TlsError,
+    },
+    /// The spool directory could not be opened.
+    #[error("spool: {0}")]
+    Spool(#[from] crate::spool::SpoolError),
+    /// The admin socket could not be created.
+    #[error("admin socket: {0}")]
+    Admin(#[from] crate::admin::BindError),
+}
+
+/// Options beside the configuration.
+#[derive(Debug, Default, Clone)]
+pub struct StartOptions {
+    /// The configuration file, re-read on reload (none: reload only rescans collections).
+    pub config_path: Option<PathBuf>,
+    /// The log filter handle, for the admin `log-level` command.
+    pub log: Option<LogHandle>,
+}
+
+/// Entry point.
+#[derive(Debug)]
+pub struct Daemon;
+
+impl Daemon {
+    /// Starts a node with `config` (see the module doc).
+    ///
+    /// # Errors
+    /// [`StartError`] when a listener cannot be bound or the spool cannot be opened.
+    pub async fn start(config: Config) -> Result<RunningDaemon, StartError> {
+        Self::start_with(config, StartOptions::default()).await
+    }
+
+    /// As [`Daemon::start`], with options.
+    ///
+    /// # Errors
+    /// As [`Daemon::start`].
+    pub async fn start_with(
+        config: Config,
+        options: StartOptions,
+    ) -> Result<RunningDaemon, StartError> {
+        let token = CancellationToken::new();
+        let mut cip = Vec::new();
+        for addr in &config.listen.cip {
+            cip.push(bind(*addr).await?);
+        }
+        let mut cip_tls = Vec::new();
+        for l in &config.listen.cip_tls {
+            let server =
+                tls::server_config(&l.cert, &l.key, l.client_ca.as_deref()).map_err(|source| {
+                    StartError::Tls {
+                        addr: l.addr,
+                        source,
+                    }
+                })?;
+            cip_tls.push((bind(l.addr).await?, server));
+        }
+        let mut http = Vec::new();
+        for addr in &config.listen.http {
+            http.push(bind(*addr).await?);
+        }
+        let bound = Listeners {
+            cip: cip.iter().filter_map(|l| l.local_addr().ok()).collect(),
+            cip_tls: cip_tls
+                .iter()
+                .filter_map(|(l, _)| l.local_addr().ok())
+                .collect(),
+            http: http.iter().filter_map(|l| l.local_addr().ok()).collect(),
+            admin: config.listen.admin_socket.clone(),
+        };
+        let admin = match &config.listen.admin_socket {
+            Some(path) => Some((crate::admin::bind(path)?, path.clone())),
+            None => None,
+        };
+
+        let grace = config.limits.shutdown_grace;
+        let node = Arc::new(Node::new(
+            config,
+            options.config_path,
+            options.log,
+            token.clone(),
+        )?);
+        node.set_listeners(bound.clone());
+        {
+            let n = node.clone();
+            // Invariant: restore_spool does not panic; a join error would mean it did.
+            if let Err(e) = tokio::task::spawn_blocking(move || n.restore_spool()).await {
+                tracing::error!(error = %e, "spool restore task failed");
+            }
+        }
+        node.load_thesaurus();
+        node.rebuild_local(true).await;
+        node.resolve_peers().await;
+
+        let config = node.config();
+        let permits = Arc::new(Semaphore::new(config.limits.max_connections));
+        let service = Arc::new(CipService::new(node.clone()));
+        for l in cip {
+            let addr = l.local_addr().ok();
+            tracing::info!(
+                "listening for CIP on {}",
+                addr.map(display_addr).unwrap_or_default()
+            );
+            node.tracker.spawn(accept_loop(
+                node.clone(),
+                l,
+                None,
+                service.clone(),
+                permits.clone(),
+            ));
+        }
+        for (l, server) in cip_tls {
+            let addr = l.local_addr().ok();
+            tracing::info!(
+                "listening for CIP over TLS on {}",
+                addr.map(display_addr).unwrap_or_default()
+            );
+            node.tracker.spawn(accept_loop(
+                node.clone(),
+                l,
+                Some(server),
+                service.clone(),
+                permits.clone(),
+            ));
+        }
+        for l in http {
+            let addr = l.local_addr().ok();
+            tracing::info!(
+                "listening for queries on http://{}",
+                addr.map(display_addr).unwrap_or_default()
+            );
+            let app = crate::http::router(node.clone());
+            let limits = crate::http::HttpLimits {
+                max_connections: config.limits.max_http_connections,
+                idle_timeout: config.limits.http_idle_timeout,
+            };
+            let (t, tracker) = (node.token.child_token(), node.tracker.clone());
+            node.tracker.spawn(async move {
+                if let Err(e) = crate::http::serve(l, limits, app, t, tracker).await {
+                    tracing::error!(error = %e, "http server failed");
+                }
+            });
+        }
+        if let Some((listener, path)) = admin {
+            tracing::info!("listening for admin commands on {}", path.display());
+            let backend = Arc::new(crate::admin::backend::NodeAdmin::new(node.clone()));
+            node.tracker.spawn(crate::admin::serve(
+                listener,
+                path,
+                backend,
+                crate::admin::AdminLimits::default(),
+                node.token.child_token(),
+                node.tracker.clone(),
+            ));
+        }
+        crate::peer::restart(&node);
+        node.tracker.spawn(watch_collections(node.clone()));
+        node.tracker.spawn(expire_loop(node.clone()));
+        node.update_status(|s| s.ready = true);
+        tracing::info!(dsi = %node.identity().dsi, "cipd ready");
+        let status = node.subscribe();
+        Ok(RunningDaemon {
+            node,
+            listeners: bound,
+            status,
+            grace,
+        })
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+/// A started node.
+#[derive(Debug)]
+pub struct RunningDaemon {
+    node: Arc<Node>,
+    listeners: Listeners,
+    status: watch::Receiver<Status>,
+    grace: Duration,
+}
+
+impl RunningDaemon {
+    /// The node (state and operations).
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// Bound addresses.
+    pub fn listeners(&self) -> &Listeners {
+        &self.listeners
+    }
+
+    /// The first plain CIP listener's address.
+    pub fn cip_addr(&self) -> Option<SocketAddr> {
+        self.listeners.cip.first().copied()
+    }
+
+    /// The first HTTP listener's address.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.listeners.http.first().copied()
+    }
+
+    /// A receiver of status updates.
+    pub fn status(&self) -> watch::Receiver<Status> {
+        self.status.clone()
+    }
+
+    /// Waits until shutdown is requested (signal handler, admin, or [`Node::shutdown`]),
+    /// then drains; returns true when everything finished within the grace period.
+    pub async fn run_until_stopped(self) -> bool {
+        self.node.token.cancelled().await;
+        self.shutdown().await
+    }
+
+    /// Stops: cancels every task, lets in-flight requests finish within the grace period.
+    /// Returns false when the grace period ran out.
+    pub async fn shutdown(self) -> bool {
+        self.node.token.cancel();
+        self.node.tracker.close();
+        let done = tokio::time::timeout(self.grace, self.node.tracker.wait())
+            .await
+            .is_ok();
+        if done {
+            tracing::info!("shutdown complete");
+        } else {
+            tracing::warn!(grace = ?self.grace, "grace period ran out; abandoning in-flight work");
+        }
+        done
+    }
+}
+
+impl Drop for RunningDaemon {
+    fn drop(&mut self) {
+        self.node.token.cancel();
+    }
+}
+
+async fn accept_loop(
+    node: Arc<Node>,
+    listener: TcpListener,
+    tls_config: Option<Arc<rustls::ServerConfig>>,
+    service: Arc<CipService>,
+    permits: Arc<Semaphore>,
+) {
+    let token = node.token.child_token();
+    let transport = crate::peer::transport_config(&node.config());
+    loop {
+        let (mut stream, remote) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of descriptors and similar: pause instead of spinning.
+                    tracing::warn!(error = %e, "cip accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = token.cancelled() => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(%remote, "connection limit reached; refusing");
+            Metrics::inc(&node.metrics().cip_connections_refused);
+            node.tracker.spawn(async move {
+                let _ = stream
+                    .write_all(
+                        b"% 400 Temporarily unable to process request: too many connections\r\n",
+                    )
+                    .await;
+                let _ = stream.shutdown().await;
+            });
+            continue;
+        };
+        let (service, transport, token, tls_config) = (
+            service.clone(),
+            transport.clone(),
+            token.clone(),
+            tls_config.clone(),
+        );
+        let span = tracing::info_span!("cip", %remote);
+        Metrics::inc(&node.metrics().cip_connections);
+        let open = OpenConnection::new(node.clone());
+        node.tracker.spawn(tracing::Instrument::instrument(
+            async move {
+                let _permit = permit;
+                let _open = open;
+                let _ = stream.set_nodelay(true);
+                let result = match tls_config {
+                    None => {
+                        let ctx = PeerContext {
+                            remote,
+                            tls_peer_certificates: None,
+                        };
+                        serve_connection(stream, ctx, service.as_ref(), &transport, token).await
+                    }
+                    Some(cfg) => match tls::accept(cfg, stream, transport.connect_timeout).await {
+                        Ok((tls_stream, certs)) => {
+                            let ctx = PeerContext {
+                                remote,
+                                tls_peer_certificates: certs,
+                            };
+                            serve_connection(tls_stream, ctx, service.as_ref(), &transport, token)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    },
+                };
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "cip connection ended with an error");
+                }
+            },
+            span,
+        ));
+    }
+}
+
+/// Counts a CIP connection as open until dropped.
+struct OpenConnection(Arc<Node>);
+
+impl OpenConnection {
+    fn new(node: Arc<Node>) -> Self {
+        Metrics::inc(&node.metrics().cip_connections_open);
+        Self(node)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        let open = &self.0.metrics().cip_connections_open;
+        open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+async fn watch_collections(node: Arc<Node>) {
+    let token = node.token.child_token();
+    loop {
+        let Some(every) = node.config().limits.watch_interval else {
+            // Watching is off; wait for shutdown (a reload may turn it on, but then this
+            // task would need a restart: check again now and then).
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(60)) => continue,
+            }
+        };
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let changed = node.rebuild_local(false).await;
+        if !changed.is_empty() {
+            tracing::info!(collections = ?changed, "collection files changed; hint rebuilt");
+        }
+    }
+}
+
+async fn expire_loop(node: Arc<Node>) {
+    let token = node.token.child_token();
+    loop {
+        let ttl = node.config().spool_ttl;
+        let every = (ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(60));
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        node.expire();
+    }
+}
+
+/// Installs SIGTERM/SIGINT (shutdown) and SIGHUP (reload) handlers for `node`.
+///
+/// # Errors
+/// When the signal handlers cannot be installed.
+#[cfg(unix)]
+pub fn install_signal_handlers(node: &Arc<Node>) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let n = node.clone();
+    node.tracker.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); n.shutdown(); return; }
+                _ = int.recv() => { tracing::info!("SIGINT: shutting down"); n.shutdown(); return; }
+                _ = hup.recv() => {
+                    tracing::info!("SIGHUP: reloading");
+                    if let Err(e) = n.reload().await {
+                        tracing::error!(error = %e, "reload failed; the running configuration stays");
+                    }
+                }
+                () = n.token.cancelled() => return,
+            }
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! The HTTP front-end: one listener, one axum router.
+//!
+//! Routes are grouped so other front-ends slot in beside the query API: [`router`] merges
+//! [`query_routes`] (`/v1/referrals`, `/v1/objects`, `/v1/status`) with whatever the caller
+//! adds (CIP over HTTP, RDM, metrics) through [`Router::merge`]. Every error is JSON:
+//! `{"status": 400, "error": "bad-query", "message": "..."}`.
+//!
+//! Serving ([`serve`]) caps open connections with a semaphore, bounds each request with the
+//! configured HTTP timeout, and drains in-flight requests when the daemon's token is
+//! cancelled.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Query as QueryParams, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::state::{Node, QueryAnswer, QueryError};
+
+/// An error answered as JSON with a fitting status.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Short machine-readable kind (`bad-query`).
+    pub kind: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// The JSON body of an error.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    /// HTTP status code.
+    pub status: u16,
+    /// Machine-readable kind.
+    pub error: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            status: self.status.as_u16(),
+            error: self.kind.to_owned(),
+            message: self.message,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        let (status, kind) = match &e {
+            QueryError::Syntax(_) => (StatusCode::BAD_REQUEST, "bad-query"),
+            QueryError::BadParameter { .. } => (StatusCode::BAD_REQUEST, "bad-parameter"),
+        };
+        Self {
+            status,
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Parameters of `/v1/referrals` and `/v1/objects`.
+#[derive(Debug, Deserialize)]
+pub struct QueryArgs {
+    /// The query (`DOCUMENT:Author=Garcia & Title~mesh`).
+    pub q: Option<String>,
+    /// Include possible referrals (`true`/`false`).
+    pub possible: Option<String>,
+    /// Most results.
+    pub limit: Option<String>,
+}
+
+impl QueryArgs {
+    fn query(&self) -> Result<&str, ApiError> {
+        match self.q.as_deref() {
+            Some(q) if !q.trim().is_empty() => Ok(q),
+            _ => Err(ApiError {
+                status: StatusCode::BAD_REQUEST,
+                kind: "missing-query",
+                message: "the q parameter (the query) is required".into(),
+            }),
+        }
+    }
+
+    fn possible(&self) -> Result<bool, ApiError> {
+        match self.possible.as_deref() {
+            None | Some("false" | "0" | "no") => Ok(false),
+            Some("true" | "1" | "yes" | "") => Ok(true),
+            Some(other) => Err(bad_parameter("possible", other, "true or false")),
+        }
+    }
+
+    fn limit(&self) -> Result<Option<usize>, ApiError> {
+        match self.limit.as_deref() {
+            None => Ok(None),
+            Some(s) => match s.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(Some(n)),
+                _ => Err(bad_parameter("limit", s, "a positive integer")),
+            },
+        }
+    }
+}
+
+fn bad_parameter(name: &str, value: &str, expected: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::BAD_REQUEST,
+        kind: "bad-parameter",
+        message: format!("{name}={value:?}: expected {expected}"),
+    }
+}
+
+/// The whole HTTP application of a node: the query API and `/metrics`. Later front-ends
+/// (RDM, CIP over HTTP) are merged in here as further route sets.
+pub fn router(node: Arc<Node>) -> Router {
+    let timeout = node.config().limits.http_timeout;
+    query_routes(node.clone())
+        .merge(metrics_routes(node))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| request_timeout(req, next, timeout),
+        ))
+}
+
+/// The query API.
+pub fn query_routes(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/v1/referrals", get(referrals))
+        .route("/v1/objects", get(objects))
+        .route("/v1/status", get(status))
+        .with_state(node)
+}
+
+/// `GET /metrics`: Prometheus text exposition format.
+pub fn metrics_routes(node: Arc<Node>) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(node)
+}
+
+async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        node.render_metrics(),
+    )
+        .into_response()
+}
+
+async fn request_timeout(req: Request, next: Next, limit: Duration) -> Response {
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            kind: "timeout",
+            message: format!(
+                "the request took longer than {}",
+                humantime::format_duration(limit)
+            ),
+        }
+        .into_response(),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        kind: "not-found",
+        message: "no such endpoint".into(),
+    }
+}
+
+async fn referrals(
+    State(node): State<Arc<Node>>,
+    QueryParams(args): QueryParams<QueryArgs>,
+) -> Result<Json<QueryAnswer>, ApiError> {
+    let q = args.query()?;
+    let started = Instant::now();
+    let answer = node.referrals(q, args.possible()?, args.limit()?)?;
+    tracing::debug!(
+        query = q,
+        referrals = answer.referrals.len(),
+        local = answer.local,
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "query answered"
+    );
+    Ok(Json(answer))
+}
+
+async fn objects(
+    State(node): State<Arc<Node>>,
+    QueryParams(args): QueryParams<QueryArgs>,
+) -> Result<Response, ApiError> {
+    let q = args.query()?;
+    let answer = node.local_objects(q, args.limit()?)?;
+    Ok(Json(answer).into_response())
+}
+
+async fn status(State(node): State<Arc<Node>>) -> Response {
+    Json(node.status_snapshot()).into_response()
+}
+
+/// How the HTTP listener treats connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Connections served at once; further clients wait in the listen backlog.
+    pub max_connections: usize,
+    /// Time a connection may take to send a request's headers, and may sit idle between
+    /// keep-alive requests, before it is closed.
+    pub idle_timeout: Duration,
+}
+
+/// Serves `app` on `listener` until `token` is cancelled, then lets open requests finish.
+///
+/// Each connection is an HTTP/1.1 connection of its own task on `tracker`, holding one of
+/// `max_connections` permits; hyper's header-read timeout closes connections that are slow
+/// to send headers or idle between requests (slow-client protection); the router's own
+/// timeout bounds each request.
+///
+/// # Errors
+/// None today; the signature leaves room for listeners that can fail for good.
+pub async fn serve(
+    listener: TcpListener,
+    limits: HttpLimits,
+    app: Router,
+    token: CancellationToken,
+    tracker: TaskTracker,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout)
+        .keep_alive(true);
+    loop {
+        let permit = tokio::select! {
+            // Invariant: the semaphore is never closed.
+            p = permits.clone().acquire_owned() => p.expect("semaphore open"),
+            () = token.cancelled() => break,
+        };
+        let (stream, remote) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of descriptors and similar: back off instead of spinning.
+                    tracing::warn!(error = %e, "http accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = token.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let token = token.clone();
+        tracker.spawn(async move {
+            let _permit = permit;
+            let mut conn = std::pin::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                () = token.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(error) = result {
+                tracing::debug!(%remote, %error, "http connection ended with an error");
+            }
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters() {
+        let a = QueryArgs {
+            q: Some("A=b".into()),
+            possible: Some("true".into()),
+            limit: Some("3".into()),
+        };
+        assert_eq!(a.query().unwrap(), "A=b");
+        assert!(a.possible().unwrap());
+        assert_eq!(a.limit().unwrap(), Some(3));
+        let b = QueryArgs {
+            q: Some("  ".into()),
+            possible: Some("maybe".into()),
+            limit: Some("0".into()),
+        };
+        assert_eq!(b.query().unwrap_err().kind, "missing-query");
+        assert_eq!(b.possible().unwrap_err().status, StatusCode::BAD_REQUEST);
+        assert_eq!(b.limit().unwrap_err().kind, "bad-parameter");
+    }
+
+    /// Serves a trivial router with `limits` on a free port.
+    async fn server(limits: HttpLimits) -> (std::net::SocketAddr, CancellationToken, TaskTracker) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/", get(|| async { "hi" }));
+        let (token, tracker) = (CancellationToken::new(), TaskTracker::new());
+        tracker.spawn(serve(listener, limits, app, token.clone(), tracker.clone()));
+        (addr, token, tracker)
+    }
+
+    #[tokio::test]
+    async fn slow_and_idle_clients_are_closed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limits = HttpLimits { max_connections: 4, idle_timeout: Duration::from_millis(200) };
+        let (addr, token, tracker) = server(limits).await;
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = vec![0u8; 1024];
+        let n = c.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).ends_with("hi"), "a request is answered");
+        // Now idle on a keep-alive connection: the server closes it. The outer timeout only
+        // bounds a failure.
+        let read = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "idle connection closed: {read:?}");
+        // Half a request header, then nothing: closed as well.
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(10), slow.read(&mut buf)).await;
+        let closed = match read {
+            Ok(Ok(n)) => n == 0 || String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"),
+            Ok(Err(_)) => true,
+            Err(_) => false,
+        };
+        assert!(closed, "slow header closed: {read:?}");
+        token.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    #[tokio::test]
+    async fn connection_limit_queues_clients() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limits = HttpLimits { max_connections: 1, idle_timeout: Duration::from_secs(30) };
+        let (addr, token, tracker) = server(limits).await;
+        let _first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        second.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = vec![0u8; 256];
+        let waiting = tokio::time::timeout(Duration::from_millis(300), second.read(&mut buf)).await;
+        assert!(waiting.is_err(), "the second client waits while the first holds the only slot");
+        drop(_first);
+        let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut buf))
+            .await
+            .expect("served once the slot frees")
+            .unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).ends_with("hi"));
+        token.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+}

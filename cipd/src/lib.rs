@@ -1,0 +1,20 @@
+//! The CIP referral-mesh daemon (`cipd`) and its operators' tool (`cipctl`), as a library so
+//! tests can drive every piece in-process.
+//!
+//! * [`ctl`]: the `cipctl` subcommands.
+
+pub mod collection;
+pub mod config;
+pub mod daemon;
+pub mod admin;
+pub mod ctl;
+pub mod http;
+pub mod metrics;
+pub mod peer;
+pub mod sample;
+pub mod service;
+pub mod spool;
+pub mod state;
+pub mod soif_io;
+pub mod telemetry;
+pub mod transport;

@@ -1,0 +1,220 @@
+//! `cipd`: the CIP referral-mesh daemon.
+//!
+//! `cipd --config FILE` runs a node; `cipd check-config FILE` validates a configuration and
+//! exits 64 when it is bad; `cipd` alone serves the built-in sample node on loopback.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use cipd::config::{Config, ConfigError, read_config};
+use cipd::admin::default_socket_path;
+use cipd::daemon::{Daemon, StartError, StartOptions};
+use clap::{Parser, Subcommand};
+
+/// Exit status for a bad configuration (64, `EX_USAGE` in sysexits.h); the systemd unit does
+/// not restart on it.
+const EXIT_BAD_CONFIG: u8 = 64;
+
+/// The sample node's DSI: an example OID under a private-enterprise arc reserved for
+/// documentation (1.3.6.1.4.1.99999 is not assigned to anyone).
+const SAMPLE_DSI: &str = "1.3.6.1.4.1.99999.1";
+const SAMPLE_CIP: &str = "127.0.0.1:7070";
+const SAMPLE_HTTP: &str = "127.0.0.1:7080";
+
+/// The CIP referral-mesh daemon.
+#[derive(Debug, Parser)]
+#[command(name = "cipd", version, about)]
+struct Cli {
+    /// Configuration file (TOML). Without one, cipd serves a sample node on loopback.
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate a configuration file and explain every problem (exit 64 when bad).
+    CheckConfig {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::CheckConfig { file }) => check_config(&file),
+        None => run(cli.config),
+    }
+}
+
+fn check_config(file: &Path) -> ExitCode {
+    let config = match read_config(file) {
+        Ok(c) => c,
+        Err(e) => return report_config_error(file, &e),
+    };
+    let env = config.check_environment();
+    if !env.is_empty() {
+        eprintln!(
+            "{}: {} problem{} on this host",
+            file.display(),
+            env.len(),
+            if env.len() == 1 { "" } else { "s" }
+        );
+        for p in &env {
+            eprintln!("  {p}");
+        }
+        return ExitCode::from(EXIT_BAD_CONFIG);
+    }
+    println!(
+        "{}: ok (node {}, {} CIP listener(s), {} HTTP listener(s), {} collection(s), {} peer(s))",
+        file.display(),
+        config.node.dsi,
+        config.listen.cip.len() + config.listen.cip_tls.len(),
+        config.listen.http.len(),
+        config.collections.len(),
+        config.peers.len()
+    );
+    ExitCode::SUCCESS
+}
+
+fn report_config_error(file: &Path, e: &ConfigError) -> ExitCode {
+    match e {
+        ConfigError::Invalid { .. } => eprintln!("{}: {e}", file.display()),
+        _ => eprintln!("cipd: {e}"),
+    }
+    ExitCode::from(EXIT_BAD_CONFIG)
+}
+
+fn run(path: Option<PathBuf>) -> ExitCode {
+    let (config, sample) = match &path {
+        Some(p) => match read_config(p) {
+            Ok(c) => (c, false),
+            Err(e) => return report_config_error(p, &e),
+        },
+        None => match sample_config(SAMPLE_CIP, SAMPLE_HTTP, Some(&default_socket_path())) {
+            Ok(c) => (c, true),
+            Err(e) => {
+                eprintln!("cipd: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let log = match cipd::telemetry::init(config.log_format, &config.log_level) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("cipd: {e}");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cipd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = StartOptions {
+        config_path: path,
+        log: Some(log),
+    };
+    match runtime.block_on(serve(config, options, sample)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("cipd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config, options: StartOptions, sample: bool) -> anyhow::Result<bool> {
+    let daemon = match Daemon::start_with(config.clone(), options.clone()).await {
+        Ok(d) => d,
+        // The sample node prefers its fixed ports and the default admin socket, but takes
+        // free ports (and no admin socket) when another node holds them.
+        Err(StartError::Bind { addr, source }) if sample => {
+            eprintln!("cipd: {addr} is busy ({source}); using free ports instead");
+            let config = sample_config("127.0.0.1:0", "127.0.0.1:0", None)?;
+            Daemon::start_with(config, options)
+                .await
+                .context("cannot start the sample node")?
+        }
+        Err(StartError::Admin(e)) if sample => {
+            eprintln!("cipd: {e}; starting without an admin socket");
+            let config = sample_config(SAMPLE_CIP, SAMPLE_HTTP, None)?;
+            Daemon::start_with(config, options)
+                .await
+                .context("cannot start the sample node")?
+        }
+        Err(e) => return Err(e).context("cannot start"),
+    };
+    cipd::daemon::install_signal_handlers(daemon.node())
+        .context("cannot install signal handlers")?;
+    if sample {
+        let l = daemon.listeners();
+        println!(
+            "cipd: no configuration given; serving the built-in sample node (DSI {SAMPLE_DSI})"
+        );
+        for a in &l.cip {
+            println!("listening for CIP on {a}");
+        }
+        for a in &l.http {
+            println!("listening for queries on http://{a}");
+        }
+        if let Some(p) = &l.admin {
+            println!("listening for admin commands on {}", p.display());
+        }
+        if let Some(a) = l.http.first() {
+            println!(
+                "try: cipctl query --server http://{a} '{}'",
+                cipd::sample::SAMPLE_QUERY
+            );
+        }
+    }
+    Ok(daemon.run_until_stopped().await)
+}
+
+/// The built-in sample node: loopback listeners, the bundled collection, a spool in the
+/// user's state directory (or the temporary directory).
+fn sample_config(cip: &str, http: &str, admin: Option<&Path>) -> anyhow::Result<Config> {
+    let data_dir = sample_data_dir();
+    let admin = admin
+        .map(|p| format!("admin_socket = {:?}\n", p.display().to_string()))
+        .unwrap_or_default();
+    let text = format!(
+        r#"
+data_dir = {data_dir:?}
+[node]
+dsi = "{SAMPLE_DSI}"
+description = "cipd sample node"
+[listen]
+cip = ["{cip}"]
+http = ["{http}"]
+{admin}[[collection]]
+name = "sample"
+type = "sample"
+[log]
+format = "text"
+level = "info"
+"#,
+        data_dir = data_dir.display().to_string()
+    );
+    Config::from_toml(&text).context("built-in sample configuration")
+}
+
+fn sample_data_dir() -> PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));
+    match state {
+        Some(s) => s.join("cipd/sample"),
+        None => std::env::temp_dir().join("cipd-sample"),
+    }
+}

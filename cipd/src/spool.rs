@@ -1,0 +1,544 @@
+//! The spool: every accepted in-bound index object, kept on disk so a restarted node has its
+//! routing table back before any peer answers.
+//!
+//! One file per (peer, DSI), replaced atomically: write a temporary file in the same
+//! directory, fsync it, rename it over the old one, fsync the directory. A crash at any point
+//! leaves either the old file or the new one, plus at worst a temporary file that the next
+//! [`Spool::open`] removes. Each file carries its payload length and a CRC-32 over header and
+//! payload, so a torn or bit-rotted file is detected, reported, moved aside (`*.corrupt`) and
+//! skipped — never fatal.
+//!
+//! File format (text header, binary-safe payload):
+//!
+//! ```text
+//! cipd-spool 1
+//! peer: <peer name>
+//! dsi: <dsi>
+//! type: <index type>
+//! base-uri: <uri> [<uri> ...]
+//! dsi-description: <text>          (optional)
+//! received: <unix seconds>
+//! length: <payload bytes>
+//! crc32: <8 hex digits over every byte above this line and the payload>
+//!
+//! <payload>
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use cip_proto::Dsi;
+
+const MAGIC: &str = "cipd-spool 1\n";
+const SUFFIX: &str = ".spool";
+const TMP_MARK: &str = ".tmp.";
+/// Largest header we read before giving up on a file.
+const MAX_HEADER: usize = 64 << 10;
+
+/// One stored in-bound index object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpoolEntry {
+    /// The configured peer it came from.
+    pub peer: String,
+    /// The object's DSI.
+    pub dsi: Dsi,
+    /// The index type (`HARVEST-SOIF-1`).
+    pub index_type: String,
+    /// The object's base URIs.
+    pub base_uris: Vec<String>,
+    /// Its DSI-description, if any.
+    pub description: Option<String>,
+    /// When it was accepted.
+    pub received: SystemTime,
+    /// The index object's payload, as received (transfer encoding removed).
+    pub payload: Bytes,
+}
+
+/// Why a spool file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpoolError {
+    /// Reading or writing failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The file is not a well-formed spool file.
+    #[error("{}: corrupt spool file: {reason}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The entry cannot be written as asked (a header value with a line break).
+    #[error("cannot store {field}: it holds a line break")]
+    BadField {
+        /// The field.
+        field: &'static str,
+    },
+}
+
+/// What [`Spool::load_all`] found.
+#[derive(Debug, Default)]
+pub struct LoadOutcome {
+    /// Entries that are intact and younger than the TTL.
+    pub entries: Vec<SpoolEntry>,
+    /// Files that could not be used (already moved aside).
+    pub corrupt: Vec<SpoolError>,
+    /// Entries older than the TTL (removed).
+    pub expired: usize,
+}
+
+/// The spool directory.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    counter: AtomicU64,
+}
+
+impl Spool {
+    /// Opens (creating it if needed) the spool in `dir` and removes temporary files a crash
+    /// may have left.
+    ///
+    /// # Errors
+    /// When the directory cannot be created or listed.
+    pub fn open(dir: &Path) -> Result<Self, SpoolError> {
+        let io_err = |source| SpoolError::Io {
+            path: dir.to_owned(),
+            source,
+        };
+        fs::create_dir_all(dir).map_err(io_err)?;
+        for entry in fs::read_dir(dir).map_err(io_err)? {
+            let entry = entry.map_err(io_err)?;
+            let name = entry.file_name();
+            if name.to_string_lossy().contains(TMP_MARK) {
+                tracing::info!(file = %entry.path().display(), "removing unfinished spool write");
+                // Best effort: a leftover we cannot remove is harmless (never read).
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        Ok(Self {
+            dir: dir.to_owned(),
+            counter: AtomicU64::new(0),
+        })
+    }
+
+    /// The spool directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file that holds (peer, dsi).
+    pub fn path_for(&self, peer: &str, dsi: &Dsi) -> PathBuf {
+        self.dir.join(file_name(peer, dsi))
+    }
+
+    /// Stores `entry` atomically, replacing any earlier object for the same (peer, DSI).
+    ///
+    /// # Errors
+    /// On I/O failure (the previous file, if any, is then still intact) or when a header
+    /// field holds a line break.
+    pub fn store(&self, entry: &SpoolEntry) -> Result<PathBuf, SpoolError> {
+        let bytes = encode(entry)?;
+        let target = self.path_for(&entry.peer, &entry.dsi);
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.dir.join(format!(
+            "{}{TMP_MARK}{}.{n}",
+            target
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            std::process::id()
+        ));
+        let io_err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| SpoolError::Io { path, source }
+        };
+        let result = (|| {
+            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            drop(f);
+            fs::rename(&tmp, &target)
+        })();
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_err(&tmp)(e));
+        }
+        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        Ok(target)
+    }
+
+    /// Removes the object stored for (peer, dsi); absent is fine.
+    ///
+    /// # Errors
+    /// When the file exists and cannot be removed.
+    pub fn remove(&self, peer: &str, dsi: &Dsi) -> Result<(), SpoolError> {
+        let path = self.path_for(peer, dsi);
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.dir).map_err(|source| SpoolError::Io { path, source }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(SpoolError::Io { path, source }),
+        }
+    }
+
+    /// Removes every object stored for `peer`.
+    ///
+    /// # Errors
+    /// When the directory cannot be listed or a file cannot be removed.
+    pub fn remove_peer(&self, peer: &str) -> Result<usize, SpoolError> {
+        let prefix = format!("{}.", hex(peer.as_bytes()));
+        let mut n = 0;
+        for path in self.files()? {
+            let name = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.starts_with(&prefix) {
+                fs::remove_file(&path).map_err(|source| SpoolError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Reads every entry. Corrupt files are moved aside (`*.corrupt`) and reported; entries
+    /// older than `ttl` at `now` are removed and counted.
+    ///
+    /// # Errors
+    /// Only when the directory itself cannot be listed.
+    pub fn load_all(&self, now: SystemTime, ttl: Duration) -> Result<LoadOutcome, SpoolError> {
+        let mut out = LoadOutcome::default();
+        for path in self.files()? {
+            match read_entry(&path) {
+                Ok(e) if expired(&e, now, ttl) => {
+                    let _ = fs::remove_file(&path);
+                    out.expired += 1;
+                }
+                Ok(e) => out.entries.push(e),
+                Err(err) => {
+                    if matches!(err, SpoolError::Corrupt { .. }) {
+                        let mut aside = path.clone().into_os_string();
+                        aside.push(".corrupt");
+                        let _ = fs::rename(&path, aside);
+                    }
+                    out.corrupt.push(err);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn files(&self) -> Result<Vec<PathBuf>, SpoolError> {
+        let io_err = |source| SpoolError::Io {
+            path: self.dir.clone(),
+            source,
+        };
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io_err)? {
+            let path = entry.map_err(io_err)?.path();
+            let name = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.ends_with(SUFFIX) && !name.contains(TMP_MARK) {
+                out.push(path);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// True when `entry` is older than `ttl` at `now`.
+pub fn expired(entry: &SpoolEntry, now: SystemTime, ttl: Duration) -> bool {
+    now.duration_since(entry.received)
+        .is_ok_and(|age| age > ttl)
+}
+
+fn file_name(peer: &str, dsi: &Dsi) -> String {
+    // Hex keeps any peer name file-system safe; a DSI is digits and dots already.
+    format!("{}.{}{SUFFIX}", hex(peer.as_bytes()), dsi)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    // Makes the rename durable. Directories cannot be opened for sync on every platform; on
+    // those the rename is as durable as the file system makes it.
+    match File::open(dir) {
+        Ok(d) => match d.sync_all() {
+            Err(e)
+                if e.kind() != io::ErrorKind::InvalidInput
+                    && e.kind() != io::ErrorKind::PermissionDenied =>
+            {
+                Err(e)
+            }
+            _ => Ok(()),
+        },
+        Err(_) => Ok(()),
+    }
+}
+
+fn encode(e: &SpoolEntry) -> Result<Vec<u8>, SpoolError> {
+    let check = |field, v: &str| {
+        if v.contains(['\n', '\r']) {
+            Err(SpoolError::BadField { field })
+        } else {
+            Ok(())
+        }
+    };
+    check("peer", &e.peer)?;
+    check("type", &e.index_type)?;
+    for u in &e.base_uris {
+        check("base-uri", u)?;
+        if u.contains([' ', '\t']) {
+            return Err(SpoolError::BadField { field: "base-uri" });
+        }
+    }
+    let mut head = String::from(MAGIC);
+    head.push_str(&format!("peer: {}\n", e.peer));
+    head.push_str(&format!("dsi: {}\n", e.dsi));
+    head.push_str(&format!("type: {}\n", e.index_type));
+    head.push_str(&format!("base-uri: {}\n", e.base_uris.join(" ")));
+    if let Some(d) = &e.description {
+        check("dsi-description", d)?;
+        head.push_str(&format!("dsi-description: {d}\n"));
+    }
+    let secs = e
+        .received
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    head.push_str(&format!("received: {secs}\n"));
+    head.push_str(&format!("length: {}\n", e.payload.len()));
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(head.as_bytes());
+    crc.update(&e.payload);
+    head.push_str(&format!("crc32: {:08x}\n\n", crc.finalize()));
+    let mut out = head.into_bytes();
+    out.extend_from_slice(&e.payload);
+    Ok(out)
+}
+
+fn read_entry(path: &Path) -> Result<SpoolEntry, SpoolError> {
+    let bytes = fs::read(path).map_err(|source| SpoolError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    decode(&bytes).map_err(|reason| SpoolError::Corrupt {
+        path: path.to_owned(),
+        reason,
+    })
+}
+
+/// Parses a spool file's bytes.
+fn decode(bytes: &[u8]) -> Result<SpoolEntry, String> {
+    if !bytes.starts_with(MAGIC.as_bytes()) {
+        return Err("missing \"cipd-spool 1\" header".into());
+    }
+    let Some(end) = memchr_blank(bytes) else {
+        return Err("header not terminated (truncated file?)".into());
+    };
+    if end < MAGIC.len() {
+        return Err("empty header".into());
+    }
+    let head = std::str::from_utf8(&bytes[..end]).map_err(|_| "header is not UTF-8".to_owned())?;
+    let payload = &bytes[end + 2..];
+    let mut fields = std::collections::HashMap::new();
+    let mut crc_at = None;
+    let mut pos = MAGIC.len();
+    for raw in head[MAGIC.len()..].split_inclusive('\n') {
+        let line_start = pos;
+        pos += raw.len();
+        let line = raw.trim_end_matches('\n');
+        let Some((k, v)) = line.split_once(':') else {
+            return Err(format!("bad header line {line:?}"));
+        };
+        if crc_at.is_some() {
+            return Err("header line after crc32".into());
+        }
+        if k == "crc32" {
+            crc_at = Some(line_start);
+        }
+        if fields.insert(k, v.strip_prefix(' ').unwrap_or(v)).is_some() {
+            return Err(format!("header {k} given twice"));
+        }
+    }
+    let field = |k: &str| fields.get(k).copied().ok_or_else(|| format!("missing {k}"));
+    let crc_at = crc_at.ok_or("missing crc32")?;
+    let want = u32::from_str_radix(field("crc32")?, 16).map_err(|_| "bad crc32".to_owned())?;
+    let len: usize = field("length")?
+        .parse()
+        .map_err(|_| "bad length".to_owned())?;
+    if payload.len() != len {
+        return Err(format!(
+            "payload is {} bytes, header says {len}",
+            payload.len()
+        ));
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&bytes[..crc_at]);
+    crc.update(payload);
+    let got = crc.finalize();
+    if got != want {
+        return Err(format!(
+            "checksum mismatch (stored {want:08x}, computed {got:08x})"
+        ));
+    }
+    let dsi = Dsi::new(field("dsi")?).map_err(|e| format!("bad dsi: {e}"))?;
+    let received: u64 = field("received")?
+        .parse()
+        .map_err(|_| "bad received".to_owned())?;
+    Ok(SpoolEntry {
+        peer: field("peer")?.to_owned(),
+        dsi,
+        index_type: field("type")?.to_owned(),
+        base_uris: field("base-uri")?
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+        description: fields.get("dsi-description").map(|s| (*s).to_owned()),
+        received: UNIX_EPOCH + Duration::from_secs(received),
+        payload: Bytes::copy_from_slice(payload),
+    })
+}
+
+/// Offset of the `\n` that ends the header (the first empty line), within [`MAX_HEADER`].
+fn memchr_blank(bytes: &[u8]) -> Option<usize> {
+    let window = &bytes[..bytes.len().min(MAX_HEADER)];
+    window.windows(2).position(|w| w == b"\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(peer: &str, dsi: &str, payload: &[u8]) -> SpoolEntry {
+        SpoolEntry {
+            peer: peer.into(),
+            dsi: Dsi::new(dsi).unwrap(),
+            index_type: "HARVEST-SOIF-1".into(),
+            base_uris: vec!["http://a/".into(), "ldap://b/".into()],
+            description: Some("Leaf one".into()),
+            received: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            payload: Bytes::copy_from_slice(payload),
+        }
+    }
+
+    #[test]
+    fn store_and_load_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let a = entry("leaf/1", "1.2.3", b"@CIP-HINT { -\n}\n\n\n\nbinary\0\xff");
+        spool.store(&a).unwrap();
+        let mut b = entry("leaf 2", "1.2.4", b"x");
+        b.description = None;
+        spool.store(&b).unwrap();
+        // Replacing keeps one file per (peer, dsi).
+        let a2 = entry("leaf/1", "1.2.3", b"newer");
+        spool.store(&a2).unwrap();
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_100);
+        let out = spool.load_all(now, Duration::from_secs(3600)).unwrap();
+        assert!(out.corrupt.is_empty(), "{:?}", out.corrupt);
+        let mut got = out.entries;
+        got.sort_by(|x, y| x.dsi.cmp(&y.dsi));
+        assert_eq!(got, vec![a2, b]);
+    }
+
+    #[test]
+    fn every_truncation_and_bit_flip_is_detected() {
+        let e = entry("p", "1.2", b"@CIP-HINT { -\nTotal-Object-Count{1}:\t3\n}\n");
+        let bytes = encode(&e).unwrap();
+        assert_eq!(decode(&bytes).unwrap(), e);
+        for cut in 0..bytes.len() {
+            assert!(
+                decode(&bytes[..cut]).is_err(),
+                "truncated at {cut} accepted"
+            );
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x04;
+            assert!(decode(&b).is_err(), "flip at {i} accepted");
+        }
+    }
+
+    #[test]
+    fn corrupt_files_are_moved_aside_and_others_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        spool.store(&entry("good", "1.1", b"ok")).unwrap();
+        let bad = spool.store(&entry("bad", "1.2", b"payload")).unwrap();
+        let mut bytes = fs::read(&bad).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        fs::write(&bad, bytes).unwrap();
+        fs::write(dir.path().join("junk.spool"), b"hello").unwrap();
+        let out = spool.load_all(UNIX_EPOCH, Duration::from_secs(1)).unwrap();
+        assert_eq!(out.entries.len(), 1);
+        assert_eq!(out.corrupt.len(), 2);
+        assert!(
+            out.corrupt
+                .iter()
+                .all(|e| matches!(e, SpoolError::Corrupt { .. }))
+        );
+        assert!(!bad.exists());
+        // Next start sees only the good one and reports nothing.
+        let again = spool.load_all(UNIX_EPOCH, Duration::from_secs(1)).unwrap();
+        assert_eq!((again.entries.len(), again.corrupt.len()), (1, 0));
+    }
+
+    #[test]
+    fn leftover_temp_files_are_removed_and_ttl_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(format!("x.spool{TMP_MARK}1.0")), b"partial").unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+        spool.store(&entry("p", "1.5", b"x")).unwrap();
+        let late = UNIX_EPOCH + Duration::from_secs(1_700_000_000 + 7200);
+        let out = spool.load_all(late, Duration::from_secs(3600)).unwrap();
+        assert_eq!((out.entries.len(), out.expired), (0, 1));
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn remove_and_remove_peer() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        spool.store(&entry("p", "1.1", b"x")).unwrap();
+        spool.store(&entry("p", "1.2", b"x")).unwrap();
+        spool.store(&entry("q", "1.1", b"x")).unwrap();
+        spool.remove("q", &Dsi::new("1.1").unwrap()).unwrap();
+        spool.remove("q", &Dsi::new("1.1").unwrap()).unwrap();
+        assert_eq!(spool.remove_peer("p").unwrap(), 2);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn header_fields_with_line_breaks_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let mut e = entry("p", "1.1", b"x");
+        e.description = Some("two\nlines".into());
+        assert!(matches!(
+            spool.store(&e),
+            Err(SpoolError::BadField {
+                field: "dsi-description"
+            })
+        ));
+    }
+}

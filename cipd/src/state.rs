@@ -1,0 +1,1413 @@
+//! The node's shared state and the operations on it: [`Node`].
+//!
+//! Everything a front-end (CIP service, HTTP, admin socket) needs goes through `Node`: the
+//! configuration (hot-swapped on reload), the local collections and their hint, the routing
+//! table, the out-bound hint, per-peer state, the spool, and a `watch` channel of [`Status`]
+//! counters that tests and the admin socket read. Background tasks (peer polling, collection
+//! watching, expiry) live in [`crate::peer`] and [`crate::daemon`] and call back into it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use bytes::Bytes;
+use cip_proto::Dsi;
+use cip_proto::cip::{IndexObject, IndexType};
+use cip_proto::soif::{SoifObject, attr, parse_all};
+use hints::builder::HintBuilder;
+use hints::hint::CipHint;
+use hints::query::{MatchOp, Query};
+use hints::rank::{QueryOptions, Referral};
+use hints::table::{ImportError, PeerMeta, RoutingTable, TableConfig};
+use hints::thesaurus::Thesaurus;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::collection::{self, CollectionSource, Fingerprint, LoadReport};
+use crate::config::{Config, PeerRole, read_config};
+use crate::metrics::{Gauges, Metrics};
+use crate::spool::{Spool, SpoolEntry};
+use crate::telemetry::LogHandle;
+
+/// Counters and flags published on the node's `watch` channel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// All listeners are bound and the spool is restored.
+    pub ready: bool,
+    /// Objects in local collections.
+    pub local_objects: u64,
+    /// Bumped each time the local hint is rebuilt.
+    pub local_generation: u64,
+    /// Bumped each time the out-bound hint changes.
+    pub outbound_generation: u64,
+    /// Datasets in the routing table.
+    pub table_peers: u64,
+    /// Successful polls.
+    pub polls_ok: u64,
+    /// Failed polls.
+    pub polls_failed: u64,
+    /// In-bound index objects accepted (polled, pushed or restored from the spool).
+    pub hints_accepted: u64,
+    /// In-bound index objects refused.
+    pub hints_rejected: u64,
+    /// Index objects restored from the spool at start.
+    pub spool_restored: u64,
+    /// Spool files found corrupt at start.
+    pub spool_corrupt: u64,
+    /// `datachanged` received from peers we poll.
+    pub datachanged_received: u64,
+    /// `datachanged` sent to our pollers.
+    pub datachanged_sent: u64,
+    /// Index objects pushed to push targets.
+    pub pushes_sent: u64,
+    /// CIP requests refused because the peer is not configured.
+    pub unknown_peer_refusals: u64,
+    /// Configuration reloads that took effect.
+    pub reloads: u64,
+    /// Configuration reloads refused (bad new configuration).
+    pub reload_failures: u64,
+    /// Hints dropped by TTL.
+    pub expired: u64,
+}
+
+/// What the node knows about one configured peer (shown by the admin socket).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerState {
+    /// Configured name.
+    pub name: String,
+    /// `host:port` (port absent for receive-only peers).
+    pub address: String,
+    /// Roles.
+    pub roles: Vec<String>,
+    /// The peer's DSI: configured, else learned from its index objects.
+    pub dsi: Option<String>,
+    /// Last poll (or push) attempt.
+    pub last_attempt: Option<SystemTime>,
+    /// Last successful poll (or push).
+    pub last_success: Option<SystemTime>,
+    /// Last error, if the last attempt failed.
+    pub last_error: Option<String>,
+    /// Failures since the last success.
+    pub consecutive_failures: u32,
+    /// When the next poll is due.
+    pub next_attempt: Option<SystemTime>,
+    /// When its current hint arrived.
+    pub hint_received: Option<SystemTime>,
+    /// Total-Object-Count of its current hint.
+    pub hint_objects: Option<u64>,
+    /// Successful polls/pushes.
+    pub successes: u64,
+    /// Failed polls/pushes.
+    pub failures: u64,
+    /// Addresses the host resolved to (used to recognise its connections).
+    #[serde(skip)]
+    pub resolved: Vec<IpAddr>,
+}
+
+/// One local collection's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectionStatus {
+    /// Configured name.
+    pub name: String,
+    /// Source description.
+    pub source: String,
+    /// Objects loaded.
+    pub objects: u64,
+    /// Objects skipped as unparsable.
+    pub skipped: u64,
+    /// Files read.
+    pub files: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// When it was last loaded.
+    pub loaded: Option<SystemTime>,
+    /// The last load error (the previous objects are kept).
+    pub error: Option<String>,
+}
+
+struct LoadedCollection {
+    status: CollectionStatus,
+    fingerprint: Option<Fingerprint>,
+    objects: Arc<Vec<SoifObject>>,
+}
+
+/// The local collections and the hint built from them.
+pub struct LocalIndex {
+    collections: Vec<LoadedCollection>,
+    /// The local hint.
+    pub hint: Arc<CipHint>,
+    /// Rebuild counter.
+    pub generation: u64,
+}
+
+impl LocalIndex {
+    /// Every local object, collection by collection.
+    pub fn objects(&self) -> impl Iterator<Item = &SoifObject> {
+        self.collections.iter().flat_map(|c| c.objects.iter())
+    }
+
+    /// Per-collection status.
+    pub fn collections(&self) -> Vec<CollectionStatus> {
+        self.collections.iter().map(|c| c.status.clone()).collect()
+    }
+
+    /// Number of local objects.
+    pub fn len(&self) -> u64 {
+        self.collections
+            .iter()
+            .map(|c| c.objects.len() as u64)
+            .sum()
+    }
+
+    /// True when there are no local objects.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// This node's identity as it appears on out-bound index objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// DSI.
+    pub dsi: Dsi,
+    /// Base URIs (configured, or derived from the first HTTP listener).
+    pub base_uris: Vec<String>,
+    /// DSI-description.
+    pub description: Option<String>,
+}
+
+/// The out-bound hint and its change counter.
+#[derive(Debug)]
+struct Outbound {
+    generation: u64,
+    digest: u64,
+    hint: Arc<CipHint>,
+}
+
+/// Addresses the daemon's listeners are bound to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listeners {
+    /// Plain CIP.
+    pub cip: Vec<SocketAddr>,
+    /// CIP over TLS.
+    pub cip_tls: Vec<SocketAddr>,
+    /// HTTP.
+    pub http: Vec<SocketAddr>,
+    /// The admin socket's path.
+    pub admin: Option<PathBuf>,
+}
+
+/// A query that cannot be answered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    /// The query does not parse.
+    #[error("bad query: {0}")]
+    Syntax(#[from] hints::query::QueryError),
+    /// A parameter is out of range.
+    #[error("bad parameter {name}: {message}")]
+    BadParameter {
+        /// The parameter.
+        name: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// One referral as the HTTP API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReferralJson {
+    /// The dataset's DSI.
+    pub dsi: String,
+    /// Where to send the query next.
+    pub base_uri: Vec<String>,
+    /// The dataset's description, when known.
+    pub dsi_description: Option<String>,
+    /// Estimated matching objects (0 for possible referrals).
+    pub count: u64,
+    /// Objects in the dataset.
+    pub total: u64,
+    /// True when reported values matched every term.
+    pub definite: bool,
+    /// Matched values with their counts.
+    pub values: Vec<(String, u64)>,
+}
+
+impl From<Referral> for ReferralJson {
+    fn from(r: Referral) -> Self {
+        Self {
+            dsi: r.dsi.to_string(),
+            base_uri: r.base_uris,
+            dsi_description: r.dsi_description,
+            count: r.count,
+            total: r.total,
+            definite: r.definite,
+            values: r
+                .values
+                .into_iter()
+                .map(|(v, c)| (String::from_utf8_lossy(&v).into_owned(), c))
+                .collect(),
+        }
+    }
+}
+
+/// The answer to `/v1/referrals`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryAnswer {
+    /// The query as given.
+    pub query: String,
+    /// The answering node's DSI (clients detect loops by it, RFC 2651 §4).
+    pub dsi: String,
+    /// Ranked referrals.
+    pub referrals: Vec<ReferralJson>,
+    /// Local objects matching the query (fetch them from `/v1/objects`).
+    pub local: u64,
+}
+
+/// One object as `/v1/objects` returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectJson {
+    /// Template type.
+    pub template: String,
+    /// URL.
+    pub url: String,
+    /// Attribute-value pairs in order (values as UTF-8, lossy).
+    pub attributes: Vec<(String, String)>,
+}
+
+/// The answer to `/v1/objects`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectsAnswer {
+    /// The query as given.
+    pub query: String,
+    /// This node's DSI.
+    pub dsi: String,
+    /// Matching objects (at most the limit).
+    pub objects: Vec<ObjectJson>,
+    /// All matching objects.
+    pub total: u64,
+}
+
+/// Why an in-bound index object was refused; [`Rejection::code`] is the CIP answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// Not `HARVEST-SOIF-1`.
+    #[error("index object type {0} not accepted; this mesh passes HARVEST-SOIF-1")]
+    UnsupportedType(String),
+    /// The payload is not one CIP-HINT object.
+    #[error("invalid hint: {0}")]
+    Invalid(String),
+    /// The table refused it (own DSI, loop, limits).
+    #[error("{0}")]
+    Refused(#[from] ImportError),
+    /// It could not be stored.
+    #[error("cannot store the hint: {0}")]
+    Storage(String),
+}
+
+impl Rejection {
+    /// The CIP response code for this refusal (digest A8: 501 for a refused type, 400 when
+    /// the refusal is temporary).
+    pub fn code(&self) -> cip_proto::cip::ResponseCode {
+        use cip_proto::cip::ResponseCode as C;
+        match self {
+            Self::UnsupportedType(_) => C::UnknownRequest,
+            Self::Invalid(_) => C::BadMimeFormat,
+            Self::Refused(ImportError::TooManyPeers { .. } | ImportError::TooLarge) => {
+                C::TemporarilyUnable
+            }
+            Self::Refused(_) => C::UnknownRequest,
+            Self::Storage(_) => C::TemporarilyUnable,
+        }
+    }
+}
+
+/// Why a reload failed (the old configuration stays).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReloadError {
+    /// The new configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadReport {
+    /// The configuration file was re-read.
+    pub config_reloaded: bool,
+    /// Collections reloaded because they changed.
+    pub collections_reloaded: Vec<String>,
+    /// Settings that need a restart to take effect (listeners, data directory).
+    pub needs_restart: Vec<String>,
+}
+
+/// The node: shared state plus the operations front-ends and admin use.
+pub struct Node {
+    config: ArcSwap<Config>,
+    config_path: Option<PathBuf>,
+    identity: ArcSwap<Identity>,
+    local: ArcSwap<LocalIndex>,
+    table: RoutingTable,
+    outbound: ArcSwap<Outbound>,
+    thesaurus: ArcSwapOption<Thesaurus>,
+    peers: Mutex<BTreeMap<String, PeerState>>,
+    poll_now: Mutex<HashMap<String, Arc<Notify>>>,
+    spool: Arc<Spool>,
+    status: watch::Sender<Status>,
+    outbound_changed: watch::Sender<u64>,
+    listeners: Mutex<Listeners>,
+    rebuild: tokio::sync::Mutex<()>,
+    pub(crate) token: CancellationToken,
+    pub(crate) tracker: TaskTracker,
+    pub(crate) peer_token: Mutex<CancellationToken>,
+    log: Option<LogHandle>,
+    started: Instant,
+    metrics: Metrics,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("dsi", &self.identity.load().dsi)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The index type this daemon exchanges (RFC 2655).
+pub fn hint_type() -> IndexType {
+    IndexType::harvest_soif()
+}
+
+impl Node {
+    /// A node with empty collections and table; [`crate::daemon::Daemon::start`] fills it.
+    ///
+    /// # Errors
+    /// When the spool directory cannot be opened.
+    pub(crate) fn new(
+        config: Config,
+        config_path: Option<PathBuf>,
+        log: Option<LogHandle>,
+        token: CancellationToken,
+    ) -> Result<Self, crate::spool::SpoolError> {
+        let spool = Arc::new(Spool::open(&config.data_dir)?);
+        let identity = Identity {
+            dsi: config.node.dsi.clone(),
+            base_uris: config.node.base_uris.clone(),
+            description: config.node.description.clone(),
+        };
+        let table = RoutingTable::new(TableConfig {
+            node: Some(config.node.dsi.clone()),
+            ..TableConfig::default()
+        });
+        let peers = config
+            .peers
+            .iter()
+            .map(|p| (p.name.clone(), initial_peer_state(p)))
+            .collect();
+        let empty = Arc::new(CipHint::default());
+        let peer_token = token.child_token();
+        Ok(Self {
+            config: ArcSwap::from_pointee(config),
+            config_path,
+            identity: ArcSwap::from_pointee(identity),
+            local: ArcSwap::from_pointee(LocalIndex {
+                collections: Vec::new(),
+                hint: empty.clone(),
+                generation: 0,
+            }),
+            table,
+            outbound: ArcSwap::from_pointee(Outbound {
+                generation: 0,
+                digest: 0,
+                hint: empty,
+            }),
+            thesaurus: ArcSwapOption::empty(),
+            peers: Mutex::new(peers),
+            poll_now: Mutex::new(HashMap::new()),
+            spool,
+            status: watch::Sender::new(Status::default()),
+            outbound_changed: watch::Sender::new(0),
+            listeners: Mutex::new(Listeners::default()),
+            rebuild: tokio::sync::Mutex::new(()),
+            token,
+            tracker: TaskTracker::new(),
+            peer_token: Mutex::new(peer_token),
+            log,
+            started: Instant::now(),
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// The node's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Every metric in the Prometheus text format, table gauges read now.
+    pub fn render_metrics(&self) -> String {
+        let stats = self.table.stats();
+        self.metrics.render(&Gauges {
+            table_peers: stats.peers as u64,
+            table_values: stats.distinct_values as u64,
+            table_entries: stats.entries as u64,
+            table_bytes: stats.approx_bytes as u64,
+            local_objects: self.local_objects_count(),
+            uptime_seconds: self.uptime().as_secs_f64(),
+        })
+    }
+
+    /// Objects in the local collections.
+    pub fn local_objects_count(&self) -> u64 {
+        self.local.load().len()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    /// This node's identity.
+    pub fn identity(&self) -> Arc<Identity> {
+        self.identity.load_full()
+    }
+
+    /// The routing table.
+    pub fn table(&self) -> &RoutingTable {
+        &self.table
+    }
+
+    /// The local collections and hint.
+    pub fn local(&self) -> Arc<LocalIndex> {
+        self.local.load_full()
+    }
+
+    /// The log filter handle, when the process installed one.
+    pub fn log_handle(&self) -> Option<&LogHandle> {
+        self.log.as_ref()
+    }
+
+    /// Time since the node started.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Bound listener addresses.
+    pub fn listeners(&self) -> Listeners {
+        lock(&self.listeners).clone()
+    }
+
+    /// A receiver of status updates (tests wait on it).
+    pub fn subscribe(&self) -> watch::Receiver<Status> {
+        self.status.subscribe()
+    }
+
+    /// The current status counters.
+    pub fn status_snapshot(&self) -> Status {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver of out-bound hint generations (the peer notifier waits on it).
+    pub(crate) fn outbound_changes(&self) -> watch::Receiver<u64> {
+        self.outbound_changed.subscribe()
+    }
+
+    /// Every configured peer's state.
+    pub fn peer_states(&self) -> Vec<PeerState> {
+        lock(&self.peers).values().cloned().collect()
+    }
+
+    /// Asks the daemon to stop (drain, then exit).
+    pub fn shutdown(&self) {
+        self.token.cancel();
+    }
+
+    /// True once shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    pub(crate) fn update_status(&self, f: impl FnOnce(&mut Status)) {
+        self.status.send_modify(f);
+    }
+
+    pub(crate) fn set_listeners(&self, l: Listeners) {
+        if self.identity.load().base_uris.is_empty()
+            && let Some(http) = l.http.first()
+        {
+            let mut id = (**self.identity.load()).clone();
+            id.base_uris = vec![format!("http://{}/", display_addr(*http))];
+            self.identity.store(Arc::new(id));
+        }
+        *lock(&self.listeners) = l;
+    }
+
+    pub(crate) fn update_peer(&self, name: &str, f: impl FnOnce(&mut PeerState)) {
+        if let Some(p) = lock(&self.peers).get_mut(name) {
+            f(p);
+        }
+    }
+
+    /// The notifier that wakes `peer`'s poll task early.
+    pub(crate) fn poll_notifier(&self, peer: &str) -> Arc<Notify> {
+        lock(&self.poll_now)
+            .entry(peer.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Polls `peer` now instead of at its next interval.
+    ///
+    /// # Errors
+    /// When no configured peer has that name (or DSI) and role `poll`.
+    pub fn poll_now(&self, peer: &str) -> Result<String, String> {
+        let config = self.config();
+        let name = config
+            .peers
+            .iter()
+            .find(|p| p.name == peer || self.peer_dsi(&p.name).is_some_and(|d| d.as_str() == peer))
+            .filter(|p| p.has_role(PeerRole::Poll))
+            .map(|p| p.name.clone())
+            .ok_or_else(|| format!("no peer {peer:?} with role poll"))?;
+        self.poll_notifier(&name).notify_one();
+        Ok(name)
+    }
+
+    /// The peer's DSI: configured, else learned.
+    pub fn peer_dsi(&self, name: &str) -> Option<Dsi> {
+        let config = self.config();
+        if let Some(d) = config.peer(name).and_then(|p| p.dsi.clone()) {
+            return Some(d);
+        }
+        lock(&self.peers)
+            .get(name)
+            .and_then(|p| p.dsi.as_deref())
+            .and_then(|d| Dsi::new(d).ok())
+    }
+
+    /// Finds the configured peer a connection from `remote` belongs to: one of `roles`, whose
+    /// host resolved to `remote`'s address, and whose DSI (configured or learned) is `dsi`
+    /// when the request names one. When several peers share an address, the DSI decides.
+    pub fn identify_peer(
+        &self,
+        remote: IpAddr,
+        dsi: Option<&Dsi>,
+        roles: &[PeerRole],
+    ) -> Option<String> {
+        let config = self.config();
+        let states = lock(&self.peers);
+        let candidates: Vec<_> = config
+            .peers
+            .iter()
+            .filter(|p| roles.iter().any(|r| p.has_role(*r)))
+            .filter(|p| {
+                let resolved = states
+                    .get(&p.name)
+                    .map(|s| s.resolved.as_slice())
+                    .unwrap_or(&[]);
+                resolved.contains(&remote) || p.host.parse::<IpAddr>().is_ok_and(|ip| ip == remote)
+            })
+            .collect();
+        let known = |p: &crate::config::PeerConfig| {
+            p.dsi.clone().or_else(|| {
+                states
+                    .get(&p.name)
+                    .and_then(|s| s.dsi.as_deref())
+                    .and_then(|d| Dsi::new(d).ok())
+            })
+        };
+        if let Some(d) = dsi {
+            if let Some(p) = candidates.iter().find(|p| known(p).as_ref() == Some(d)) {
+                return Some(p.name.clone());
+            }
+            let open: Vec<_> = candidates.iter().filter(|p| p.dsi.is_none()).collect();
+            return (open.len() == 1).then(|| open[0].name.clone());
+        }
+        (candidates.len() == 1).then(|| candidates[0].name.clone())
+    }
+
+    /// Re-resolves every peer's host (for [`Node::identify_peer`]).
+    pub(crate) async fn resolve_peers(&self) {
+        let config = self.config();
+        for p in &config.peers {
+            let port = p.port.unwrap_or(0);
+            let resolved: Vec<IpAddr> = match tokio::net::lookup_host((p.host.as_str(), port)).await
+            {
+                Ok(addrs) => addrs.map(|a| a.ip()).collect(),
+                Err(e) => {
+                    tracing::warn!(peer = %p.name, host = %p.host, error = %e, "cannot resolve peer");
+                    Vec::new()
+                }
+            };
+            self.update_peer(&p.name, |s| s.resolved = resolved);
+        }
+    }
+
+    // ---- local collections -------------------------------------------------------------
+
+    /// Reloads the collections whose fingerprint changed (all when `force`), rebuilds the
+    /// local hint if anything changed, and refreshes the out-bound hint. Returns the names
+    /// of the collections reloaded.
+    pub async fn rebuild_local(&self, force: bool) -> Vec<String> {
+        let _guard = self.rebuild.lock().await;
+        let config = self.config();
+        let limits = soif_limits(&config);
+        let old = self.local.load_full();
+        let mut next = Vec::with_capacity(config.collections.len());
+        let mut reloaded = Vec::new();
+        for c in &config.collections {
+            let source: Arc<dyn CollectionSource> = Arc::from(collection::source_for(c, limits));
+            let previous = old
+                .collections
+                .iter()
+                .find(|p| p.status.name == c.name && p.status.source == source.describe());
+            if !force && let Some(prev) = previous {
+                let fp = {
+                    let s = source.clone();
+                    tokio::task::spawn_blocking(move || s.fingerprint().ok())
+                        .await
+                        .ok()
+                        .flatten()
+                };
+                if fp.is_some() && fp == prev.fingerprint && prev.status.error.is_none() {
+                    next.push(LoadedCollection {
+                        status: prev.status.clone(),
+                        fingerprint: prev.fingerprint,
+                        objects: prev.objects.clone(),
+                    });
+                    continue;
+                }
+            }
+            reloaded.push(c.name.clone());
+            let name = c.name.clone();
+            let s = source.clone();
+            let loaded =
+                tokio::task::spawn_blocking(move || collection::load_all(&name, s.as_ref())).await;
+            let loaded = match loaded {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(e) => Err(format!("load task failed: {e}")),
+            };
+            match loaded {
+                Ok((objects, report, fingerprint)) => next.push(LoadedCollection {
+                    status: collection_status(&c.name, source.as_ref(), &report, None),
+                    fingerprint,
+                    objects: Arc::new(objects),
+                }),
+                Err(error) => {
+                    tracing::warn!(collection = %c.name, %error, "cannot load collection; keeping its previous objects");
+                    let (objects, mut status) = match previous {
+                        Some(p) => (p.objects.clone(), p.status.clone()),
+                        None => (
+                            Arc::new(Vec::new()),
+                            collection_status(
+                                &c.name,
+                                source.as_ref(),
+                                &LoadReport::default(),
+                                None,
+                            ),
+                        ),
+                    };
+                    status.error = Some(error);
+                    next.push(LoadedCollection {
+                        status,
+                        fingerprint: None,
+                        objects,
+                    });
+                }
+            }
+        }
+        let removed = old.collections.len() != next.len();
+        if reloaded.is_empty() && !removed && !force {
+            return reloaded;
+        }
+        let export = config.export.clone();
+        let identity = self.identity();
+        let all: Vec<Arc<Vec<SoifObject>>> = next.iter().map(|c| c.objects.clone()).collect();
+        let hint = tokio::task::spawn_blocking(move || {
+            let mut b = HintBuilder::new(export.attributes, export.thresholds);
+            for objs in &all {
+                for o in objs.iter() {
+                    b.add_object(o);
+                }
+            }
+            let url = identity
+                .base_uris
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "-".to_owned());
+            let mut hint = b.finish(url, identity.base_uris.clone());
+            hint.date = Some(hints::hint::format_date(SystemTime::now()));
+            hint
+        })
+        .await;
+        let hint = match hint {
+            Ok(h) => Arc::new(h),
+            Err(e) => {
+                tracing::error!(error = %e, "hint build failed; keeping the previous local hint");
+                return Vec::new();
+            }
+        };
+        let generation = old.generation + 1;
+        let local = LocalIndex {
+            collections: next,
+            hint,
+            generation,
+        };
+        let objects = local.len();
+        self.local.store(Arc::new(local));
+        self.update_status(|s| {
+            s.local_objects = objects;
+            s.local_generation = generation;
+        });
+        tracing::info!(objects, generation, reloaded = ?reloaded, "local hint rebuilt");
+        self.refresh_outbound();
+        reloaded
+    }
+
+    // ---- out-bound hint ----------------------------------------------------------------
+
+    /// The out-bound hint with `exclude`'s contribution left out (the poller's own data must
+    /// not come back to it, digest A21).
+    pub fn outbound_hint(&self, exclude: Option<&Dsi>) -> CipHint {
+        let local = self.local.load();
+        let identity = self.identity.load();
+        let node = hints::aggregate::NodeIdentity {
+            dsi: identity.dsi.clone(),
+            base_uris: identity.base_uris.clone(),
+            url: identity
+                .base_uris
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "-".to_owned()),
+        };
+        let mut hint =
+            hints::aggregate::aggregate(Some(&local.hint), &self.table, &node, exclude).hint;
+        hint.date = local.hint.date.clone();
+        hint
+    }
+
+    /// The out-bound index object for a poller (`exclude` = its DSI, when known).
+    pub fn outbound_object(&self, exclude: Option<&Dsi>) -> IndexObject {
+        let hint = self.outbound_hint(exclude);
+        let identity = self.identity.load();
+        IndexObject {
+            index_type: hint_type(),
+            dsi: identity.dsi.clone(),
+            base_uris: identity.base_uris.clone(),
+            dsi_description: identity.description.clone(),
+            payload: Bytes::from(hint.to_soif().to_bytes()),
+        }
+    }
+
+    /// The out-bound hint as it was last computed (no peer excluded), for `export`.
+    pub fn current_outbound(&self) -> Arc<CipHint> {
+        self.outbound.load().hint.clone()
+    }
+
+    /// The current out-bound hint generation.
+    pub fn outbound_generation(&self) -> u64 {
+        self.outbound.load().generation
+    }
+
+    /// Recomputes the out-bound hint; when it changed, bumps the generation (which makes the
+    /// notifier send `datachanged` upstream and push to push targets).
+    pub fn refresh_outbound(&self) {
+        let hint = self.outbound_hint(None);
+        let digest = hint_digest(&hint);
+        let cur = self.outbound.load();
+        if cur.digest == digest && cur.generation > 0 {
+            return;
+        }
+        let generation = cur.generation + 1;
+        self.outbound.store(Arc::new(Outbound {
+            generation,
+            digest,
+            hint: Arc::new(hint),
+        }));
+        self.update_status(|s| s.outbound_generation = generation);
+        self.outbound_changed.send_replace(generation);
+        tracing::debug!(generation, "out-bound hint changed");
+    }
+
+    // ---- in-bound index objects ---------------------------------------------------------
+
+    /// Validates an index object from configured peer `peer`, puts it in the table and the
+    /// spool, and refreshes the out-bound hint.
+    ///
+    /// # Errors
+    /// [`Rejection`] saying why it was refused (the table and spool are then unchanged).
+    pub async fn accept_index(&self, peer: &str, obj: IndexObject) -> Result<(), Rejection> {
+        let result = self.accept_index_inner(peer, obj).await;
+        match &result {
+            Ok(()) => {
+                Metrics::inc(&self.metrics.index_objects_received);
+                self.update_status(|s| s.hints_accepted += 1);
+            }
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "index object refused");
+                Metrics::inc(&self.metrics.index_objects_rejected);
+                self.update_status(|s| s.hints_rejected += 1);
+            }
+        }
+        result
+    }
+
+    async fn accept_index_inner(&self, peer: &str, obj: IndexObject) -> Result<(), Rejection> {
+        if obj.index_type != hint_type() {
+            return Err(Rejection::UnsupportedType(
+                obj.index_type.as_str().to_owned(),
+            ));
+        }
+        let config = self.config();
+        let hint = parse_hint(&obj.payload, soif_limits(&config))?;
+        let received = SystemTime::now();
+        let meta = PeerMeta {
+            dsi: obj.dsi.clone(),
+            base_uris: obj.base_uris.clone(),
+            dsi_description: obj.dsi_description.clone(),
+            received,
+            expires: Some(received + config.spool_ttl),
+            via: Some(peer.to_owned()),
+        };
+        let entry = SpoolEntry {
+            peer: peer.to_owned(),
+            dsi: obj.dsi.clone(),
+            index_type: obj.index_type.as_str().to_owned(),
+            base_uris: obj.base_uris,
+            description: obj.dsi_description,
+            received,
+            payload: obj.payload,
+        };
+        let objects = hint.total_object_count;
+        // The table refuses our own DSI and loops (provenance); a refused hint never
+        // reaches the spool.
+        self.table.replace(meta, &hint)?;
+        let spool = self.spool.clone();
+        let (dsi, stored) = (
+            entry.dsi.clone(),
+            tokio::task::spawn_blocking(move || spool.store(&entry)).await,
+        );
+        if let Err(e) = stored
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+        {
+            tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
+        }
+        self.update_peer(peer, |s| {
+            s.dsi = Some(dsi.to_string());
+            s.hint_received = Some(received);
+            s.hint_objects = Some(objects);
+        });
+        self.update_status(|s| s.table_peers = self.table.stats().peers as u64);
+        self.refresh_outbound();
+        Ok(())
+    }
+
+    /// Restores the table from the spool (at start, before any peer is contacted).
+    pub(crate) fn restore_spool(&self) {
+        let config = self.config();
+        let now = SystemTime::now();
+        let outcome = match self.spool.load_all(now, config.spool_ttl) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the spool; starting with an empty table");
+                return;
+            }
+        };
+        let mut corrupt = outcome.corrupt.len() as u64;
+        for e in &outcome.corrupt {
+            tracing::warn!(error = %e, "skipped a spool file");
+        }
+        let mut batch = Vec::new();
+        let mut learned = Vec::new();
+        for e in outcome.entries {
+            match parse_hint(&e.payload, soif_limits(&config)) {
+                Ok(hint) => {
+                    learned.push((
+                        e.peer.clone(),
+                        e.dsi.clone(),
+                        e.received,
+                        hint.total_object_count,
+                    ));
+                    batch.push((
+                        PeerMeta {
+                            dsi: e.dsi,
+                            base_uris: e.base_uris,
+                            dsi_description: e.description,
+                            received: e.received,
+                            expires: Some(e.received + config.spool_ttl),
+                            via: Some(e.peer),
+                        },
+                        hint,
+                    ));
+                }
+                Err(err) => {
+                    corrupt += 1;
+                    tracing::warn!(peer = %e.peer, dsi = %e.dsi, error = %err, "skipped a spooled hint");
+                }
+            }
+        }
+        let results = self.table.replace_all(batch);
+        let restored = results.iter().filter(|r| r.is_ok()).count() as u64;
+        for r in results.iter().filter_map(|r| r.as_ref().err()) {
+            tracing::warn!(error = %r, "spooled hint refused by the table");
+        }
+        for (peer, dsi, received, objects) in learned {
+            self.update_peer(&peer, |s| {
+                s.dsi.get_or_insert_with(|| dsi.to_string());
+                s.hint_received = Some(received);
+                s.hint_objects = Some(objects);
+            });
+        }
+        tracing::info!(
+            restored,
+            corrupt,
+            expired = outcome.expired,
+            "routing table restored from the spool"
+        );
+        self.update_status(|s| {
+            s.spool_restored = restored;
+            s.spool_corrupt = corrupt;
+            s.table_peers = self.table.stats().peers as u64;
+        });
+    }
+
+    /// Drops hints older than the TTL from the table and the spool.
+    pub fn expire(&self) -> usize {
+        let gone = self.table.expire(SystemTime::now());
+        if gone.is_empty() {
+            return 0;
+        }
+        let peers: Vec<String> = lock(&self.peers).keys().cloned().collect();
+        for dsi in &gone {
+            tracing::info!(%dsi, "hint expired");
+            for p in &peers {
+                if let Err(e) = self.spool.remove(p, dsi) {
+                    tracing::warn!(error = %e, "cannot remove an expired spool file");
+                }
+            }
+        }
+        let n = gone.len();
+        self.update_status(|s| {
+            s.expired += n as u64;
+            s.table_peers = self.table.stats().peers as u64;
+        });
+        self.refresh_outbound();
+        n
+    }
+
+    /// Forgets the hint of dataset `dsi` (table and spool) until the next poll or push.
+    pub fn drop_dataset(&self, dsi: &Dsi) -> bool {
+        let removed = self.table.remove(dsi);
+        let peers: Vec<String> = lock(&self.peers).keys().cloned().collect();
+        for p in &peers {
+            if let Err(e) = self.spool.remove(p, dsi) {
+                tracing::warn!(error = %e, "cannot remove a spool file");
+            }
+        }
+        if removed {
+            self.update_status(|s| s.table_peers = self.table.stats().peers as u64);
+            self.refresh_outbound();
+        }
+        removed
+    }
+
+    // ---- queries -----------------------------------------------------------------------
+
+    /// Referrals for `q` plus the count of local matches.
+    ///
+    /// # Errors
+    /// When the query does not parse.
+    pub fn referrals(
+        &self,
+        q: &str,
+        possible: bool,
+        limit: Option<usize>,
+    ) -> Result<QueryAnswer, QueryError> {
+        let started = Instant::now();
+        let answer = self.referrals_inner(q, possible, limit);
+        match &answer {
+            Ok(a) => {
+                Metrics::inc(&self.metrics.queries);
+                let n = a.referrals.len() as u64;
+                self.metrics.referrals.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                self.metrics.query_latency.observe(started.elapsed());
+            }
+            Err(_) => Metrics::inc(&self.metrics.query_errors),
+        }
+        answer
+    }
+
+    /// The options every front-end queries the table with.
+    fn query_options(&self, possible: bool, limit: Option<usize>) -> QueryOptions {
+        let config = self.config();
+        QueryOptions {
+            include_possible: possible,
+            limit: limit
+                .unwrap_or(config.limits.max_referrals)
+                .min(config.limits.max_referrals),
+            thesaurus: self.thesaurus.load_full(),
+            now: Some(SystemTime::now()),
+            ..QueryOptions::default()
+        }
+    }
+
+    /// The referrals for `q` with how each rank was computed (admin `explain`).
+    ///
+    /// # Errors
+    /// When the query does not parse.
+    pub fn explain(
+        &self,
+        q: &str,
+        possible: bool,
+    ) -> Result<Vec<hints::rank::Explanation>, QueryError> {
+        let query = Query::parse(q)?;
+        let own = self.identity.load().dsi.clone();
+        let mut out = self.table.explain(&query, &self.query_options(possible, None));
+        out.retain(|e| e.referral.dsi != own);
+        for (i, e) in out.iter_mut().enumerate() {
+            e.position = i + 1;
+        }
+        Ok(out)
+    }
+
+    fn referrals_inner(
+        &self,
+        q: &str,
+        possible: bool,
+        limit: Option<usize>,
+    ) -> Result<QueryAnswer, QueryError> {
+        let query = Query::parse(q)?;
+        let opts = self.query_options(possible, limit);
+        let own = self.identity.load().dsi.clone();
+        let referrals = self
+            .table
+            .query(&query, &opts)
+            .into_iter()
+            .filter(|r| r.dsi != own)
+            .map(ReferralJson::from)
+            .collect();
+        let local = self.local.load();
+        let count = local
+            .objects()
+            .filter(|o| object_matches(&query, o))
+            .count() as u64;
+        Ok(QueryAnswer {
+            query: q.to_owned(),
+            dsi: own.to_string(),
+            referrals,
+            local: count,
+        })
+    }
+
+    /// Local objects matching `q`.
+    ///
+    /// # Errors
+    /// When the query does not parse.
+    pub fn local_objects(
+        &self,
+        q: &str,
+        limit: Option<usize>,
+    ) -> Result<ObjectsAnswer, QueryError> {
+        let query = Query::parse(q)?;
+        let config = self.config();
+        let limit = limit
+            .unwrap_or(config.limits.max_objects)
+            .min(config.limits.max_objects);
+        let local = self.local.load();
+        let mut objects = Vec::new();
+        let mut total = 0;
+        for o in local.objects().filter(|o| object_matches(&query, o)) {
+            total += 1;
+            if objects.len() < limit {
+                objects.push(object_json(o));
+            }
+        }
+        Ok(ObjectsAnswer {
+            query: q.to_owned(),
+            dsi: self.identity.load().dsi.to_string(),
+            objects,
+            total,
+        })
+    }
+
+    // ---- reload ------------------------------------------------------------------------
+
+    /// Re-reads the configuration file (when the node has one) and the collections. A bad
+    /// configuration is refused and the old one stays.
+    ///
+    /// # Errors
+    /// [`ReloadError`] when the new configuration is invalid.
+    pub async fn reload(self: &Arc<Self>) -> Result<ReloadReport, ReloadError> {
+        let mut report = ReloadReport::default();
+        if let Some(path) = &self.config_path {
+            let new = match read_config(path) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(error = %e, "reload refused; keeping the running configuration");
+                    self.update_status(|s| s.reload_failures += 1);
+                    return Err(e.into());
+                }
+            };
+            let old = self.config();
+            report.needs_restart = restart_only_changes(&old, &new);
+            for key in &report.needs_restart {
+                tracing::warn!(key = %key, "changed setting takes effect only after a restart");
+            }
+            if new.node != old.node {
+                let mut id = (**self.identity.load()).clone();
+                id.dsi = new.node.dsi.clone();
+                id.description = new.node.description.clone();
+                if !new.node.base_uris.is_empty() {
+                    id.base_uris = new.node.base_uris.clone();
+                }
+                self.identity.store(Arc::new(id));
+            }
+            {
+                let mut peers = lock(&self.peers);
+                let mut next = BTreeMap::new();
+                for p in &new.peers {
+                    let mut s = peers
+                        .remove(&p.name)
+                        .unwrap_or_else(|| initial_peer_state(p));
+                    let fresh = initial_peer_state(p);
+                    s.address = fresh.address;
+                    s.roles = fresh.roles;
+                    if fresh.dsi.is_some() {
+                        s.dsi = fresh.dsi;
+                    }
+                    next.insert(p.name.clone(), s);
+                }
+                *peers = next;
+            }
+            if let Some(h) = &self.log
+                && new.log_level != old.log_level
+                && std::env::var_os("RUST_LOG").is_none()
+                && let Err(e) = h.set_level(&new.log_level)
+            {
+                tracing::warn!(error = %e, "cannot apply the new log level");
+            }
+            self.config.store(Arc::new(new));
+            self.load_thesaurus();
+            report.config_reloaded = true;
+            self.resolve_peers().await;
+            crate::peer::restart(self);
+        }
+        report.collections_reloaded = self.rebuild_local(false).await;
+        self.update_status(|s| s.reloads += 1);
+        tracing::info!(collections = ?report.collections_reloaded, "reload done");
+        Ok(report)
+    }
+
+    /// (Re)reads the thesaurus file, keeping the old one on error.
+    pub(crate) fn load_thesaurus(&self) {
+        let Some(path) = self.config().thesaurus.clone() else {
+            self.thesaurus.store(None);
+            return;
+        };
+        match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Thesaurus::parse(&t).map_err(|e| e.to_string()))
+        {
+            Ok(t) => self.thesaurus.store(Some(Arc::new(t))),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot load the thesaurus; keeping the previous one")
+            }
+        }
+    }
+}
+
+fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if old.listen != new.listen {
+        out.push("listen".to_owned());
+    }
+    if old.data_dir != new.data_dir {
+        out.push("data_dir".to_owned());
+    }
+    if old.log_format != new.log_format {
+        out.push("log.format".to_owned());
+    }
+    if old.node.dsi != new.node.dsi {
+        out.push("node.dsi (the routing table keeps refusing hints for the old one)".to_owned());
+    }
+    out
+}
+
+fn initial_peer_state(p: &crate::config::PeerConfig) -> PeerState {
+    PeerState {
+        name: p.name.clone(),
+        address: match p.port {
+            Some(port) => format!("{}:{port}", p.host),
+            None => p.host.clone(),
+        },
+        roles: p.roles.iter().map(|r| r.as_str().to_owned()).collect(),
+        dsi: p.dsi.as_ref().map(ToString::to_string),
+        ..PeerState::default()
+    }
+}
+
+fn collection_status(
+    name: &str,
+    source: &dyn CollectionSource,
+    report: &LoadReport,
+    error: Option<String>,
+) -> CollectionStatus {
+    CollectionStatus {
+        name: name.to_owned(),
+        source: source.describe(),
+        objects: report.objects,
+        skipped: report.skipped,
+        files: report.files,
+        bytes: report.bytes,
+        loaded: Some(SystemTime::now()),
+        error,
+    }
+}
+
+/// SOIF parser limits from the configuration.
+pub fn soif_limits(config: &Config) -> cip_proto::soif::Limits {
+    cip_proto::soif::Limits {
+        max_value_size: config.limits.max_value_size,
+        max_object_size: config.limits.max_frame_size,
+        ..cip_proto::soif::Limits::default()
+    }
+}
+
+/// Parses an index object's payload: exactly one CIP-HINT SOIF object.
+///
+/// # Errors
+/// [`Rejection::Invalid`] saying what is wrong.
+pub fn parse_hint(payload: &Bytes, limits: cip_proto::soif::Limits) -> Result<CipHint, Rejection> {
+    let objs = parse_all(payload.clone(), limits)
+        .map_err(|e| Rejection::Invalid(format!("payload is not SOIF: {e}")))?;
+    let [obj] = objs.as_slice() else {
+        return Err(Rejection::Invalid(format!(
+            "expected one CIP-HINT object, found {}",
+            objs.len()
+        )));
+    };
+    let (hint, warnings) =
+        CipHint::from_soif(obj).map_err(|e| Rejection::Invalid(e.to_string()))?;
+    for w in warnings {
+        tracing::debug!(warning = ?w, "hint accepted with a warning");
+    }
+    Ok(hint)
+}
+
+fn hint_digest(hint: &CipHint) -> u64 {
+    // The date changes on every rebuild; leave it out so only content changes count.
+    let mut h = hint.clone();
+    h.date = None;
+    let mut hasher = std::hash::DefaultHasher::new();
+    h.to_soif().to_bytes().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// True when local object `o` matches every term of `q` (RFC 2655 §4 attribute matching;
+/// `=` equality and `~` substring, both ignoring ASCII case, on trimmed values).
+pub fn object_matches(q: &Query, o: &SoifObject) -> bool {
+    q.terms().iter().all(|t| {
+        if let Some(tpl) = &t.template
+            && !tpl.eq_ignore_ascii_case(o.template().as_str())
+        {
+            return false;
+        }
+        o.values(&t.attribute).any(|v| {
+            let v = v.trim_ascii();
+            match t.op {
+                MatchOp::Exact => v.eq_ignore_ascii_case(&t.value),
+                MatchOp::Substring => attr::contains_ignore_ascii_case(v, &t.value),
+            }
+        })
+    })
+}
+
+fn object_json(o: &SoifObject) -> ObjectJson {
+    ObjectJson {
+        template: o.template().as_str().to_owned(),
+        url: String::from_utf8_lossy(o.url()).into_owned(),
+        attributes: o
+            .attributes
+            .iter()
+            .map(|a| {
+                (
+                    a.name.as_str().to_owned(),
+                    String::from_utf8_lossy(&a.value).into_owned(),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// `ip:port` with IPv6 in brackets.
+pub fn display_addr(a: SocketAddr) -> String {
+    a.to_string()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock means a panic elsewhere mid-update of plain data; the data is still
+    // usable (every update is a few field writes).
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(template: &str, pairs: &[(&str, &str)]) -> SoifObject {
+        let mut o = SoifObject::new(template, "http://x/").unwrap();
+        for (k, v) in pairs {
+            o.push(k, v.to_string()).unwrap();
+        }
+        o
+    }
+
+    #[test]
+    fn local_matching() {
+        let o = obj(
+            "DOCUMENT",
+            &[("Author-1", "Jose Garcia y Montes"), ("Title", " Mesh ")],
+        );
+        let m = |q: &str| object_matches(&Query::parse(q).unwrap(), &o);
+        assert!(m("Author~garcia"));
+        assert!(m("DOCUMENT:author~GARCIA & Title=mesh"));
+        assert!(!m("FILE:Author~Garcia"));
+        assert!(!m("Author=Garcia"));
+        assert!(!m("Author~Garcia & Title=net"));
+        assert!(!m("Keywords~x"));
+    }
+
+    #[test]
+    fn hint_payloads_are_checked() {
+        let good = Bytes::from_static(b"@CIP-HINT { -\nTotal-Object-Count{1}:\t2\n}\n");
+        assert_eq!(
+            parse_hint(&good, Default::default())
+                .unwrap()
+                .total_object_count,
+            2
+        );
+        let two = Bytes::from_static(b"@CIP-HINT { -\n}\n@CIP-HINT { -\n}\n");
+        assert!(matches!(
+            parse_hint(&two, Default::default()),
+            Err(Rejection::Invalid(_))
+        ));
+        let wrong = Bytes::from_static(b"@FILE { -\n}\n");
+        assert!(matches!(
+            parse_hint(&wrong, Default::default()),
+            Err(Rejection::Invalid(_))
+        ));
+        let junk = Bytes::from_static(b"nonsense");
+        assert!(matches!(
+            parse_hint(&junk, Default::default()),
+            Err(Rejection::Invalid(_))
+        ));
+    }
+}

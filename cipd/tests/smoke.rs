@@ -1,0 +1,160 @@
+//! The `cipd` binary: the no-config sample node answers its own sample query, and
+//! `check-config` explains bad files and exits 64. Also parses every config in `deploy/`.
+
+#![allow(missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Kills the daemon when the test ends, however it ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn sample_node_answers_its_sample_query() {
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cipd"))
+        .env("XDG_STATE_HOME", state.path())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _guard = Running(child);
+    let mut lines = BufReader::new(stdout).lines();
+    let mut url = None;
+    let mut try_line = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(u) = line.strip_prefix("listening for queries on ") {
+            url = Some(u.to_owned());
+        }
+        if line.starts_with("try: ") {
+            try_line = Some(line);
+            break;
+        }
+    }
+    let url = url.expect("a 'listening for queries on' line");
+    let try_line = try_line.expect("a 'try:' line");
+    assert!(
+        try_line.contains(&url) && try_line.contains(cipd::sample::SAMPLE_QUERY),
+        "{try_line}"
+    );
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let q = cipd::ctl::query::percent_encode(cipd::sample::SAMPLE_QUERY);
+    let answer: cipd::state::QueryAnswer = rt
+        .block_on(cipd::ctl::query::get_json(
+            &url,
+            &format!("/v1/referrals?q={q}"),
+            Duration::from_secs(10),
+        ))
+        .unwrap();
+    assert!(answer.local >= 1, "{answer:?}");
+    let objects: cipd::state::ObjectsAnswer = rt
+        .block_on(cipd::ctl::query::get_json(
+            &url,
+            &format!("/v1/objects?q={q}"),
+            Duration::from_secs(10),
+        ))
+        .unwrap();
+    assert_eq!(objects.total, answer.local);
+    assert!(objects.objects.iter().all(|o| {
+        o.attributes
+            .iter()
+            .any(|(n, v)| n == "Author" && v == "Garcia")
+    }));
+    let err = rt
+        .block_on(cipd::ctl::query::get_json::<serde_json::Value>(
+            &url,
+            "/v1/referrals?q=%3D",
+            Duration::from_secs(10),
+        ))
+        .unwrap_err();
+    assert!(err.to_string().contains("HTTP 400"), "{err}");
+}
+
+#[test]
+fn check_config_explains_problems_and_exits_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "data_dir = \"x\"\n[node]\ndsi = \"1.02\"\n[[peer]]\nname = \"p\"\nhost = \"h\"\nrole = \"poll\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cipd"))
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("node.dsi") && err.contains("peer[0].port"),
+        "{err}"
+    );
+
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(
+        &typo,
+        "data_dir = \"x\"\n[node]\ndsi = \"1.2\"\nbase_url = \"http://x/\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cipd"))
+        .arg("check-config")
+        .arg(&typo)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("base_url") && err.contains("line 4"), "{err}");
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        format!(
+            "data_dir = {:?}\n[node]\ndsi = \"1.2\"\n",
+            dir.path().join("spool")
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cipd"))
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_cipd"))
+        .arg("--config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn every_deploy_config_parses() {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&deploy).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            cipd::config::read_config(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 1, "no configs in {}", deploy.display());
+}

@@ -1,0 +1,236 @@
+//! Test nodes: a temp directory with a collection file and a config file, a daemon on
+//! 127.0.0.1:0, and helpers to wait on its status.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use cipd::config::{Config, read_config};
+use cipd::daemon::{Daemon, RunningDaemon, StartOptions};
+use cipd::state::{QueryAnswer, Status};
+use tempfile::TempDir;
+
+/// Upper bound on any wait; it only bounds failure.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A peer entry for [`NodeSpec`].
+#[derive(Clone)]
+pub struct Peer {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub roles: Vec<&'static str>,
+    pub dsi: String,
+}
+
+/// What a test node looks like.
+#[derive(Clone)]
+pub struct NodeSpec {
+    pub dsi: String,
+    pub authors: Vec<String>,
+    pub peers: Vec<Peer>,
+    pub poll_interval: &'static str,
+    pub watch_interval: &'static str,
+}
+
+impl NodeSpec {
+    pub fn new(dsi: &str, authors: &[&str]) -> Self {
+        Self {
+            dsi: dsi.into(),
+            authors: authors.iter().map(|s| (*s).to_owned()).collect(),
+            peers: Vec::new(),
+            poll_interval: "1h",
+            watch_interval: "0s",
+        }
+    }
+
+    pub fn peer(mut self, name: &str, node: &TestNode, roles: &[&'static str]) -> Self {
+        self.peers.push(Peer {
+            name: name.into(),
+            addr: node.cip_addr(),
+            roles: roles.to_vec(),
+            dsi: node.spec.dsi.clone(),
+        });
+        self
+    }
+}
+
+/// SOIF for a collection with one DOCUMENT per author.
+pub fn collection(authors: &[String]) -> String {
+    let mut out = String::new();
+    for (i, a) in authors.iter().enumerate() {
+        let title = format!("Report {i} by {a}");
+        out.push_str(&format!(
+            "@DOCUMENT {{ http://docs.example/{i}\nAuthor{{{}}}:\t{a}\nTitle{{{}}}:\t{title}\n}}\n\n",
+            a.len(),
+            title.len()
+        ));
+    }
+    out
+}
+
+/// The configuration text of `spec` with its files in `dir`.
+pub fn config_text(spec: &NodeSpec, dir: &std::path::Path) -> String {
+    let mut t = format!(
+        r#"data_dir = {data:?}
+[node]
+dsi = "{dsi}"
+description = "test node {dsi}"
+[listen]
+cip = ["127.0.0.1:0"]
+http = ["127.0.0.1:0"]
+admin_socket = {admin:?}
+[[collection]]
+name = "docs"
+type = "soif"
+path = {coll:?}
+[export]
+attributes = ["DOCUMENT:Author", "DOCUMENT:Title"]
+[limits]
+watch_interval = "{watch}"
+connect_timeout = "2s"
+poll_timeout = "5s"
+shutdown_grace = "5s"
+"#,
+        data = dir.join("spool").display().to_string(),
+        admin = dir.join("admin.sock").display().to_string(),
+        dsi = spec.dsi,
+        coll = dir.join("docs.soif").display().to_string(),
+        watch = spec.watch_interval,
+    );
+    for p in &spec.peers {
+        let roles: Vec<String> = p.roles.iter().map(|r| format!("{r:?}")).collect();
+        t.push_str(&format!(
+            "[[peer]]\nname = {:?}\nhost = \"{}\"\nport = {}\nrole = [{}]\ndsi = {:?}\npoll_interval = {:?}\n",
+            p.name,
+            p.addr.ip(),
+            p.addr.port(),
+            roles.join(", "),
+            p.dsi,
+            spec.poll_interval
+        ));
+    }
+    t
+}
+
+/// A running test node.
+pub struct TestNode {
+    pub spec: NodeSpec,
+    pub dir: TempDir,
+    pub daemon: RunningDaemon,
+}
+
+impl TestNode {
+    /// Writes the files of `spec` into a fresh temp dir and starts a node.
+    pub async fn start(spec: NodeSpec) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(spec, dir).await
+    }
+
+    /// Starts (or restarts) a node in an existing directory.
+    pub async fn start_in(spec: NodeSpec, dir: TempDir) -> Self {
+        std::fs::write(dir.path().join("docs.soif"), collection(&spec.authors)).unwrap();
+        let path = dir.path().join("cipd.toml");
+        std::fs::write(&path, config_text(&spec, dir.path())).unwrap();
+        let config = read_config(&path).unwrap();
+        let daemon = Daemon::start_with(
+            config,
+            StartOptions {
+                config_path: Some(path),
+                log: None,
+            },
+        )
+        .await
+        .unwrap();
+        Self { spec, dir, daemon }
+    }
+
+    pub fn cip_addr(&self) -> SocketAddr {
+        self.daemon.cip_addr().unwrap()
+    }
+
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.daemon.http_addr().unwrap())
+    }
+
+    /// The node's admin socket.
+    pub fn admin_socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("admin.sock")
+    }
+
+    pub fn config(&self) -> std::sync::Arc<Config> {
+        self.daemon.node().config()
+    }
+
+    /// Rewrites the config file for `spec` (same directory) and reloads.
+    pub async fn reconfigure(&mut self, spec: NodeSpec) {
+        std::fs::write(
+            self.dir.path().join("cipd.toml"),
+            config_text(&spec, self.dir.path()),
+        )
+        .unwrap();
+        self.spec = spec;
+        self.daemon.node().reload().await.unwrap();
+    }
+
+    /// Rewrites the collection and reloads.
+    pub async fn set_authors(&mut self, authors: &[&str]) {
+        self.spec.authors = authors.iter().map(|s| (*s).to_owned()).collect();
+        std::fs::write(
+            self.dir.path().join("docs.soif"),
+            collection(&self.spec.authors),
+        )
+        .unwrap();
+        self.daemon.node().reload().await.unwrap();
+    }
+
+    /// Waits until `f` holds for the status.
+    pub async fn wait_for(&self, what: &str, f: impl FnMut(&Status) -> bool) -> Status {
+        let mut rx = self.daemon.status();
+        match tokio::time::timeout(WAIT, rx.wait_for(f)).await {
+            Ok(Ok(s)) => s.clone(),
+            _ => panic!(
+                "{}: timed out waiting for {what}; status {:?}",
+                self.spec.dsi,
+                self.daemon.node().status_snapshot()
+            ),
+        }
+    }
+
+    /// Referrals for `q` over HTTP.
+    pub async fn query(&self, q: &str) -> QueryAnswer {
+        let path = format!("/v1/referrals?q={}", cipd::ctl::query::percent_encode(q));
+        cipd::ctl::query::get_json(&self.http_url(), &path, Duration::from_secs(5))
+            .await
+            .unwrap()
+    }
+
+    /// Polls until the referrals for `q` satisfy `f`, nudging nothing: state changes arrive
+    /// through the status channel, so this re-checks on every status change.
+    pub async fn wait_query(
+        &self,
+        q: &str,
+        mut f: impl FnMut(&QueryAnswer) -> bool,
+    ) -> QueryAnswer {
+        let mut rx = self.daemon.status();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let a = self.query(q).await;
+            if f(&a) {
+                return a;
+            }
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                panic!(
+                    "{}: timed out waiting for query {q:?}; last answer {a:?}",
+                    self.spec.dsi
+                );
+            }
+        }
+    }
+
+    pub async fn stop(self) -> TempDir {
+        assert!(self.daemon.shutdown().await, "shutdown within grace");
+        self.dir
+    }
+}

@@ -1,0 +1,11 @@
+//! Several cipd nodes in one process, on 127.0.0.1:0, talking CIP to each other.
+//!
+//! Every wait is on a node's status channel (or re-checks on each status change) inside a
+//! timeout that only bounds failure; nothing sleeps for a fixed time.
+
+#![allow(missing_docs)]
+
+mod admin;
+mod harness;
+mod scenarios;
+mod tls;
