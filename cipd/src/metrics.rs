@@ -1,0 +1,259 @@
+//! Process metrics, rendered in the Prometheus text exposition format (version 0.0.4).
+//!
+//! Counters are atomics updated on hot paths without locks; per-peer poll counters sit in a
+//! small mutex-guarded map touched once per poll. Gauges that belong to other parts of the
+//! daemon (table size) are passed in when rendering, so they are never stale.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the query latency histogram buckets.
+pub const LATENCY_BUCKETS: [f64; 12] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
+/// A fixed-bucket histogram of durations.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    count: AtomicU64,
+    /// Sum in nanoseconds.
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|&b| secs <= b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// Outcome counters of the polls of one peer.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PollCounts {
+    /// Polls that returned a hint or "nothing new".
+    pub ok: u64,
+    /// Polls that failed.
+    pub failed: u64,
+}
+
+/// The daemon's metrics.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Referral queries answered (HTTP and admin `explain` excluded).
+    pub queries: AtomicU64,
+    /// Queries refused for bad syntax.
+    pub query_errors: AtomicU64,
+    /// Referrals returned over all queries.
+    pub referrals: AtomicU64,
+    /// In-bound index objects accepted (polled or pushed).
+    pub index_objects_received: AtomicU64,
+    /// In-bound index objects refused (invalid, loop, unknown peer).
+    pub index_objects_rejected: AtomicU64,
+    /// CIP connections accepted.
+    pub cip_connections: AtomicU64,
+    /// CIP connections open now.
+    pub cip_connections_open: AtomicU64,
+    /// CIP connections refused because the connection limit was reached.
+    pub cip_connections_refused: AtomicU64,
+    /// Query latency.
+    pub query_latency: Histogram,
+    polls: Mutex<BTreeMap<String, PollCounts>>,
+}
+
+/// Gauges owned elsewhere, read when rendering.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Gauges {
+    /// Peers with a hint in the table.
+    pub table_peers: u64,
+    /// Distinct values in the table.
+    pub table_values: u64,
+    /// (value, peer) entries in the table.
+    pub table_entries: u64,
+    /// Approximate bytes held by the table.
+    pub table_bytes: u64,
+    /// Objects in local collections.
+    pub local_objects: u64,
+    /// Seconds since the daemon started.
+    pub uptime_seconds: f64,
+}
+
+impl Metrics {
+    /// Counts one poll of `peer`.
+    pub fn poll_done(&self, peer: &str, ok: bool) {
+        // A poisoned lock only means a panic elsewhere mid-update of plain counters.
+        let mut polls = self.polls.lock().unwrap_or_else(|e| e.into_inner());
+        let c = polls.entry(peer.to_owned()).or_default();
+        if ok {
+            c.ok += 1;
+        } else {
+            c.failed += 1;
+        }
+    }
+
+    /// Poll counters per peer.
+    pub fn polls(&self) -> BTreeMap<String, PollCounts> {
+        self.polls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adds 1 to a counter.
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Renders every metric in the Prometheus text format.
+    pub fn render(&self, gauges: &Gauges) -> String {
+        let mut out = String::with_capacity(4096);
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        counter(&mut out, "cipd_queries_total", "Referral queries answered.", load(&self.queries));
+        counter(
+            &mut out,
+            "cipd_query_errors_total",
+            "Queries refused for bad syntax.",
+            load(&self.query_errors),
+        );
+        counter(
+            &mut out,
+            "cipd_referrals_returned_total",
+            "Referrals returned over all queries.",
+            load(&self.referrals),
+        );
+        counter(
+            &mut out,
+            "cipd_index_objects_received_total",
+            "In-bound index objects accepted.",
+            load(&self.index_objects_received),
+        );
+        counter(
+            &mut out,
+            "cipd_index_objects_rejected_total",
+            "In-bound index objects refused.",
+            load(&self.index_objects_rejected),
+        );
+        counter(
+            &mut out,
+            "cipd_cip_connections_total",
+            "CIP connections accepted.",
+            load(&self.cip_connections),
+        );
+        counter(
+            &mut out,
+            "cipd_cip_connections_refused_total",
+            "CIP connections refused at the connection limit.",
+            load(&self.cip_connections_refused),
+        );
+        gauge(
+            &mut out,
+            "cipd_cip_connections_open",
+            "CIP connections open now.",
+            load(&self.cip_connections_open) as f64,
+        );
+
+        let polls = self.polls();
+        header(&mut out, "cipd_polls_total", "Polls of each peer by outcome.", "counter");
+        for (peer, c) in &polls {
+            let peer = escape_label(peer);
+            let _ = writeln!(out, "cipd_polls_total{{peer=\"{peer}\",result=\"ok\"}} {}", c.ok);
+            let _ =
+                writeln!(out, "cipd_polls_total{{peer=\"{peer}\",result=\"failed\"}} {}", c.failed);
+        }
+
+        let h = &self.query_latency;
+        header(&mut out, "cipd_query_duration_seconds", "Query latency.", "histogram");
+        let mut cumulative = 0;
+        for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+            cumulative += load(&h.buckets[i]);
+            let _ = writeln!(out, "cipd_query_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let count = load(&h.count);
+        let _ = writeln!(out, "cipd_query_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let sum = load(&h.sum_nanos) as f64 / 1e9;
+        let _ = writeln!(out, "cipd_query_duration_seconds_sum {sum}");
+        let _ = writeln!(out, "cipd_query_duration_seconds_count {count}");
+
+        gauge(&mut out, "cipd_table_peers", "Peers with a hint in the routing table.", gauges.table_peers as f64);
+        gauge(&mut out, "cipd_table_values", "Distinct values in the routing table.", gauges.table_values as f64);
+        gauge(&mut out, "cipd_table_entries", "(value, peer) entries in the routing table.", gauges.table_entries as f64);
+        gauge(&mut out, "cipd_table_bytes", "Approximate bytes held by the routing table.", gauges.table_bytes as f64);
+        gauge(&mut out, "cipd_local_objects", "Objects in local collections.", gauges.local_objects as f64);
+        gauge(&mut out, "cipd_uptime_seconds", "Seconds since the daemon started.", gauges.uptime_seconds);
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    header(out, name, help, "counter");
+    let _ = writeln!(out, "{name} {v}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, v: f64) {
+    header(out, name, help, "gauge");
+    let _ = writeln!(out, "{name} {v}");
+}
+
+/// Escapes a label value: backslash, double quote and newline (exposition format rules).
+fn escape_label(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_histogram_and_labels() {
+        let m = Metrics::default();
+        Metrics::inc(&m.queries);
+        Metrics::inc(&m.queries);
+        m.referrals.fetch_add(5, Ordering::Relaxed);
+        m.poll_done("leaf \"a\"", true);
+        m.poll_done("leaf \"a\"", false);
+        m.poll_done("leaf \"a\"", true);
+        m.query_latency.observe(Duration::from_micros(300));
+        m.query_latency.observe(Duration::from_secs(5));
+        let text = m.render(&Gauges { table_entries: 7, ..Gauges::default() });
+        assert!(text.contains("cipd_queries_total 2\n"));
+        assert!(text.contains("cipd_referrals_returned_total 5\n"));
+        assert!(text.contains("cipd_polls_total{peer=\"leaf \\\"a\\\"\",result=\"ok\"} 2\n"));
+        assert!(text.contains("cipd_polls_total{peer=\"leaf \\\"a\\\"\",result=\"failed\"} 1\n"));
+        assert!(text.contains("cipd_query_duration_seconds_bucket{le=\"0.00025\"} 0\n"));
+        assert!(text.contains("cipd_query_duration_seconds_bucket{le=\"0.0005\"} 1\n"));
+        assert!(text.contains("cipd_query_duration_seconds_bucket{le=\"1\"} 1\n"));
+        assert!(text.contains("cipd_query_duration_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(text.contains("cipd_query_duration_seconds_count 2\n"));
+        assert!(text.contains("cipd_table_entries 7\n"));
+        // Every sample line belongs to a declared metric.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let base = name.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
+            assert!(text.contains(&format!("# TYPE {base} ")), "{line}");
+        }
+    }
+}
