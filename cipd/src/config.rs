@@ -1437,7 +1437,10 @@ level = "=="
         let text = "data_dir = \"d\"\n[node]\ndsi = \"1.2\"\n[listen]\ncip = [\"127.0.0.1:0\"]\n";
         let err = Config::from_toml(text).unwrap_err();
         assert_eq!(err.problems()[0].key, "node.base_uri", "{err}");
-        let with_uri = text.replace("dsi = \"1.2\"", "dsi = \"1.2\"\nbase_uri = \"ldap://d.example/o=x\"");
+        let with_uri = text.replace(
+            "dsi = \"1.2\"",
+            "dsi = \"1.2\"\nbase_uri = \"ldap://d.example/o=x\"",
+        );
         assert!(Config::from_toml(&with_uri).is_ok());
         let with_http = format!("{text}http = [\"127.0.0.1:0\"]\n");
         assert!(Config::from_toml(&with_http).is_ok());

@@ -19,11 +19,11 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -149,12 +149,17 @@ pub fn query_routes(node: Arc<Node>) -> Router {
 
 /// `GET /metrics`: Prometheus text exposition format.
 pub fn metrics_routes(node: Arc<Node>) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(node)
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(node)
 }
 
 async fn metrics(State(node): State<Arc<Node>>) -> Response {
     (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         node.render_metrics(),
     )
         .into_response()
@@ -264,7 +269,8 @@ pub async fn serve(
             () = token.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let conn =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
         let token = token.clone();
         tracker.spawn(async move {
             let _permit = permit;
@@ -321,17 +327,28 @@ mod tests {
     #[tokio::test]
     async fn slow_and_idle_clients_are_closed() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let limits = HttpLimits { max_connections: 4, idle_timeout: Duration::from_millis(200) };
+        let limits = HttpLimits {
+            max_connections: 4,
+            idle_timeout: Duration::from_millis(200),
+        };
         let (addr, token, tracker) = server(limits).await;
         let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
-        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut buf = vec![0u8; 1024];
         let n = c.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).ends_with("hi"), "a request is answered");
+        assert!(
+            String::from_utf8_lossy(&buf[..n]).ends_with("hi"),
+            "a request is answered"
+        );
         // Now idle on a keep-alive connection: the server closes it. The outer timeout only
         // bounds a failure.
         let read = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf)).await;
-        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "idle connection closed: {read:?}");
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "idle connection closed: {read:?}"
+        );
         // Half a request header, then nothing: closed as well.
         let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
         slow.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
@@ -350,14 +367,23 @@ mod tests {
     #[tokio::test]
     async fn connection_limit_queues_clients() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let limits = HttpLimits { max_connections: 1, idle_timeout: Duration::from_secs(30) };
+        let limits = HttpLimits {
+            max_connections: 1,
+            idle_timeout: Duration::from_secs(30),
+        };
         let (addr, token, tracker) = server(limits).await;
         let _first = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
-        second.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        second
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
         let mut buf = vec![0u8; 256];
         let waiting = tokio::time::timeout(Duration::from_millis(300), second.read(&mut buf)).await;
-        assert!(waiting.is_err(), "the second client waits while the first holds the only slot");
+        assert!(
+            waiting.is_err(),
+            "the second client waits while the first holds the only slot"
+        );
         drop(_first);
         let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut buf))
             .await

@@ -3,18 +3,18 @@
 //!
 //! * [`ctl`]: the `cipctl` subcommands.
 
+pub mod admin;
 pub mod collection;
 pub mod config;
-pub mod daemon;
-pub mod admin;
 pub mod ctl;
+pub mod daemon;
 pub mod http;
 pub mod metrics;
 pub mod peer;
 pub mod sample;
 pub mod service;
+pub mod soif_io;
 pub mod spool;
 pub mod state;
-pub mod soif_io;
 pub mod telemetry;
 pub mod transport;

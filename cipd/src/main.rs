@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use cipd::config::{Config, ConfigError, read_config};
 use cipd::admin::default_socket_path;
+use cipd::config::{Config, ConfigError, read_config};
 use cipd::daemon::{Daemon, StartError, StartOptions};
 use clap::{Parser, Subcommand};
 

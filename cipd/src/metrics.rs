@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the query latency histogram buckets.
-pub const LATENCY_BUCKETS: [f64; 12] =
-    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
 
 /// A fixed-bucket histogram of durations.
 #[derive(Debug, Default)]
@@ -118,7 +119,12 @@ impl Metrics {
     pub fn render(&self, gauges: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        counter(&mut out, "cipd_queries_total", "Referral queries answered.", load(&self.queries));
+        counter(
+            &mut out,
+            "cipd_queries_total",
+            "Referral queries answered.",
+            load(&self.queries),
+        );
         counter(
             &mut out,
             "cipd_query_errors_total",
@@ -163,33 +169,86 @@ impl Metrics {
         );
 
         let polls = self.polls();
-        header(&mut out, "cipd_polls_total", "Polls of each peer by outcome.", "counter");
+        header(
+            &mut out,
+            "cipd_polls_total",
+            "Polls of each peer by outcome.",
+            "counter",
+        );
         for (peer, c) in &polls {
             let peer = escape_label(peer);
-            let _ = writeln!(out, "cipd_polls_total{{peer=\"{peer}\",result=\"ok\"}} {}", c.ok);
-            let _ =
-                writeln!(out, "cipd_polls_total{{peer=\"{peer}\",result=\"failed\"}} {}", c.failed);
+            let _ = writeln!(
+                out,
+                "cipd_polls_total{{peer=\"{peer}\",result=\"ok\"}} {}",
+                c.ok
+            );
+            let _ = writeln!(
+                out,
+                "cipd_polls_total{{peer=\"{peer}\",result=\"failed\"}} {}",
+                c.failed
+            );
         }
 
         let h = &self.query_latency;
-        header(&mut out, "cipd_query_duration_seconds", "Query latency.", "histogram");
+        header(
+            &mut out,
+            "cipd_query_duration_seconds",
+            "Query latency.",
+            "histogram",
+        );
         let mut cumulative = 0;
         for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
             cumulative += load(&h.buckets[i]);
-            let _ = writeln!(out, "cipd_query_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "cipd_query_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
         }
         let count = load(&h.count);
-        let _ = writeln!(out, "cipd_query_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "cipd_query_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
         let sum = load(&h.sum_nanos) as f64 / 1e9;
         let _ = writeln!(out, "cipd_query_duration_seconds_sum {sum}");
         let _ = writeln!(out, "cipd_query_duration_seconds_count {count}");
 
-        gauge(&mut out, "cipd_table_peers", "Peers with a hint in the routing table.", gauges.table_peers as f64);
-        gauge(&mut out, "cipd_table_values", "Distinct values in the routing table.", gauges.table_values as f64);
-        gauge(&mut out, "cipd_table_entries", "(value, peer) entries in the routing table.", gauges.table_entries as f64);
-        gauge(&mut out, "cipd_table_bytes", "Approximate bytes held by the routing table.", gauges.table_bytes as f64);
-        gauge(&mut out, "cipd_local_objects", "Objects in local collections.", gauges.local_objects as f64);
-        gauge(&mut out, "cipd_uptime_seconds", "Seconds since the daemon started.", gauges.uptime_seconds);
+        gauge(
+            &mut out,
+            "cipd_table_peers",
+            "Peers with a hint in the routing table.",
+            gauges.table_peers as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_values",
+            "Distinct values in the routing table.",
+            gauges.table_values as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_entries",
+            "(value, peer) entries in the routing table.",
+            gauges.table_entries as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_bytes",
+            "Approximate bytes held by the routing table.",
+            gauges.table_bytes as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_local_objects",
+            "Objects in local collections.",
+            gauges.local_objects as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_uptime_seconds",
+            "Seconds since the daemon started.",
+            gauges.uptime_seconds,
+        );
         out
     }
 }
@@ -238,7 +297,10 @@ mod tests {
         m.poll_done("leaf \"a\"", true);
         m.query_latency.observe(Duration::from_micros(300));
         m.query_latency.observe(Duration::from_secs(5));
-        let text = m.render(&Gauges { table_entries: 7, ..Gauges::default() });
+        let text = m.render(&Gauges {
+            table_entries: 7,
+            ..Gauges::default()
+        });
         assert!(text.contains("cipd_queries_total 2\n"));
         assert!(text.contains("cipd_referrals_returned_total 5\n"));
         assert!(text.contains("cipd_polls_total{peer=\"leaf \\\"a\\\"\",result=\"ok\"} 2\n"));
@@ -252,7 +314,10 @@ mod tests {
         // Every sample line belongs to a declared metric.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();
-            let base = name.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
+            let base = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
             assert!(text.contains(&format!("# TYPE {base} ")), "{line}");
         }
     }

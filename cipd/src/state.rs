@@ -1037,7 +1037,9 @@ impl Node {
             Ok(a) => {
                 Metrics::inc(&self.metrics.queries);
                 let n = a.referrals.len() as u64;
-                self.metrics.referrals.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                self.metrics
+                    .referrals
+                    .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
                 self.metrics.query_latency.observe(started.elapsed());
             }
             Err(_) => Metrics::inc(&self.metrics.query_errors),
@@ -1070,7 +1072,9 @@ impl Node {
     ) -> Result<Vec<hints::rank::Explanation>, QueryError> {
         let query = Query::parse(q)?;
         let own = self.identity.load().dsi.clone();
-        let mut out = self.table.explain(&query, &self.query_options(possible, None));
+        let mut out = self
+            .table
+            .explain(&query, &self.query_options(possible, None));
         out.retain(|e| e.referral.dsi != own);
         for (i, e) in out.iter_mut().enumerate() {
             e.position = i + 1;

@@ -17,7 +17,11 @@ fn cipctl(socket: &Path, args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,7 +54,10 @@ type = "sample"
     let o = run(&["status"]).await.unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let t = text(&o);
-    assert!(t.contains("1.3.6.1.4.1.99999.77") && t.contains("local objects"), "{t}");
+    assert!(
+        t.contains("1.3.6.1.4.1.99999.77") && t.contains("local objects"),
+        "{t}"
+    );
 
     let o = run(&["status", "--json"]).await.unwrap();
     assert!(o.status.success());
@@ -59,13 +66,22 @@ type = "sample"
 
     let o = run(&["export"]).await.unwrap();
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("@CIP-HINT"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("@CIP-HINT"),
+        "{}",
+        text(&o)
+    );
 
     let o = run(&["metrics"]).await.unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("# TYPE cipd_queries_total counter"));
 
     let o = run(&["drop-peer", "1.2.3"]).await.unwrap();
-    assert_eq!(o.status.code(), Some(1), "refused commands exit 1: {}", text(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "refused commands exit 1: {}",
+        text(&o)
+    );
     assert!(text(&o).contains("unknown peer"), "{}", text(&o));
 
     let o = run(&["poll", "nobody", "--json"]).await.unwrap();

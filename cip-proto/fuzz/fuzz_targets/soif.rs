@@ -12,7 +12,12 @@ use libfuzzer_sys::fuzz_target;
 use tokio_util::codec::Decoder;
 
 fn limits() -> Limits {
-    Limits { max_value_size: 4096, max_attributes: 64, max_object_size: 16384, max_token_len: 256 }
+    Limits {
+        max_value_size: 4096,
+        max_attributes: 64,
+        max_object_size: 16384,
+        max_token_len: 256,
+    }
 }
 
 fn decode_chunked(input: &[u8], chunk: usize) -> (Vec<SoifObject>, Option<u64>) {
@@ -39,7 +44,9 @@ fn decode_chunked(input: &[u8], chunk: usize) -> (Vec<SoifObject>, Option<u64>) 
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&first, input)) = data.split_first() else { return };
+    let Some((&first, input)) = data.split_first() else {
+        return;
+    };
     let chunk = usize::from(first % 64) + 1;
     let (objects, error) = decode_chunked(input, chunk);
 
@@ -57,7 +64,10 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert_eq!(objects, borrowed, "decoder and reader disagree");
-    assert_eq!(error, reader_error, "decoder and reader report different errors");
+    assert_eq!(
+        error, reader_error,
+        "decoder and reader report different errors"
+    );
 
     let mut canonical = Vec::new();
     for o in &objects {

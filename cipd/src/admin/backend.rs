@@ -45,7 +45,12 @@ impl AdminBackend for NodeAdmin {
         match request {
             AdminRequest::Status => Ok(to_value(&status(node))),
             AdminRequest::Peers => Ok(json!({ "peers": peers(node) })),
-            AdminRequest::Table { attr, peer, prefix, top } => {
+            AdminRequest::Table {
+                attr,
+                peer,
+                prefix,
+                top,
+            } => {
                 let attr = attr
                     .map(|a| AttrSpec::parse(&a))
                     .transpose()
@@ -56,13 +61,22 @@ impl AdminBackend for NodeAdmin {
                     .map_err(|e| AdminError::InvalidArgument(format!("--peer: {e}")))?;
                 let rows: Vec<TableRowInfo> = node
                     .table()
-                    .entries(attr.as_ref(), peer.as_ref(), prefix.as_deref().map(str::as_bytes), top)
+                    .entries(
+                        attr.as_ref(),
+                        peer.as_ref(),
+                        prefix.as_deref().map(str::as_bytes),
+                        top,
+                    )
                     .into_iter()
                     .map(|r| TableRowInfo {
                         attr: r.attribute.to_string(),
                         value: lossy(&r.value),
                         total: r.total,
-                        peers: r.peers.into_iter().map(|(d, n)| (d.to_string(), n)).collect(),
+                        peers: r
+                            .peers
+                            .into_iter()
+                            .map(|(d, n)| (d.to_string(), n))
+                            .collect(),
                     })
                     .collect();
                 Ok(json!({ "rows": rows }))
@@ -74,7 +88,10 @@ impl AdminBackend for NodeAdmin {
                 let referrals: Vec<ExplainInfo> = explanations
                     .into_iter()
                     .map(|e| {
-                        let via = e.via.map(|v| format!(" (hint from peer {v})")).unwrap_or_default();
+                        let via = e
+                            .via
+                            .map(|v| format!(" (hint from peer {v})"))
+                            .unwrap_or_default();
                         ExplainInfo {
                             rank: e.position,
                             dsi: e.referral.dsi.to_string(),
@@ -89,11 +106,16 @@ impl AdminBackend for NodeAdmin {
                                 .map(|t| ExplainTerm {
                                     term: t.term,
                                     count: t.count,
-                                    possible: !matches!(t.status, hints::rank::TermStatus::Definite),
+                                    possible: !matches!(
+                                        t.status,
+                                        hints::rank::TermStatus::Definite
+                                    ),
                                     matches: t
                                         .matches
                                         .into_iter()
-                                        .map(|m| (m.attribute.to_string(), lossy(&m.value), m.count))
+                                        .map(|m| {
+                                            (m.attribute.to_string(), lossy(&m.value), m.count)
+                                        })
                                         .collect(),
                                 })
                                 .collect(),
@@ -103,11 +125,16 @@ impl AdminBackend for NodeAdmin {
                 Ok(json!({ "query": query, "referrals": referrals }))
             }
             AdminRequest::Poll { peer } => {
-                let name = node.poll_now(&peer).map_err(|_| AdminError::UnknownPeer(peer))?;
+                let name = node
+                    .poll_now(&peer)
+                    .map_err(|_| AdminError::UnknownPeer(peer))?;
                 Ok(json!({ "message": format!("polling {name} now") }))
             }
             AdminRequest::Reload => {
-                let report = node.reload().await.map_err(|e| AdminError::Failed(e.to_string()))?;
+                let report = node
+                    .reload()
+                    .await
+                    .map_err(|e| AdminError::Failed(e.to_string()))?;
                 let mut message = String::from(if report.config_reloaded {
                     "configuration reloaded"
                 } else {
@@ -145,7 +172,9 @@ impl AdminBackend for NodeAdmin {
                 let handle = node.log_handle().ok_or_else(|| {
                     AdminError::Failed("this daemon does not manage its own logging".into())
                 })?;
-                handle.set_level(&level).map_err(|e| AdminError::InvalidArgument(e.to_string()))?;
+                handle
+                    .set_level(&level)
+                    .map_err(|e| AdminError::InvalidArgument(e.to_string()))?;
                 Ok(json!({ "message": format!("log level is now {}", handle.current()) }))
             }
             AdminRequest::Export => {
@@ -167,11 +196,18 @@ fn status(node: &Node) -> StatusInfo {
     let l = node.listeners();
     let mut listeners = Vec::new();
     let mut add = |kind: &str, address: String| {
-        listeners.push(ListenerInfo { kind: kind.to_owned(), address });
+        listeners.push(ListenerInfo {
+            kind: kind.to_owned(),
+            address,
+        });
     };
     l.cip.iter().for_each(|a| add("cip", display_addr(*a)));
-    l.cip_tls.iter().for_each(|a| add("cip-tls", display_addr(*a)));
-    l.http.iter().for_each(|a| add("http", format!("http://{}", display_addr(*a))));
+    l.cip_tls
+        .iter()
+        .for_each(|a| add("cip-tls", display_addr(*a)));
+    l.http
+        .iter()
+        .for_each(|a| add("http", format!("http://{}", display_addr(*a))));
     if let Some(p) = &l.admin {
         add("admin", p.display().to_string());
     }

@@ -44,7 +44,10 @@ pub struct AdminLimits {
 
 impl Default for AdminLimits {
     fn default() -> Self {
-        Self { max_connections: 16, idle_timeout: Duration::from_secs(60) }
+        Self {
+            max_connections: 16,
+            idle_timeout: Duration::from_secs(60),
+        }
     }
 }
 
@@ -93,7 +96,10 @@ pub fn default_socket_path() -> PathBuf {
 /// [`BindError::InUse`] when a live process answers on the path, [`BindError::NotASocket`]
 /// when the path is some other file, [`BindError::Io`] otherwise.
 pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
         std::fs::create_dir_all(dir).map_err(io_err("cannot create directory", dir))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .map_err(io_err("cannot set permissions of", dir))?;
@@ -148,7 +154,9 @@ pub async fn serve<B: AdminBackend>(
             },
             () = shutdown.cancelled() => break,
         };
-        let Ok(permit) = slots.clone().acquire_owned().await else { break };
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            break;
+        };
         let backend = backend.clone();
         let token = shutdown.clone();
         tracker.spawn(async move {
@@ -210,7 +218,10 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(r: &mut R, line: &mut Vec<u8>) ->
             None => (buf.len(), false),
         };
         if line.len() + take > protocol::MAX_REQUEST_LINE {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "admin request line too long"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "admin request line too long",
+            ));
         }
         line.extend_from_slice(&buf[..take]);
         r.consume(take);
@@ -226,7 +237,11 @@ fn parse_request(line: &[u8]) -> Result<AdminRequest, AdminError> {
     let version = value.get("version").and_then(serde_json::Value::as_u64);
     match version {
         Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
-        Some(v) => return Err(AdminError::Version { got: u32::try_from(v).unwrap_or(u32::MAX) }),
+        Some(v) => {
+            return Err(AdminError::Version {
+                got: u32::try_from(v).unwrap_or(u32::MAX),
+            });
+        }
         None => return Err(AdminError::BadRequest("missing \"version\"".into())),
     }
     let env: Envelope =
@@ -241,7 +256,10 @@ fn parse_request(line: &[u8]) -> Result<AdminRequest, AdminError> {
 pub async fn request(path: &Path, request: &AdminRequest) -> io::Result<Response> {
     let stream = UnixStream::connect(path).await?;
     let (read, mut write) = stream.into_split();
-    let env = Envelope { version: PROTOCOL_VERSION, request: request.clone() };
+    let env = Envelope {
+        version: PROTOCOL_VERSION,
+        request: request.clone(),
+    };
     let mut line = serde_json::to_vec(&env).map_err(io::Error::other)?;
     line.push(b'\n');
     write.write_all(&line).await?;
@@ -249,7 +267,10 @@ pub async fn request(path: &Path, request: &AdminRequest) -> io::Result<Response
     let mut buf = String::new();
     reader.read_line(&mut buf).await?;
     if buf.is_empty() {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the daemon closed the connection"));
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the daemon closed the connection",
+        ));
     }
     serde_json::from_str(&buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
@@ -295,7 +316,9 @@ mod tests {
         let r = request(&path, &AdminRequest::Status).await.unwrap();
         assert!(r.ok);
         assert_eq!(r.result, Some(json!({"command": "status"})));
-        let r = request(&path, &AdminRequest::Poll { peer: "x".into() }).await.unwrap();
+        let r = request(&path, &AdminRequest::Poll { peer: "x".into() })
+            .await
+            .unwrap();
         assert!(!r.ok);
         assert_eq!(r.error.unwrap().kind, "unknown-peer");
 
@@ -332,7 +355,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("admin.sock");
         std::fs::write(&path, b"data").unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let _guard = rt.enter();
         assert!(matches!(bind(&path), Err(BindError::NotASocket(_))));
         assert_eq!(std::fs::read(&path).unwrap(), b"data");

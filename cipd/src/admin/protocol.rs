@@ -148,7 +148,12 @@ impl AdminError {
 impl Response {
     /// A successful response.
     pub fn ok(result: serde_json::Value) -> Self {
-        Self { version: PROTOCOL_VERSION, ok: true, result: Some(result), error: None }
+        Self {
+            version: PROTOCOL_VERSION,
+            ok: true,
+            result: Some(result),
+            error: None,
+        }
     }
 
     /// A failed response.
@@ -157,7 +162,10 @@ impl Response {
             version: PROTOCOL_VERSION,
             ok: false,
             result: None,
-            error: Some(ErrorBody { kind: e.kind().to_owned(), message: e.to_string() }),
+            error: Some(ErrorBody {
+                kind: e.kind().to_owned(),
+                message: e.to_string(),
+            }),
         }
     }
 }
@@ -289,7 +297,10 @@ mod tests {
     #[test]
     fn requests_on_the_wire() {
         let cases = [
-            (json!({"version": 1, "command": "status"}), AdminRequest::Status),
+            (
+                json!({"version": 1, "command": "status"}),
+                AdminRequest::Status,
+            ),
             (
                 json!({"version": 1, "command": "table", "attr": "DOCUMENT:Author", "top": 3}),
                 AdminRequest::Table {
@@ -305,7 +316,9 @@ mod tests {
             ),
             (
                 json!({"version": 1, "command": "log-level", "level": "debug"}),
-                AdminRequest::LogLevel { level: "debug".into() },
+                AdminRequest::LogLevel {
+                    level: "debug".into(),
+                },
             ),
         ];
         for (wire, req) in cases {
@@ -316,7 +329,9 @@ mod tests {
             let again: Envelope = serde_json::from_value(back).unwrap();
             assert_eq!(again, env);
         }
-        assert!(serde_json::from_value::<Envelope>(json!({"version": 1, "command": "nope"})).is_err());
+        assert!(
+            serde_json::from_value::<Envelope>(json!({"version": 1, "command": "nope"})).is_err()
+        );
         assert!(
             serde_json::from_value::<Envelope>(json!({"version": 1, "command": "poll", "x": 1}))
                 .is_err()
@@ -327,7 +342,8 @@ mod tests {
     fn responses_on_the_wire() {
         let ok = serde_json::to_value(Response::ok(json!({"a": 1}))).unwrap();
         assert_eq!(ok, json!({"version": 1, "ok": true, "result": {"a": 1}}));
-        let err = serde_json::to_value(Response::error(&AdminError::UnknownPeer("x".into()))).unwrap();
+        let err =
+            serde_json::to_value(Response::error(&AdminError::UnknownPeer("x".into()))).unwrap();
         assert_eq!(
             err,
             json!({"version": 1, "ok": false,

@@ -135,10 +135,21 @@ impl AdminCommand {
         match self.clone() {
             Self::Status { .. } => AdminRequest::Status,
             Self::Peers { .. } => AdminRequest::Peers,
-            Self::Table { attr, peer, prefix, top, .. } => {
-                AdminRequest::Table { attr, peer, prefix, top }
-            }
-            Self::Explain { query, possible, .. } => AdminRequest::Explain { query, possible },
+            Self::Table {
+                attr,
+                peer,
+                prefix,
+                top,
+                ..
+            } => AdminRequest::Table {
+                attr,
+                peer,
+                prefix,
+                top,
+            },
+            Self::Explain {
+                query, possible, ..
+            } => AdminRequest::Explain { query, possible },
             Self::Poll { peer, .. } => AdminRequest::Poll { peer },
             Self::Reload { .. } => AdminRequest::Reload,
             Self::DropPeer { dsi, .. } => AdminRequest::DropPeer { dsi },
@@ -168,9 +179,15 @@ impl AdminCommand {
 
 /// Runs an admin command against the daemon's socket.
 pub fn run(cmd: AdminCommand, opts: &AdminOptions) -> ExitCode {
-    let path = opts.socket.clone().unwrap_or_else(admin::default_socket_path);
+    let path = opts
+        .socket
+        .clone()
+        .unwrap_or_else(admin::default_socket_path);
     let json = cmd.output().json;
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cipctl: cannot start runtime: {e}");
@@ -185,11 +202,15 @@ pub fn run(cmd: AdminCommand, opts: &AdminOptions) -> ExitCode {
         }
     };
     if !response.ok {
-        let (kind, message) = response
-            .error
-            .map_or_else(|| ("failed".to_owned(), "no reason given".to_owned()), |e| (e.kind, e.message));
+        let (kind, message) = response.error.map_or_else(
+            || ("failed".to_owned(), "no reason given".to_owned()),
+            |e| (e.kind, e.message),
+        );
         if json {
-            println!("{}", serde_json::json!({"ok": false, "error": {"kind": kind, "message": message}}));
+            println!(
+                "{}",
+                serde_json::json!({"ok": false, "error": {"kind": kind, "message": message}})
+            );
         } else {
             eprintln!("cipctl: {message}");
         }
@@ -197,7 +218,10 @@ pub fn run(cmd: AdminCommand, opts: &AdminOptions) -> ExitCode {
     }
     let result = response.result.unwrap_or(Value::Null);
     if json {
-        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).unwrap_or_default()
+        );
         return ExitCode::SUCCESS;
     }
     match render(&cmd, &result) {
@@ -234,7 +258,8 @@ pub fn unreachable_message(path: &Path, e: &io::Error) -> String {
 
 fn table() -> Table {
     let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic);
     t
 }
 
@@ -244,15 +269,19 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 
 /// Seconds as a short human duration (`3m12s`).
 fn ago(secs: u64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(secs)).to_string().replace(' ', "")
+    humantime::format_duration(std::time::Duration::from_secs(secs))
+        .to_string()
+        .replace(' ', "")
 }
 
 fn unix_time(secs: Option<u64>) -> String {
     secs.map_or_else(
         || "-".to_owned(),
         |s| {
-            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s))
-                .to_string()
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(s),
+            )
+            .to_string()
         },
     )
 }
@@ -289,8 +318,18 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
             let peers: Vec<PeerInfo> = serde_json::from_value(result["peers"].clone())?;
             let mut t = table();
             t.set_header([
-                "peer", "address", "role", "dsi", "last poll", "last success", "hint age", "expires",
-                "objects", "values", "signature", "last error",
+                "peer",
+                "address",
+                "role",
+                "dsi",
+                "last poll",
+                "last success",
+                "hint age",
+                "expires",
+                "objects",
+                "values",
+                "signature",
+                "last error",
             ]);
             for p in peers {
                 t.add_row([
@@ -315,8 +354,11 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
             let mut t = table();
             t.set_header(["attribute", "value", "total", "per peer"]);
             for r in rows {
-                let per_peer: Vec<String> =
-                    r.peers.iter().map(|(dsi, n)| format!("{dsi}: {n}")).collect();
+                let per_peer: Vec<String> = r
+                    .peers
+                    .iter()
+                    .map(|(dsi, n)| format!("{dsi}: {n}"))
+                    .collect();
                 t.add_row([r.attr, r.value, r.total.to_string(), per_peer.join("\n")]);
             }
             format!("{t}\n")
@@ -340,7 +382,9 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
                             if term.possible { " (possible)" } else { "" }
                         );
                         std::iter::once(head).chain(
-                            term.matches.iter().map(|(a, v, n)| format!("  {a}={v}: {n}")),
+                            term.matches
+                                .iter()
+                                .map(|(a, v, n)| format!("  {a}={v}: {n}")),
                         )
                     })
                     .collect();
@@ -377,7 +421,10 @@ mod tests {
     fn operator_messages_name_what_to_check() {
         let p = Path::new("/run/x.sock");
         let m = unreachable_message(p, &io::Error::from(io::ErrorKind::NotFound));
-        assert!(m.contains("no admin socket at /run/x.sock") && m.contains("--socket"), "{m}");
+        assert!(
+            m.contains("no admin socket at /run/x.sock") && m.contains("--socket"),
+            "{m}"
+        );
         let m = unreachable_message(p, &io::Error::from(io::ErrorKind::PermissionDenied));
         assert!(m.contains("0600"), "{m}");
         let m = unreachable_message(p, &io::Error::from(io::ErrorKind::ConnectionRefused));
@@ -388,11 +435,34 @@ mod tests {
     fn renders_tables() {
         let r = json!({"rows": [{"attr": "DOCUMENT:Author", "value": "Garcia", "total": 5,
                                  "peers": [["1.2", 3], ["1.3", 2]]}]});
-        let text = render(&AdminCommand::Table { out: Output::default(), attr: None, peer: None, prefix: None, top: 5 }, &r)
-            .unwrap();
+        let text = render(
+            &AdminCommand::Table {
+                out: Output::default(),
+                attr: None,
+                peer: None,
+                prefix: None,
+                top: 5,
+            },
+            &r,
+        )
+        .unwrap();
         assert!(text.contains("Garcia") && text.contains("1.2: 3"), "{text}");
-        let text = render(&AdminCommand::Reload { out: Output::default() }, &json!({"message": "reloaded"})).unwrap();
+        let text = render(
+            &AdminCommand::Reload {
+                out: Output::default(),
+            },
+            &json!({"message": "reloaded"}),
+        )
+        .unwrap();
         assert_eq!(text, "reloaded\n");
-        assert!(render(&AdminCommand::Peers { out: Output::default() }, &json!({"peers": "oops"})).is_err());
+        assert!(
+            render(
+                &AdminCommand::Peers {
+                    out: Output::default()
+                },
+                &json!({"peers": "oops"})
+            )
+            .is_err()
+        );
     }
 }

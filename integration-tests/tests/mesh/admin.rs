@@ -14,7 +14,9 @@ const L2: &str = "1.3.6.1.4.1.99999.52";
 const HUB: &str = "1.3.6.1.4.1.99999.50";
 
 async fn ask(node: &TestNode, req: AdminRequest) -> Response {
-    admin::request(&node.admin_socket(), &req).await.expect("admin socket answers")
+    admin::request(&node.admin_socket(), &req)
+        .await
+        .expect("admin socket answers")
 }
 
 async fn ok(node: &TestNode, req: AdminRequest) -> Value {
@@ -30,7 +32,11 @@ async fn refused(node: &TestNode, req: AdminRequest) -> String {
 }
 
 fn keys(v: &Value) -> BTreeSet<&str> {
-    v.as_object().expect("an object").keys().map(String::as_str).collect()
+    v.as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect()
 }
 
 fn set(k: &[&'static str]) -> BTreeSet<&'static str> {
@@ -45,25 +51,48 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
         .peer("l1", &l1, &["poll"])
         .peer("l2", &l2, &["poll"]);
     let hub = TestNode::start(hub_spec).await;
-    hub.wait_for("both peers polled", |s| s.table_peers >= 2 && s.polls_ok >= 2).await;
+    hub.wait_for("both peers polled", |s| {
+        s.table_peers >= 2 && s.polls_ok >= 2
+    })
+    .await;
 
-    let mode = std::fs::metadata(hub.admin_socket()).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(hub.admin_socket())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600, "admin socket is private to the daemon's user");
 
     // status
     let status = ok(&hub, AdminRequest::Status).await;
     assert_eq!(
         keys(&status),
-        set(&["version", "uptime_seconds", "dsi", "base_uris", "listeners", "local_objects", "peers", "table"])
+        set(&[
+            "version",
+            "uptime_seconds",
+            "dsi",
+            "base_uris",
+            "listeners",
+            "local_objects",
+            "peers",
+            "table"
+        ])
     );
-    assert_eq!(keys(&status["table"]), set(&["peers", "values", "entries", "bytes"]));
+    assert_eq!(
+        keys(&status["table"]),
+        set(&["peers", "values", "entries", "bytes"])
+    );
     assert_eq!(keys(&status["listeners"][0]), set(&["kind", "address"]));
     assert_eq!(status["dsi"], HUB);
     assert_eq!(status["local_objects"], 1);
     assert_eq!(status["peers"], 2);
     assert_eq!(status["table"]["peers"], 2);
-    let kinds: Vec<&str> =
-        status["listeners"].as_array().unwrap().iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = status["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["cip", "http", "admin"]);
 
     // peers
@@ -74,8 +103,18 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
         assert_eq!(
             keys(p),
             set(&[
-                "name", "address", "role", "dsi", "last_poll", "last_success", "last_error",
-                "hint_age_seconds", "expires", "objects", "values", "signature"
+                "name",
+                "address",
+                "role",
+                "dsi",
+                "last_poll",
+                "last_success",
+                "last_error",
+                "hint_age_seconds",
+                "expires",
+                "objects",
+                "values",
+                "signature"
             ])
         );
         assert!(p["last_success"].as_u64().is_some(), "{p}");
@@ -89,11 +128,26 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
     assert_eq!(p1["address"], l1.cip_addr().to_string());
 
     // table, with each filter
-    let all = ok(&hub, AdminRequest::Table { attr: None, peer: None, prefix: None, top: 100 }).await;
+    let all = ok(
+        &hub,
+        AdminRequest::Table {
+            attr: None,
+            peer: None,
+            prefix: None,
+            top: 100,
+        },
+    )
+    .await;
     let rows = all["rows"].as_array().unwrap();
     assert_eq!(keys(&rows[0]), set(&["attr", "value", "total", "peers"]));
-    let author = |v: &str| rows.iter().any(|r| r["value"] == v && r["attr"] == "DOCUMENT:Author");
-    assert!(author("Bob") && author("Carol") && author("Garcia"), "{all}");
+    let author = |v: &str| {
+        rows.iter()
+            .any(|r| r["value"] == v && r["attr"] == "DOCUMENT:Author")
+    };
+    assert!(
+        author("Bob") && author("Carol") && author("Garcia"),
+        "{all}"
+    );
     let only_l2 = ok(
         &hub,
         AdminRequest::Table {
@@ -104,34 +158,85 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
         },
     )
     .await;
-    let values: BTreeSet<&str> =
-        only_l2["rows"].as_array().unwrap().iter().map(|r| r["value"].as_str().unwrap()).collect();
+    let values: BTreeSet<&str> = only_l2["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["value"].as_str().unwrap())
+        .collect();
     assert_eq!(values, set(&["Carol", "Jose Garcia y Montes"]));
-    let prefixed =
-        ok(&hub, AdminRequest::Table { attr: None, peer: None, prefix: Some("b".into()), top: 1 })
-            .await;
-    assert_eq!(prefixed["rows"].as_array().unwrap().len(), 1, "top limits the rows");
+    let prefixed = ok(
+        &hub,
+        AdminRequest::Table {
+            attr: None,
+            peer: None,
+            prefix: Some("b".into()),
+            top: 1,
+        },
+    )
+    .await;
     assert_eq!(
-        refused(&hub, AdminRequest::Table { attr: Some("Author".into()), peer: None, prefix: None, top: 5 })
-            .await,
+        prefixed["rows"].as_array().unwrap().len(),
+        1,
+        "top limits the rows"
+    );
+    assert_eq!(
+        refused(
+            &hub,
+            AdminRequest::Table {
+                attr: Some("Author".into()),
+                peer: None,
+                prefix: None,
+                top: 5
+            }
+        )
+        .await,
         "invalid-argument"
     );
 
     // explain
-    let ex = ok(&hub, AdminRequest::Explain { query: "DOCUMENT:Author~garcia".into(), possible: false })
-        .await;
+    let ex = ok(
+        &hub,
+        AdminRequest::Explain {
+            query: "DOCUMENT:Author~garcia".into(),
+            possible: false,
+        },
+    )
+    .await;
     let refs = ex["referrals"].as_array().unwrap();
     assert_eq!(refs.len(), 2, "{ex}");
     assert_eq!(
         keys(&refs[0]),
-        set(&["rank", "dsi", "base_uris", "count", "total", "definite", "reason", "terms"])
+        set(&[
+            "rank",
+            "dsi",
+            "base_uris",
+            "count",
+            "total",
+            "definite",
+            "reason",
+            "terms"
+        ])
     );
-    assert_eq!(keys(&refs[0]["terms"][0]), set(&["term", "matches", "count", "possible"]));
+    assert_eq!(
+        keys(&refs[0]["terms"][0]),
+        set(&["term", "matches", "count", "possible"])
+    );
     assert_eq!(refs[0]["rank"], 1);
-    assert!(refs.iter().all(|r| r["definite"] == true && r["count"] == 1));
+    assert!(
+        refs.iter()
+            .all(|r| r["definite"] == true && r["count"] == 1)
+    );
     assert!(!refs[0]["reason"].as_str().unwrap().is_empty());
     assert_eq!(
-        refused(&hub, AdminRequest::Explain { query: "Author=".into(), possible: false }).await,
+        refused(
+            &hub,
+            AdminRequest::Explain {
+                query: "Author=".into(),
+                possible: false
+            }
+        )
+        .await,
         "invalid-argument"
     );
 
@@ -139,8 +244,18 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
     let before = hub.daemon.node().status_snapshot().polls_ok;
     let msg = ok(&hub, AdminRequest::Poll { peer: "l1".into() }).await;
     assert!(msg["message"].as_str().unwrap().contains("l1"));
-    hub.wait_for("the extra poll", |s| s.polls_ok > before).await;
-    assert_eq!(refused(&hub, AdminRequest::Poll { peer: "nope".into() }).await, "unknown-peer");
+    hub.wait_for("the extra poll", |s| s.polls_ok > before)
+        .await;
+    assert_eq!(
+        refused(
+            &hub,
+            AdminRequest::Poll {
+                peer: "nope".into()
+            }
+        )
+        .await,
+        "unknown-peer"
+    );
 
     // export: the out-bound hint holds the hub's and both peers' values
     let export = ok(&hub, AdminRequest::Export).await;
@@ -153,26 +268,49 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
     // metrics
     let metrics = ok(&hub, AdminRequest::Metrics).await;
     let text = metrics["text"].as_str().unwrap();
-    assert!(text.contains("cipd_polls_total{peer=\"l1\",result=\"ok\"}"), "{text}");
+    assert!(
+        text.contains("cipd_polls_total{peer=\"l1\",result=\"ok\"}"),
+        "{text}"
+    );
     assert!(text.contains("cipd_table_peers 2"), "{text}");
 
     // drop-peer
     let dropped = ok(&hub, AdminRequest::DropPeer { dsi: L2.into() }).await;
     assert!(dropped["message"].as_str().unwrap().contains(L2));
-    assert_eq!(refused(&hub, AdminRequest::DropPeer { dsi: L2.into() }).await, "unknown-peer");
-    assert_eq!(refused(&hub, AdminRequest::DropPeer { dsi: "1.02".into() }).await, "invalid-argument");
+    assert_eq!(
+        refused(&hub, AdminRequest::DropPeer { dsi: L2.into() }).await,
+        "unknown-peer"
+    );
+    assert_eq!(
+        refused(&hub, AdminRequest::DropPeer { dsi: "1.02".into() }).await,
+        "invalid-argument"
+    );
     assert!(hub.query("Author=Carol").await.referrals.is_empty());
 
     // reload
     let reload = ok(&hub, AdminRequest::Reload).await;
     assert_eq!(
         keys(&reload),
-        set(&["message", "config_reloaded", "collections_reloaded", "needs_restart"])
+        set(&[
+            "message",
+            "config_reloaded",
+            "collections_reloaded",
+            "needs_restart"
+        ])
     );
     assert_eq!(reload["config_reloaded"], true);
 
     // log-level: test nodes do not install a subscriber, so the daemon says so
-    assert_eq!(refused(&hub, AdminRequest::LogLevel { level: "debug".into() }).await, "failed");
+    assert_eq!(
+        refused(
+            &hub,
+            AdminRequest::LogLevel {
+                level: "debug".into()
+            }
+        )
+        .await,
+        "failed"
+    );
 
     // shutdown
     let bye = ok(&hub, AdminRequest::Shutdown).await;

@@ -20,7 +20,10 @@ fn pki(dir: &Path) {
     std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
     for (name, san) in [("leaf", "leaf.mesh.test"), ("hub", "hub.mesh.test")] {
         let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec![san.to_owned()]).unwrap().signed_by(&key, &ca).unwrap();
+        let cert = CertificateParams::new(vec![san.to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
         std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
         std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
     }
@@ -31,13 +34,19 @@ fn p(dir: &Path, name: &str) -> String {
 }
 
 async fn start(text: String) -> RunningDaemon {
-    Daemon::start(Config::from_toml(&text).unwrap()).await.unwrap()
+    Daemon::start(Config::from_toml(&text).unwrap())
+        .await
+        .unwrap()
 }
 
 fn hub_config(dir: &Path, dsi: &str, leaf: std::net::SocketAddr, client_cert: bool) -> String {
     let spool: PathBuf = dir.join(format!("spool-{dsi}"));
     let client = if client_cert {
-        format!(", client_cert = {:?}, client_key = {:?}", p(dir, "hub.pem"), p(dir, "hub.key"))
+        format!(
+            ", client_cert = {:?}, client_key = {:?}",
+            p(dir, "hub.pem"),
+            p(dir, "hub.key")
+        )
     } else {
         String::new()
     };
@@ -108,21 +117,37 @@ attributes = ["DOCUMENT:Author"]
     )
     .await
     .is_ok();
-    assert!(polled, "the hub polls the leaf over TLS: {:?}", hub.node().peer_states());
-    let answer = hub.node().referrals("DOCUMENT:Author=Garcia", false, None).unwrap();
+    assert!(
+        polled,
+        "the hub polls the leaf over TLS: {:?}",
+        hub.node().peer_states()
+    );
+    let answer = hub
+        .node()
+        .referrals("DOCUMENT:Author=Garcia", false, None)
+        .unwrap();
     assert_eq!(answer.referrals.len(), 1, "{answer:?}");
     assert_eq!(answer.referrals[0].dsi, LEAF);
-    assert_eq!(answer.referrals[0].base_uri, ["ldap://leaf.mesh.test/o=Leaf"]);
+    assert_eq!(
+        answer.referrals[0].base_uri,
+        ["ldap://leaf.mesh.test/o=Leaf"]
+    );
 
     // Without a client certificate the leaf refuses the handshake: polls fail, visibly.
     let stranger = start(hub_config(d, STRANGER, leaf_addr, false)).await;
     let mut status = stranger.status();
-    tokio::time::timeout(std::time::Duration::from_secs(20), status.wait_for(|s| s.polls_failed >= 1))
-        .await
-        .expect("the stranger's poll fails")
-        .unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        status.wait_for(|s| s.polls_failed >= 1),
+    )
+    .await
+    .expect("the stranger's poll fails")
+    .unwrap();
     assert_eq!(stranger.node().status_snapshot().table_peers, 0);
-    let err = stranger.node().peer_states()[0].last_error.clone().unwrap_or_default();
+    let err = stranger.node().peer_states()[0]
+        .last_error
+        .clone()
+        .unwrap_or_default();
     assert!(!err.is_empty());
 
     assert!(stranger.shutdown().await);
