@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, PeerConfig, PeerRole};
 use crate::state::{Node, hint_type};
-use crate::transport::{CipClient, CipConnection, TransportConfig, TransportError, tls};
+use crate::transport::{
+    CipClient, CipConnection, ClientReply, TransportConfig, TransportError, tls,
+};
 
 /// Our own extension parameter on `poll`: the poller's DSI, so the pollee can leave the
 /// poller's own data out of its answer (digest A21). Other implementations ignore it (RFC
@@ -304,23 +306,10 @@ pub async fn push_once(node: &Node, peer: &PeerConfig) -> Result<(), PeerError> 
     };
     tokio::time::timeout(config.limits.poll_timeout, async {
         let mut conn = connect(&config, peer).await?;
-        let r = conn.request(&changed).await?;
-        if !r.code.is_success() {
-            return Err(PeerError::Refused {
-                code: r.code,
-                comment: r.comment,
-            });
-        }
+        succeeded(conn.request(&changed).await?)?;
         let r = conn.request(&Request::IndexObject(object)).await?;
         let _ = conn.close().await;
-        if r.code.is_success() {
-            Ok(())
-        } else {
-            Err(PeerError::Refused {
-                code: r.code,
-                comment: r.comment,
-            })
-        }
+        succeeded(r)
     })
     .await
     .map_err(|_| PeerError::Timeout)?
@@ -367,17 +356,22 @@ pub async fn send_datachanged(node: &Node, peer: &PeerConfig) -> Result<(), Peer
         let r = conn.request(&request).await?;
         let _ = conn.close().await;
         // Digest A9: 200 is the answer; a 201 is tolerated (its output is dropped).
-        if r.code.is_success() {
-            Ok(())
-        } else {
-            Err(PeerError::Refused {
-                code: r.code,
-                comment: r.comment,
-            })
-        }
+        succeeded(r)
     })
     .await
     .map_err(|_| PeerError::Timeout)?
+}
+
+/// `Ok` for a 2xx reply, else the peer's refusal with its code and comment.
+fn succeeded(reply: ClientReply) -> Result<(), PeerError> {
+    if reply.code.is_success() {
+        Ok(())
+    } else {
+        Err(PeerError::Refused {
+            code: reply.code,
+            comment: reply.comment,
+        })
+    }
 }
 
 #[cfg(test)]
