@@ -39,6 +39,9 @@ pub(crate) type RandomState = foldhash::fast::RandomState;
 pub(crate) const BLOCK: usize = 8;
 const BLOCK_SHIFT: u32 = BLOCK.trailing_zeros();
 
+/// Most ids [`Segment::touch_postings`] takes at once.
+pub(crate) const TOUCH_BATCH: usize = 16;
+
 /// Counts at or above this are kept in [`Segment::big_counts`].
 const BIG: u32 = u32::MAX;
 
@@ -137,20 +140,6 @@ impl BulkBuilder {
         }
     }
 
-    /// Loads the memory a lookup of hash `h` will read first and returns a digest of it:
-    /// issued for several values before any of them is looked up, the cache misses overlap
-    /// instead of following one another.
-    fn touch(&self, h: u64) -> u64 {
-        let entry = self.table[h as usize & (self.table.len() - 1)];
-        match entry.checked_sub(1) {
-            Some(id) => {
-                let (start, _, stored) = self.spans[id as usize];
-                stored ^ u64::from(self.arena.get(start).copied().unwrap_or(0))
-            }
-            None => 0,
-        }
-    }
-
     /// The id of `value` (hash `h`, from [`hash_folded`]), added when new. The table must
     /// have room ([`BulkBuilder::reserve`]).
     fn intern(&mut self, value: &[u8], h: u64) -> Result<u32, SegmentOverflow> {
@@ -210,7 +199,24 @@ impl BulkBuilder {
             self.reserve(batch.len());
             for (h, e) in hashes.iter_mut().zip(batch) {
                 *h = hash_folded(hasher, e.0);
-                digest ^= self.touch(*h);
+            }
+            // Load, in tight loops, the memory the lookups will read first: the cache misses
+            // of a batch then overlap instead of following one another.
+            let mask = self.table.len() - 1;
+            let mut ids = [0u32; BATCH];
+            for (id, &h) in ids.iter_mut().zip(&hashes[..batch.len()]) {
+                *id = self.table[h as usize & mask];
+            }
+            let mut starts = [0usize; BATCH];
+            for (start, &id) in starts.iter_mut().zip(&ids[..batch.len()]) {
+                if let Some(id) = id.checked_sub(1) {
+                    let span = self.spans[id as usize];
+                    digest ^= span.2;
+                    *start = span.0;
+                }
+            }
+            for &start in &starts[..batch.len()] {
+                digest ^= u64::from(self.arena.get(start).copied().unwrap_or(0));
             }
             for (&h, &(value, attr, count)) in hashes.iter().zip(batch) {
                 scratch.push((self.intern(value, h)?, attr, count));
@@ -481,6 +487,28 @@ impl Segment {
             .iter()
             .enumerate()
             .map(move |(k, p)| (p.slot, p.attr, self.count_at(start + k, p)))
+    }
+
+    /// Loads, in tight loops, the memory that reading the postings of `ids` (at most
+    /// [`TOUCH_BATCH`]) starts with, and returns a digest of it (pass it to
+    /// [`std::hint::black_box`]): the cache misses of many values then overlap instead of
+    /// following one another.
+    pub(crate) fn touch_postings(&self, ids: &[u32]) -> u64 {
+        let mut starts = [0u32; TOUCH_BATCH];
+        let n = ids.len().min(TOUCH_BATCH);
+        for (s, &id) in starts.iter_mut().zip(&ids[..n]) {
+            *s = match (id as usize).checked_sub(1) {
+                Some(prev) => self.post_ends.get(prev).copied().unwrap_or(0),
+                None => 0,
+            };
+        }
+        let mut digest = 0u64;
+        for &s in &starts[..n] {
+            if let Some(p) = self.postings.get(s as usize) {
+                digest ^= u64::from(p.slot);
+            }
+        }
+        digest
     }
 
     fn count_at(&self, index: usize, p: &Posting) -> u64 {

@@ -28,6 +28,15 @@
 //! Writes run on the caller's thread and may take a while when they trigger a big merge:
 //! call them from a blocking task, not an async executor thread.
 //!
+//! # Queries
+//!
+//! A term's matching values come from each segment's exact table or trigram index; their
+//! postings are summed per slot in a flat per-thread array indexed by slot (no hashing, no
+//! per-query allocation of it), so the work is one pass over the matching postings. Only
+//! the `limit` best candidates are then ranked in full, and a second pass collects the
+//! matched values of just those for the referrals. Postings are touched in small batches
+//! before they are read, so that their cache misses overlap.
+//!
 //! # Loop prevention (digest A21)
 //!
 //! Every hint may carry `Provenance-N` attributes naming the DSIs of the datasets it was
@@ -47,7 +56,7 @@ use cip_proto::dsi::DsiError;
 use cip_proto::soif::attr::base_name;
 
 use crate::hint::{AttrSpec, CipHint};
-use crate::index::{BulkBuilder, RandomState, Segment, hash_lower};
+use crate::index::{BulkBuilder, RandomState, Segment, TOUCH_BATCH, hash_lower};
 use crate::query::{MatchOp, Query};
 use crate::rank::{
     Explanation, MatchedValue, QueryOptions, RankKey, Referral, TermExplanation, TermStatus,
@@ -596,17 +605,10 @@ thread_local! {
 
 /// Runs `f` with this thread's scratch buffers (fresh ones if they are in use already).
 fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
-    let mut f = Some(f);
-    let shared = SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut scratch) => f.take().map(|f| f(&mut scratch)),
-        Err(_) => None,
-    });
-    match (shared, f) {
-        (Some(r), _) => r,
-        (None, Some(f)) => f(&mut Scratch::default()),
-        // Invariant: `f` was taken only when it ran and produced a result.
-        (None, None) => unreachable!("scratch closure ran without a result"),
-    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => f(&mut scratch),
+        Err(_) => f(&mut Scratch::default()),
+    })
 }
 
 impl RoutingTable {
@@ -1085,9 +1087,14 @@ impl RoutingTable {
                     for (si, seg) in snap.segments.iter().enumerate() {
                         scratch.ids.clear();
                         seg.find_substring(&finder, &mut scratch.blocks, &mut scratch.ids);
-                        for &id in &scratch.ids {
-                            add(si, seg, id);
+                        let mut digest = 0;
+                        for batch in scratch.ids.chunks(TOUCH_BATCH) {
+                            digest ^= seg.touch_postings(batch);
+                            for &id in batch {
+                                add(si, seg, id);
+                            }
                         }
+                        std::hint::black_box(digest);
                     }
                 }
             }
@@ -1287,8 +1294,17 @@ fn gather_with(
         cand_of[c.slot as usize] = i as u32 + 1;
     }
     let mut raw: Vec<(u32, Hit)> = Vec::new();
+    let mut digest = 0;
     for (t, term) in eval.terms.iter().enumerate() {
-        for &(seg, id) in &term.values {
+        for (k, &(seg, id)) in term.values.iter().enumerate() {
+            if k % TOUCH_BATCH == 0 {
+                // Values come by segment: touch the run of this segment's ids ahead.
+                let ahead = &term.values[k..(k + TOUCH_BATCH).min(term.values.len())];
+                let run = ahead.iter().take_while(|v| v.0 == seg).count();
+                scratch.ids.clear();
+                scratch.ids.extend(ahead[..run].iter().map(|v| v.1));
+                digest ^= snap.segments[seg as usize].touch_postings(&scratch.ids);
+            }
             for (slot, attr, count) in snap.segments[seg as usize].postings(id) {
                 let c = cand_of[slot as usize];
                 if c != 0 && contains_sorted(&term.attrs, attr) {
@@ -1307,6 +1323,7 @@ fn gather_with(
             }
         }
     }
+    std::hint::black_box(digest);
     for c in &eval.candidates {
         cand_of[c.slot as usize] = 0;
     }
