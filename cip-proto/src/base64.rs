@@ -41,14 +41,14 @@ pub fn encode_line(data: &[u8]) -> String {
 /// # Errors
 /// [`Base64Error`] with the offset of the first offending character in `input`.
 pub fn decode_mime(input: &[u8]) -> Result<Vec<u8>, Base64Error> {
-    // Keep a map from compacted positions back to input offsets for error messages.
+    // Drop whitespace run by run (MIME bodies are 76-character lines), then decode in one go.
     let mut compact = Vec::with_capacity(input.len());
-    let mut offsets = Vec::with_capacity(input.len());
-    for (i, &b) in input.iter().enumerate() {
-        if !matches!(b, b'\r' | b'\n' | b' ' | b'\t') {
-            compact.push(b);
-            offsets.push(i);
-        }
+    let mut rest = input;
+    while !rest.is_empty() {
+        let run = rest.iter().position(|&b| is_space(b)).unwrap_or(rest.len());
+        compact.extend_from_slice(&rest[..run]);
+        let spaces = rest[run..].iter().take_while(|&&b| is_space(b)).count();
+        rest = &rest[run + spaces..];
     }
     STANDARD.decode(&compact).map_err(|e| {
         let (at, reason) = match e {
@@ -60,10 +60,24 @@ pub fn decode_mime(input: &[u8]) -> Result<Vec<u8>, Base64Error> {
             base64::DecodeError::InvalidPadding => (compact.len(), "invalid padding".into()),
         };
         Base64Error {
-            offset: offsets.get(at).copied().unwrap_or(input.len()),
+            offset: input_offset(input, at),
             reason,
         }
     })
+}
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b'\r' | b'\n' | b' ' | b'\t')
+}
+
+/// The offset in `input` of the `at`-th non-whitespace byte (the input length past the end).
+fn input_offset(input: &[u8], at: usize) -> usize {
+    input
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| !is_space(b))
+        .nth(at)
+        .map_or(input.len(), |(i, _)| i)
 }
 
 #[cfg(test)]
@@ -82,5 +96,9 @@ mod tests {
     fn error_offset_counts_whitespace() {
         let e = decode_mime(b"QUJD\r\nR!==").unwrap_err();
         assert_eq!(e.offset, 7);
+        let e = decode_mime(b" QUJD\r\n\r\n QU").unwrap_err();
+        assert_eq!(e.offset, 12, "truncated input points at its end");
+        assert_eq!(decode_mime(b" QU\tJD \r\n").unwrap(), b"ABC");
+        assert_eq!(decode_mime(b"").unwrap(), b"");
     }
 }

@@ -250,10 +250,16 @@ impl SoifObject {
 
 /// True when `bytes` are UTF-8 text with no control characters other than TAB, CR and LF.
 pub fn is_text(bytes: &[u8]) -> bool {
-    std::str::from_utf8(bytes).is_ok_and(|s| {
-        !s.chars()
-            .any(|c| c.is_control() && c != '\t' && c != '\r' && c != '\n')
-    })
+    // In valid UTF-8 the control characters are exactly the bytes 0x00-0x1F and 0x7F (C0,
+    // DEL) and the two-byte sequences C2 80 - C2 9F (C1), so a byte scan after validation
+    // finds them without decoding characters.
+    std::str::from_utf8(bytes).is_ok()
+        && !bytes.iter().enumerate().any(|(i, &b)| match b {
+            b'\t' | b'\r' | b'\n' => false,
+            0x00..=0x1f | 0x7f => true,
+            0xc2 => bytes.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)),
+            _ => false,
+        })
 }
 
 fn check_url(url: &[u8]) -> Result<(), SoifError> {
@@ -306,7 +312,19 @@ mod tests {
     #[test]
     fn text_detection() {
         assert!(is_text(b"plain\ttext\r\n"));
+        assert!(is_text("caf\u{e9} \u{a0}\u{100}".as_bytes()));
         assert!(!is_text(b"nul\0"));
+        assert!(!is_text(b"del\x7f"));
+        assert!(!is_text("c1 \u{85}".as_bytes()));
         assert!(!is_text(&[0xff, 0xfe]));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn byte_scan_agrees_with_char_scan(s in "\\PC*|[\\x00-\\x{a0}]{0,40}") {
+            let by_chars =
+                !s.chars().any(|c| c.is_control() && c != '\t' && c != '\r' && c != '\n');
+            proptest::prop_assert_eq!(is_text(s.as_bytes()), by_chars);
+        }
     }
 }
