@@ -86,7 +86,13 @@ pub fn effective_directive(configured: &str) -> String {
 pub fn init(format: LogFormat, level: &str) -> Result<LogHandle, LogError> {
     let filter = parse(&effective_directive(level))?;
     let (filter, handle) = reload::Layer::new(filter);
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal (and not with NO_COLOR): journald and log files get plain
+    // text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let fmt: Box<dyn Layer<_> + Send + Sync> = match format {
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt.json().flatten_event(true).boxed(),

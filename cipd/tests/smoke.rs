@@ -22,6 +22,7 @@ fn sample_node_answers_its_sample_query() {
     let state = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_cipd"))
         .env("XDG_STATE_HOME", state.path())
+        .env("XDG_RUNTIME_DIR", state.path())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -1,0 +1,237 @@
+//! The `cipd` binary under process signals: `kill -9` at arbitrary moments while it polls a
+//! peer and writes its spool never leaves a state it cannot start from (the table comes back
+//! from the spool with the peer down); SIGHUP reloads; SIGTERM drains and exits 0.
+
+#![allow(missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const LEAF: &str = "1.3.6.1.4.1.99999.81";
+const HUB: &str = "1.3.6.1.4.1.99999.80";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A running daemon; killed when dropped.
+struct Daemon {
+    child: Child,
+    cip: String,
+    http: Option<String>,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `cipd --config path` and reads its log until every listener is bound.
+fn start(config: &Path, http: bool) -> Daemon {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cipd"))
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let (mut cip, mut http_url) = (None, None);
+    let deadline = Instant::now() + WAIT;
+    while cip.is_none() || (http && http_url.is_none()) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("cipd logs its listeners");
+        if let Some(a) = after(&line, "listening for CIP on ") {
+            cip = Some(a);
+        }
+        if let Some(u) = after(&line, "listening for queries on ") {
+            http_url = Some(u);
+        }
+    }
+    // Keep draining the log so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    Daemon {
+        child,
+        cip: cip.unwrap(),
+        http: http_url,
+    }
+}
+
+fn after(line: &str, marker: &str) -> Option<String> {
+    let at = line.find(marker)? + marker.len();
+    Some(line[at..].split_whitespace().next()?.to_owned())
+}
+
+fn leaf_config(dir: &Path) -> std::path::PathBuf {
+    std::fs::write(
+        dir.join("leaf.soif"),
+        "@DOCUMENT { http://leaf/1\nAuthor{6}:\tGarcia\n}\n@DOCUMENT { http://leaf/2\nAuthor{5}:\tOkafo\n}\n",
+    )
+    .unwrap();
+    let path = dir.join("leaf.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "data_dir = {:?}\n[node]\ndsi = \"{LEAF}\"\nbase_uri = \"http://leaf.example/\"\n\
+             [listen]\ncip = [\"127.0.0.1:0\"]\n[[collection]]\nname = \"docs\"\ntype = \"soif\"\n\
+             path = {:?}\n[export]\nattributes = [\"DOCUMENT:Author\"]\n",
+            dir.join("leaf-spool").display().to_string(),
+            dir.join("leaf.soif").display().to_string(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn hub_config(dir: &Path, leaf_cip: &str, authors: &[&str]) -> std::path::PathBuf {
+    let soif: String = authors
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            format!(
+                "@DOCUMENT {{ http://hub/{i}\nAuthor{{{}}}:\t{a}\n}}\n",
+                a.len()
+            )
+        })
+        .collect();
+    std::fs::write(dir.join("hub.soif"), soif).unwrap();
+    let (host, port) = leaf_cip.rsplit_once(':').unwrap();
+    let path = dir.join("hub.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "data_dir = {:?}\n[node]\ndsi = \"{HUB}\"\n[listen]\ncip = [\"127.0.0.1:0\"]\n\
+             http = [\"127.0.0.1:0\"]\n[[collection]]\nname = \"docs\"\ntype = \"soif\"\n\
+             path = {:?}\n[export]\nattributes = [\"DOCUMENT:Author\"]\n[limits]\n\
+             watch_interval = \"0s\"\nconnect_timeout = \"1s\"\n\
+             [[peer]]\nname = \"leaf\"\nhost = \"{host}\"\nport = {port}\nrole = \"poll\"\n\
+             dsi = \"{LEAF}\"\npoll_interval = \"20ms\"\n",
+            dir.join("hub-spool").display().to_string(),
+            dir.join("hub.soif").display().to_string(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn get(rt: &tokio::runtime::Runtime, url: &str, q: &str) -> cipd::state::QueryAnswer {
+    let path = format!("/v1/referrals?q={}", cipd::ctl::query::percent_encode(q));
+    rt.block_on(cipd::ctl::query::get_json(
+        url,
+        &path,
+        Duration::from_secs(5),
+    ))
+    .unwrap()
+}
+
+/// Polls `f` until it holds (the deadline only bounds failure).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status();
+    assert!(ok.unwrap().success());
+}
+
+#[test]
+fn kill_9_at_any_moment_then_restart_from_the_spool_with_the_peer_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let leaf = start(&leaf_config(dir.path()), false);
+    let hub_toml = hub_config(dir.path(), &leaf.cip, &["Hal"]);
+    // The hub polls every 20 ms and rewrites its spool on each poll: kill it at several
+    // moments in that cycle.
+    for round in 0..4u64 {
+        let hub = start(&hub_toml, true);
+        let url = hub.http.clone().unwrap();
+        eventually("the hub refers to the leaf", || {
+            get(&rt, &url, "DOCUMENT:Author=Garcia")
+                .referrals
+                .iter()
+                .any(|r| r.dsi == LEAF)
+        });
+        std::thread::sleep(Duration::from_millis(7 * round + 3));
+        drop(hub); // SIGKILL
+    }
+    drop(leaf);
+
+    // Peer down: the restarted hub answers from its spool alone.
+    let hub = start(&hub_toml, true);
+    let url = hub.http.clone().unwrap();
+    let answer = get(&rt, &url, "DOCUMENT:Author=Garcia");
+    let r = answer
+        .referrals
+        .iter()
+        .find(|r| r.dsi == LEAF)
+        .expect("restored from the spool");
+    assert_eq!((r.count, r.total), (1, 2));
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("hub-spool"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "temporary files cleaned at start: {leftovers:?}"
+    );
+}
+
+#[test]
+fn sighup_reloads_and_sigterm_drains_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let leaf = start(&leaf_config(dir.path()), false);
+    let hub_toml = hub_config(dir.path(), &leaf.cip, &["Hal"]);
+    let mut hub = start(&hub_toml, true);
+    let url = hub.http.clone().unwrap();
+    assert_eq!(get(&rt, &url, "DOCUMENT:Author=Hal").local, 1);
+
+    // A changed collection (the watcher is off): SIGHUP re-reads it.
+    hub_config(dir.path(), &leaf.cip, &["Hal", "Hal", "Ida"]);
+    signal(&hub.child, "HUP");
+    eventually("the reload", || {
+        get(&rt, &url, "DOCUMENT:Author=Hal").local == 2
+    });
+
+    // A broken config on SIGHUP is refused; the node keeps serving.
+    std::fs::write(&hub_toml, "this is not toml").unwrap();
+    signal(&hub.child, "HUP");
+    assert_eq!(get(&rt, &url, "DOCUMENT:Author=Ida").local, 1);
+
+    signal(&hub.child, "TERM");
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = hub.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "cipd did not stop after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "SIGTERM drains and exits 0");
+}
