@@ -218,7 +218,7 @@ pub fn aggregate(
             let value = seg.value(id);
             for (slot, attr, count) in seg.postings(id) {
                 if included_slots.get(slot as usize).copied().unwrap_or(false) {
-                    acc.attr(&specs[attr as usize]).add(value, count);
+                    acc.attr(&specs[attr as usize]).add(&value, count);
                 }
             }
         }

@@ -11,17 +11,19 @@
 //! * exact: an open-addressing table of value ids keyed by a randomly seeded `foldhash` of
 //!   the folded bytes (seeded so that a peer cannot choose colliding values offline), the
 //!   candidate compared byte-wise with the folded copy of the value;
-//! * substring: a trigram index over folded values. Values are grouped in blocks of
-//!   [`BLOCK`] consecutive ids and each trigram lists, delta-varint coded, the blocks whose
-//!   values contain it; a search intersects the lists of the needle's trigrams, rarest
-//!   first, for as long as a list is short next to the blocks left to check, then runs
-//!   `memchr::memmem` over the folded bytes of each run of surviving blocks (values are
-//!   contiguous, so a run is one haystack). Needles shorter than three bytes scan all
-//!   folded bytes the same way;
+//! * substring: a trigram index over folded values: each trigram lists, delta-varint coded,
+//!   the ids of the values containing it. A search intersects the lists of the needle's
+//!   trigrams, rarest first, for as long as a list is short next to the candidates left;
+//!   a three-byte needle's list is the answer, longer needles' candidates are checked with
+//!   `memchr::memmem` (their bytes loaded a batch ahead, so that cache misses overlap).
+//!   Needles shorter than three bytes scan all folded bytes;
 //! * prefix: binary search over the sorted values.
 //!
-//! Each value is stored twice: its representative spelling (answers show it) and its
-//! ASCII-lowercased form (lookups compare it), at the same offsets.
+//! Each value is stored once, ASCII-lowercased (lookups compare that), with one bit per
+//! byte marking the bytes that are uppercase in its representative spelling (answers show
+//! that). Per value, the ends of its bytes and of its postings sit side by side, so that an
+//! exact lookup costs three dependent cache misses: hash table, ends, then bytes and
+//! postings together.
 //!
 //! Segments never change once built; the routing table replaces them whole.
 
@@ -33,11 +35,6 @@ use memchr::memmem;
 
 /// The seeded hasher of value bytes: `foldhash`, seeded randomly per table.
 pub(crate) type RandomState = foldhash::fast::RandomState;
-
-/// Values per trigram-index block: a trigram's list names blocks, not values, which keeps the
-/// index to a few bytes per value at the price of checking up to this many values per block.
-pub(crate) const BLOCK: usize = 8;
-const BLOCK_SHIFT: u32 = BLOCK.trailing_zeros();
 
 /// Most ids [`Segment::touch_postings`] takes at once.
 pub(crate) const TOUCH_BATCH: usize = 16;
@@ -62,16 +59,26 @@ pub(crate) struct SegmentOverflow;
 /// An immutable set of values with their postings and lookup structures.
 #[derive(Debug, Default)]
 pub(crate) struct Segment {
-    bytes: Vec<u8>,
-    /// `bytes` ASCII-lowercased.
+    /// The values ASCII-lowercased, concatenated.
     folded: Vec<u8>,
-    value_ends: Vec<u32>,
-    post_ends: Vec<u32>,
+    /// Bit `i` (bit `i % 64` of word `i / 64`) is set when byte `i` of `folded` is an
+    /// uppercase letter in the value's representative spelling.
+    upper: Vec<u64>,
+    /// Per value: where its bytes and its postings end (interleaved, so that one cache
+    /// line gives both).
+    ends: Vec<End>,
     postings: Vec<Posting>,
     big_counts: Vec<(u32, u64)>,
     slots: Vec<(u32, u64)>,
     table: Vec<u32>,
     grams: GramIndex,
+}
+
+/// Where a value's bytes and postings end.
+#[derive(Debug, Clone, Copy, Default)]
+struct End {
+    value: u32,
+    post: u32,
 }
 
 /// Compares byte strings as if ASCII-lowercased.
@@ -369,7 +376,7 @@ impl Segment {
         for (seg, s) in segments.iter().enumerate() {
             if s.len() > 0 {
                 heap.push(Cursor {
-                    key: s.value(0),
+                    key: s.folded_value(0),
                     seg,
                     id: 0,
                 });
@@ -378,6 +385,7 @@ impl Segment {
         let mut builder = Builder::default();
         let mut group: Vec<(usize, u32)> = Vec::new();
         let mut postings: Vec<(u32, u32, u64)> = Vec::new();
+        let mut spelling_buf: Vec<u8> = Vec::new();
         while let Some(first) = heap.pop() {
             group.clear();
             group.push((first.seg, first.id));
@@ -390,7 +398,7 @@ impl Segment {
                 }
             }
             postings.clear();
-            let mut spelling: Option<&[u8]> = None;
+            let mut spelling: Option<(&Segment, u32)> = None;
             for &(seg, id) in &group {
                 let s = segments[seg];
                 let before = postings.len();
@@ -400,19 +408,23 @@ impl Segment {
                         .map(|(slot, attr, count)| (attr, slot, count)),
                 );
                 if postings.len() > before {
-                    let v = s.value(id);
-                    spelling = Some(spelling.map_or(v, |w| w.min(v)));
+                    spelling = match spelling {
+                        Some((w, wid)) if w.cmp_spelling(wid, s, id).is_le() => Some((w, wid)),
+                        _ => Some((s, id)),
+                    };
                 }
                 if let Some(next) = id.checked_add(1).filter(|&n| (n as usize) < s.len()) {
                     heap.push(Cursor {
-                        key: s.value(next),
+                        key: s.folded_value(next),
                         seg,
                         id: next,
                     });
                 }
             }
-            if let Some(spelling) = spelling {
-                builder.push(spelling, &mut postings)?;
+            if let Some((s, id)) = spelling {
+                spelling_buf.clear();
+                s.write_value(id, &mut spelling_buf);
+                builder.push(&spelling_buf, &mut postings)?;
             }
         }
         Ok(builder.finish().index(hasher))
@@ -439,7 +451,7 @@ impl Segment {
 
     /// Number of distinct values.
     pub(crate) fn len(&self) -> usize {
-        self.value_ends.len()
+        self.ends.len()
     }
 
     /// Number of postings.
@@ -449,41 +461,110 @@ impl Segment {
 
     /// Bytes of value text.
     pub(crate) fn value_bytes(&self) -> usize {
-        self.bytes.len()
+        self.folded.len()
     }
 
-    /// The representative spelling of value `id`.
-    pub(crate) fn value(&self, id: u32) -> &[u8] {
+    /// Value `id`'s byte range in `folded` and posting range.
+    #[inline]
+    fn spans(&self, id: u32) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
         let id = id as usize;
-        let start = if id == 0 {
-            0
-        } else {
-            self.value_ends[id - 1] as usize
+        let end = self.ends[id];
+        let start = match id.checked_sub(1) {
+            Some(prev) => self.ends[prev],
+            None => End::default(),
         };
-        &self.bytes[start..self.value_ends[id] as usize]
+        (
+            start.value as usize..end.value as usize,
+            start.post as usize..end.post as usize,
+        )
+    }
+
+    fn is_upper(&self, i: usize) -> bool {
+        self.upper
+            .get(i / 64)
+            .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
+    }
+
+    /// True when any byte in `range` of `folded` is uppercase in the spelling.
+    fn any_upper(&self, range: std::ops::Range<usize>) -> bool {
+        let mut i = range.start;
+        while i < range.end {
+            let word = self.upper.get(i / 64).copied().unwrap_or(0);
+            let bits = word >> (i % 64);
+            let n = (64 - i % 64).min(range.end - i);
+            let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+            if bits & mask != 0 {
+                return true;
+            }
+            i += n;
+        }
+        false
+    }
+
+    /// The representative spelling of value `id` (borrowed when it has no uppercase).
+    pub(crate) fn value(&self, id: u32) -> std::borrow::Cow<'_, [u8]> {
+        let (range, _) = self.spans(id);
+        if !self.any_upper(range.clone()) {
+            return std::borrow::Cow::Borrowed(&self.folded[range]);
+        }
+        let mut out = Vec::with_capacity(range.len());
+        self.write_value(id, &mut out);
+        std::borrow::Cow::Owned(out)
+    }
+
+    /// Appends the representative spelling of value `id` to `out`.
+    pub(crate) fn write_value(&self, id: u32, out: &mut Vec<u8>) {
+        let (range, _) = self.spans(id);
+        let at = out.len();
+        out.extend_from_slice(&self.folded[range.clone()]);
+        // Visit only the set bits of the words the range covers.
+        let mut i = range.start;
+        while i < range.end {
+            let word = self.upper.get(i / 64).copied().unwrap_or(0);
+            let n = (64 - i % 64).min(range.end - i);
+            let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+            let mut bits = (word >> (i % 64)) & mask;
+            while bits != 0 {
+                let k = i - range.start + bits.trailing_zeros() as usize;
+                out[at + k] = out[at + k].to_ascii_uppercase();
+                bits &= bits - 1;
+            }
+            i += n;
+        }
+    }
+
+    /// Compares the spelling of value `a` here with value `b` of `other`, byte-wise.
+    pub(crate) fn cmp_spelling(&self, a: u32, other: &Segment, b: u32) -> Ordering {
+        let (ra, _) = self.spans(a);
+        let (rb, _) = other.spans(b);
+        let (x, y) = (&self.folded[ra.clone()], &other.folded[rb.clone()]);
+        for k in 0..x.len().min(y.len()) {
+            let mut p = x[k];
+            if self.is_upper(ra.start + k) {
+                p = p.to_ascii_uppercase();
+            }
+            let mut q = y[k];
+            if other.is_upper(rb.start + k) {
+                q = q.to_ascii_uppercase();
+            }
+            if p != q {
+                return p.cmp(&q);
+            }
+        }
+        x.len().cmp(&y.len())
     }
 
     /// Value `id` ASCII-lowercased.
     pub(crate) fn folded_value(&self, id: u32) -> &[u8] {
-        let id = id as usize;
-        let start = if id == 0 {
-            0
-        } else {
-            self.value_ends[id - 1] as usize
-        };
-        &self.folded[start..self.value_ends[id] as usize]
+        let (range, _) = self.spans(id);
+        &self.folded[range]
     }
 
     /// The postings of value `id` as `(slot, attribute, count)`.
     pub(crate) fn postings(&self, id: u32) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
-        let id = id as usize;
-        let start = if id == 0 {
-            0
-        } else {
-            self.post_ends[id - 1] as usize
-        };
-        let end = self.post_ends[id] as usize;
-        self.postings[start..end]
+        let (_, range) = self.spans(id);
+        let start = range.start;
+        self.postings[range]
             .iter()
             .enumerate()
             .map(move |(k, p)| (p.slot, p.attr, self.count_at(start + k, p)))
@@ -498,7 +579,7 @@ impl Segment {
         let n = ids.len().min(TOUCH_BATCH);
         for (s, &id) in starts.iter_mut().zip(&ids[..n]) {
             *s = match (id as usize).checked_sub(1) {
-                Some(prev) => self.post_ends.get(prev).copied().unwrap_or(0),
+                Some(prev) => self.ends.get(prev).map_or(0, |e| e.post),
                 None => 0,
             };
         }
@@ -507,6 +588,55 @@ impl Segment {
             if let Some(p) = self.postings.get(s as usize) {
                 digest ^= u64::from(p.slot);
             }
+        }
+        digest
+    }
+
+    /// Loads the ends of `ids` and returns a digest of them (see
+    /// [`Segment::touch_postings`]). The first stage of a pipeline: touch the ends of batch
+    /// `b + 2`, then the postings or bytes of batch `b + 1`, then read batch `b`, so that
+    /// a batch's cache misses are in flight while the one before is worked on.
+    pub(crate) fn touch_ends(&self, ids: &[u32]) -> u64 {
+        let mut digest = 0u64;
+        for &id in ids {
+            let id = id as usize;
+            if let Some(e) = self.ends.get(id) {
+                digest ^= u64::from(e.post);
+            }
+            if let Some(e) = id.checked_sub(1).and_then(|p| self.ends.get(p)) {
+                digest ^= u64::from(e.value);
+            }
+        }
+        digest
+    }
+
+    /// Loads every cache line of the postings of `ids` (up to a few lines each; their ends
+    /// should be loaded already) and returns a digest.
+    pub(crate) fn touch_posting_lines(&self, ids: &[u32]) -> u64 {
+        const PER_LINE: usize = 64 / std::mem::size_of::<Posting>();
+        let mut digest = 0u64;
+        for &id in ids {
+            let (_, range) = self.spans(id);
+            let end = range.end.min(range.start + 16 * PER_LINE);
+            let mut i = range.start;
+            while i < end {
+                digest ^= u64::from(self.postings[i].slot);
+                i += PER_LINE;
+            }
+            if let Some(p) = end.checked_sub(1).and_then(|i| self.postings.get(i)) {
+                digest ^= u64::from(p.slot);
+            }
+        }
+        digest
+    }
+
+    /// Loads the first byte of each value of `ids` (whose ends should be loaded already)
+    /// and returns a digest.
+    fn touch_values(&self, ids: &[u32]) -> u64 {
+        let mut digest = 0u64;
+        for &id in ids {
+            let (range, _) = self.spans(id);
+            digest ^= u64::from(self.folded.get(range.start).copied().unwrap_or(0));
         }
         digest
     }
@@ -551,7 +681,13 @@ impl Segment {
                 return None;
             }
             let id = entry - 1;
-            if self.folded_value(id) == lower {
+            let (value, posts) = self.spans(id);
+            // Start loading the postings while the bytes are compared: nearly always
+            // they are read next.
+            std::hint::black_box(self.postings.get(posts.start).map(|p| p.slot));
+            // Likewise the uppercase bits, read when the spelling is shown.
+            std::hint::black_box(self.upper.get(value.start / 64));
+            if &self.folded[value] == lower {
                 return Some(id);
             }
             at = (at + 1) & mask;
@@ -559,13 +695,8 @@ impl Segment {
     }
 
     /// Appends to `out` the ids of values containing the needle `finder` looks for (built
-    /// on the ASCII-lowercased needle), in ascending order. `blocks` is scratch space.
-    pub(crate) fn find_substring(
-        &self,
-        finder: &memmem::Finder<'_>,
-        blocks: &mut Vec<u32>,
-        out: &mut Vec<u32>,
-    ) {
+    /// on the ASCII-lowercased needle), in ascending order.
+    pub(crate) fn find_substring(&self, finder: &memmem::Finder<'_>, out: &mut Vec<u32>) {
         let n = self.len();
         let needle = finder.needle();
         if n == 0 {
@@ -601,42 +732,46 @@ impl Segment {
         }
         let lists = &mut lists[..count];
         lists.sort_unstable_by_key(|l| l.len());
-        blocks.clear();
-        blocks.extend(Blocks::new(lists[0]));
+        let first = out.len();
+        out.extend(Ids::new(lists[0]));
         for list in lists.iter().skip(1) {
-            // Decoding a list costs about a byte's work per entry; checking a block costs
-            // a memmem over eight values. Stop once the blocks left are cheaper to check.
-            if blocks.is_empty() || list.len() > 16 * blocks.len() {
+            let len = out.len() - first;
+            // Decoding a list costs about a byte's work per entry; checking a candidate
+            // costs a cache miss or two. Stop once the candidates left are cheaper to check.
+            if len == 0 || list.len() > 8 * len {
                 break;
             }
-            let mut keep = 0;
-            let mut other = Blocks::new(list).peekable();
-            for k in 0..blocks.len() {
-                let b = blocks[k];
-                while other.next_if(|&o| o < b).is_some() {}
-                if other.peek() == Some(&b) {
-                    blocks[keep] = b;
+            intersect(out, first, list);
+        }
+        if needle.len() == 3 {
+            // The one trigram's list is exact.
+            return;
+        }
+        // Check the candidates, loading the bytes a batch ahead so that misses overlap.
+        let mut keep = first;
+        let len = out.len();
+        let batch = |out: &[u32], b: usize| -> std::ops::Range<usize> {
+            let start = (first + b * TOUCH_BATCH).min(out.len());
+            start..(start + TOUCH_BATCH).min(out.len())
+        };
+        let mut digest =
+            self.touch_ends(&out[batch(out, 0)]) ^ self.touch_ends(&out[batch(out, 1)]);
+        digest ^= self.touch_values(&out[batch(out, 0)]);
+        let mut b = 0;
+        while first + b * TOUCH_BATCH < len {
+            digest ^= self.touch_ends(&out[batch(out, b + 2)]);
+            digest ^= self.touch_values(&out[batch(out, b + 1)]);
+            for i in batch(out, b) {
+                let id = out[i];
+                if finder.find(self.folded_value(id)).is_some() {
+                    out[keep] = id;
                     keep += 1;
                 }
             }
-            blocks.truncate(keep);
+            b += 1;
         }
-        // Check each run of consecutive blocks as one haystack.
-        let mut k = 0;
-        while k < blocks.len() {
-            let first = blocks[k];
-            let mut last = first;
-            while k + 1 < blocks.len() && blocks[k + 1] == last + 1 {
-                k += 1;
-                last += 1;
-            }
-            k += 1;
-            let start = (first as usize) << BLOCK_SHIFT;
-            let end = (((last as usize) + 1) << BLOCK_SHIFT).min(n);
-            if start < end {
-                self.scan_ids(finder, start as u32, end as u32, out);
-            }
-        }
+        std::hint::black_box(digest);
+        out.truncate(keep);
     }
 
     /// Appends the ids in `start..end` whose folded value contains `finder`'s needle.
@@ -646,15 +781,9 @@ impl Segment {
             out.extend(start..end);
             return;
         }
-        let value_start = |id: u32| {
-            if id == 0 {
-                0
-            } else {
-                self.value_ends[id as usize - 1] as usize
-            }
-        };
-        let hay_start = value_start(start);
-        let hay_end = self.value_ends[end as usize - 1] as usize;
+        let value_end = |id: u32| self.ends[id as usize].value as usize;
+        let hay_start = if start == 0 { 0 } else { value_end(start - 1) };
+        let hay_end = value_end(end - 1);
         let hay = &self.folded[hay_start..hay_end];
         let mut pos = 0;
         let mut id = start;
@@ -664,13 +793,13 @@ impl Segment {
             };
             let at = hay_start + pos + found;
             // The value holding byte `at` (ends are ascending; empty values are skipped).
-            while id < end && self.value_ends[id as usize] as usize <= at {
+            while id < end && value_end(id) <= at {
                 id += 1;
             }
             if id >= end {
                 break;
             }
-            let value_end = self.value_ends[id as usize] as usize;
+            let value_end = value_end(id);
             if at + nlen <= value_end {
                 out.push(id);
             }
@@ -684,9 +813,9 @@ impl Segment {
     /// The ids of values starting with `prefix`, ignoring ASCII case.
     pub(crate) fn prefix_range(&self, prefix: &[u8]) -> std::ops::Range<u32> {
         let n = self.len() as u32;
-        let lower = partition(n, |id| cmp_folded(self.value(id), prefix).is_lt());
+        let lower = partition(n, |id| cmp_folded(self.folded_value(id), prefix).is_lt());
         let upper = partition(n, |id| {
-            let v = self.value(id);
+            let v = self.folded_value(id);
             cmp_folded(v, prefix).is_lt()
                 || (v.len() >= prefix.len() && v[..prefix.len()].eq_ignore_ascii_case(prefix))
         });
@@ -695,9 +824,9 @@ impl Segment {
 
     /// Approximate heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.bytes.capacity()
-            + self.folded.capacity()
-            + 4 * (self.value_ends.capacity() + self.post_ends.capacity() + self.table.capacity())
+        self.folded.capacity()
+            + 8 * (self.upper.capacity() + self.ends.capacity())
+            + 4 * self.table.capacity()
             + std::mem::size_of::<Posting>() * self.postings.capacity()
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
             + self.grams.heap_bytes()
@@ -716,10 +845,9 @@ fn partition(n: u32, below: impl Fn(u32) -> bool) -> u32 {
 
 #[derive(Default)]
 struct Builder {
-    bytes: Vec<u8>,
     folded: Vec<u8>,
-    value_ends: Vec<u32>,
-    post_ends: Vec<u32>,
+    upper: Vec<u64>,
+    ends: Vec<End>,
     postings: Vec<Posting>,
     big_counts: Vec<(u32, u64)>,
     slot_entries: Vec<u64>,
@@ -735,16 +863,22 @@ impl Builder {
     ) -> Result<(), SegmentOverflow> {
         postings.sort_unstable();
         let fits = |len: usize| u32::try_from(len).is_ok_and(|n| n < u32::MAX);
-        if !fits(self.bytes.len() + spelling.len())
+        if !fits(self.folded.len() + spelling.len())
             || !fits(self.postings.len() + postings.len())
-            || !fits(self.value_ends.len() + 1)
+            || !fits(self.ends.len() + 1)
         {
             return Err(SegmentOverflow);
         }
-        self.bytes.extend_from_slice(spelling);
+        let at = self.folded.len();
         self.folded
             .extend(spelling.iter().map(u8::to_ascii_lowercase));
-        self.value_ends.push(self.bytes.len() as u32);
+        self.upper.resize(self.folded.len().div_ceil(64), 0);
+        for (k, b) in spelling.iter().enumerate() {
+            if b.is_ascii_uppercase() {
+                let i = at + k;
+                self.upper[i / 64] |= 1 << (i % 64);
+            }
+        }
         let mut k = 0;
         while k < postings.len() {
             let (attr, slot, mut count) = postings[k];
@@ -773,16 +907,18 @@ impl Builder {
             }
             self.slot_entries[s] += 1;
         }
-        self.post_ends.push(self.postings.len() as u32);
+        self.ends.push(End {
+            value: self.folded.len() as u32,
+            post: self.postings.len() as u32,
+        });
         Ok(())
     }
 
     fn finish(self) -> Segment {
         let mut seg = Segment {
-            bytes: self.bytes,
             folded: self.folded,
-            value_ends: self.value_ends,
-            post_ends: self.post_ends,
+            upper: self.upper,
+            ends: self.ends,
             postings: self.postings,
             big_counts: self.big_counts,
             slots: self
@@ -795,10 +931,9 @@ impl Builder {
             table: Vec::new(),
             grams: GramIndex::default(),
         };
-        seg.bytes.shrink_to_fit();
         seg.folded.shrink_to_fit();
-        seg.value_ends.shrink_to_fit();
-        seg.post_ends.shrink_to_fit();
+        seg.upper.shrink_to_fit();
+        seg.ends.shrink_to_fit();
         seg.postings.shrink_to_fit();
         seg
     }
@@ -810,7 +945,7 @@ fn gram_key(w: &[u8]) -> u32 {
         | u32::from(w[2].to_ascii_lowercase())
 }
 
-/// Trigram -> delta-varint list of value blocks.
+/// Trigram -> delta-varint list of the ids of the values containing it.
 #[derive(Debug, Default)]
 struct GramIndex {
     keys: Vec<u32>,
@@ -824,25 +959,21 @@ impl GramIndex {
         let mut dense: HashMap<u32, u32, BuildGramHasher> = HashMap::default();
         let mut building: Vec<(u32, u32, Vec<u8>)> = Vec::new();
         let mut grams: Vec<u32> = Vec::new();
-        let n = seg.len();
-        for block in 0..n.div_ceil(BLOCK) {
+        for id in 0..seg.len() as u32 {
             grams.clear();
-            for id in block * BLOCK..((block + 1) * BLOCK).min(n) {
-                grams.extend(seg.folded_value(id as u32).windows(3).map(gram_key));
-            }
+            grams.extend(seg.folded_value(id).windows(3).map(gram_key));
             grams.sort_unstable();
             grams.dedup();
-            let block = block as u32;
             for &g in &grams {
                 let next = building.len() as u32;
                 let k = *dense.entry(g).or_insert(next);
                 if k == next {
-                    building.push((g, block, Vec::new()));
-                    put_varint(&mut building[k as usize].2, block);
+                    building.push((g, id, Vec::new()));
+                    put_varint(&mut building[k as usize].2, id);
                 } else {
                     let e = &mut building[k as usize];
-                    put_varint(&mut e.2, block - e.1);
-                    e.1 = block;
+                    put_varint(&mut e.2, id - e.1);
+                    e.1 = id;
                 }
             }
         }
@@ -898,6 +1029,44 @@ impl Hasher for GramHasher {
     }
 }
 
+/// Keeps in `out[first..]` (ascending) only the ids the delta-varint `list` holds.
+fn intersect(out: &mut Vec<u32>, first: usize, list: &[u8]) {
+    let mut keep = first;
+    let mut pos = 0;
+    // The list's current id, and whether one was decoded yet.
+    let mut current = 0u32;
+    let mut started = false;
+    'ids: for k in first..out.len() {
+        let id = out[k];
+        while !started || current < id {
+            let mut v = 0u32;
+            let mut shift = 0u32;
+            loop {
+                let Some(&b) = list.get(pos) else {
+                    break 'ids;
+                };
+                pos += 1;
+                v |= u32::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
+                if b < 0x80 {
+                    break;
+                }
+                shift += 7;
+            }
+            current = if started {
+                current.saturating_add(v)
+            } else {
+                v
+            };
+            started = true;
+        }
+        if current == id {
+            out[keep] = id;
+            keep += 1;
+        }
+    }
+    out.truncate(keep);
+}
+
 fn put_varint(out: &mut Vec<u8>, mut v: u32) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -906,14 +1075,14 @@ fn put_varint(out: &mut Vec<u8>, mut v: u32) {
     out.push(v as u8);
 }
 
-/// Decodes a block list.
-struct Blocks<'a> {
+/// Decodes a trigram's list of value ids.
+struct Ids<'a> {
     data: &'a [u8],
     pos: usize,
     current: Option<u32>,
 }
 
-impl<'a> Blocks<'a> {
+impl<'a> Ids<'a> {
     fn new(data: &'a [u8]) -> Self {
         Self {
             data,
@@ -923,7 +1092,7 @@ impl<'a> Blocks<'a> {
     }
 }
 
-impl Iterator for Blocks<'_> {
+impl Iterator for Ids<'_> {
     type Item = u32;
     fn next(&mut self) -> Option<u32> {
         let mut v: u32 = 0;
@@ -975,7 +1144,7 @@ mod tests {
         );
         assert_eq!(s.len(), 2);
         let id = s.find_exact(hash_folded(&h, b"gArCiA"), b"garcia").unwrap();
-        assert_eq!(s.value(id), b"GARCIA");
+        assert_eq!(&*s.value(id), b"GARCIA");
         assert_eq!(
             s.postings(id).collect::<Vec<_>>(),
             vec![(7, 0, 5), (7, 1, 1)]
@@ -1006,8 +1175,13 @@ mod tests {
         let b = seg(&[("BETA", 0, 3), ("gamma", 0, 4)], 1, &h);
         let c = seg(&[("delta", 0, 4)], 2, &h);
         let m = Segment::merge(&[&a, &b, &c], &|s| s != 2, &h).unwrap();
-        let values: Vec<&[u8]> = (0..m.len() as u32).map(|id| m.value(id)).collect();
-        assert_eq!(values, vec![&b"alpha"[..], b"BETA", b"gamma"]);
+        let values: Vec<Vec<u8>> = (0..m.len() as u32)
+            .map(|id| m.value(id).into_owned())
+            .collect();
+        assert_eq!(
+            values,
+            vec![b"alpha".to_vec(), b"BETA".to_vec(), b"gamma".to_vec()]
+        );
         assert_eq!(
             m.postings(1).collect::<Vec<_>>(),
             vec![(0, 0, 2), (1, 0, 3)]
@@ -1029,9 +1203,9 @@ mod tests {
             let s = Segment::from_entries(entries, 0, &h).unwrap();
             let mut got = Vec::new();
             let lower = needle.to_ascii_lowercase();
-            s.find_substring(&memmem::Finder::new(lower.as_bytes()), &mut Vec::new(), &mut got);
+            s.find_substring(&memmem::Finder::new(lower.as_bytes()), &mut got);
             let want: Vec<u32> = (0..s.len() as u32)
-                .filter(|&id| contains_ignore_ascii_case(s.value(id), needle.as_bytes()))
+                .filter(|&id| contains_ignore_ascii_case(&s.value(id), needle.as_bytes()))
                 .collect();
             prop_assert_eq!(got, want);
             for v in &values {
@@ -1039,7 +1213,7 @@ mod tests {
                 let id = s.find_exact(hash_folded(&h, v.as_bytes()), lower.as_bytes());
                 prop_assert!(id.is_some_and(|id| s.value(id).eq_ignore_ascii_case(v.as_bytes())));
             }
-            let mut sorted: Vec<&[u8]> = (0..s.len() as u32).map(|id| s.value(id)).collect();
+            let mut sorted: Vec<Vec<u8>> = (0..s.len() as u32).map(|id| s.value(id).into_owned()).collect();
             let before = sorted.clone();
             sorted.sort_by(|a, b| cmp_folded(a, b));
             prop_assert_eq!(before, sorted);

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use cip_proto::Dsi;
 
 use crate::hint::AttrSpec;
+use crate::table::PeerMeta;
 use crate::thesaurus::Thesaurus;
 
 /// Default for [`QueryOptions::limit`].
@@ -55,14 +56,14 @@ impl Default for QueryOptions {
 }
 
 /// Where to send the query next: one dataset that may hold matches.
+///
+/// The peer's data (DSI, base-URIs, description) is shared with the routing table rather
+/// than copied, and the values of all referrals of one answer share one buffer, so that a
+/// referral costs a few reference-count increments instead of several allocations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Referral {
-    /// The dataset's DSI.
-    pub dsi: Dsi,
-    /// Base-URIs to refer to.
-    pub base_uris: Vec<String>,
-    /// DSI-description, when the peer gave one.
-    pub dsi_description: Option<String>,
+    /// The dataset's DSI (with the peer's other data, see [`Referral::base_uris`]).
+    pub dsi: PeerDsi,
     /// Matching object count (see the module doc); 0 for a possible referral.
     pub count: u64,
     /// The peer's Total-Object-Count.
@@ -72,12 +73,278 @@ pub struct Referral {
     /// For a possible referral: the smallest threshold among the terms no reported value
     /// matched; the peer may hold up to `threshold - 1` objects per unreported value.
     pub threshold: Option<u64>,
-    /// Matched values with their counts, highest count first, at most
-    /// [`QueryOptions::max_values`].
-    pub values: Vec<(Bytes, u64)>,
+    /// Matched values with their counts, highest count first (ties in ASCII-case-insensitive
+    /// value order), at most [`QueryOptions::max_values`].
+    pub values: ValueList,
     /// How many distinct values matched in all.
     pub matched_values: usize,
 }
+
+impl Referral {
+    /// Base-URIs to refer to.
+    pub fn base_uris(&self) -> &[String] {
+        &self.dsi.meta().base_uris
+    }
+
+    /// DSI-description, when the peer gave one.
+    pub fn dsi_description(&self) -> Option<&str> {
+        self.dsi.meta().dsi_description.as_deref()
+    }
+}
+
+/// A referral's dataset: its DSI, with the rest of what the table knows about the peer,
+/// shared with the table. Dereferences to, compares with and prints as the [`Dsi`].
+#[derive(Debug, Clone)]
+pub struct PeerDsi(Arc<PeerMeta>);
+
+impl PeerDsi {
+    /// Wraps a peer's metadata.
+    pub fn new(meta: Arc<PeerMeta>) -> Self {
+        Self(meta)
+    }
+
+    /// The DSI.
+    pub fn as_dsi(&self) -> &Dsi {
+        &self.0.dsi
+    }
+
+    /// Everything the table knows about the peer.
+    pub fn meta(&self) -> &PeerMeta {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for PeerDsi {
+    type Target = Dsi;
+    fn deref(&self) -> &Dsi {
+        &self.0.dsi
+    }
+}
+
+impl PartialEq for PeerDsi {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.dsi == other.0.dsi
+                && self.0.base_uris == other.0.base_uris
+                && self.0.dsi_description == other.0.dsi_description)
+    }
+}
+
+impl Eq for PeerDsi {}
+
+impl PartialEq<Dsi> for PeerDsi {
+    fn eq(&self, other: &Dsi) -> bool {
+        self.0.dsi == *other
+    }
+}
+
+impl std::fmt::Display for PeerDsi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.dsi.fmt(f)
+    }
+}
+
+/// The values of all referrals of one answer: their bytes, concatenated, and per value
+/// `(start, end, count)`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ValueBuf {
+    bytes: Vec<u8>,
+    items: Vec<(u32, u32, u64)>,
+}
+
+impl ValueBuf {
+    /// An empty buffer with room for `values` values of `bytes` bytes in all.
+    pub fn with_capacity(values: usize, bytes: usize) -> Self {
+        Self {
+            bytes: Vec::with_capacity(bytes),
+            items: Vec::with_capacity(values),
+        }
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Appends a value; `write` appends its bytes to the vector it is given.
+    ///
+    /// # Errors
+    /// [`ValueBufFull`] when the bytes would pass 4 GiB (the buffer is then unchanged).
+    pub fn push_with(
+        &mut self,
+        count: u64,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), ValueBufFull> {
+        let start = self.bytes.len();
+        write(&mut self.bytes);
+        match (u32::try_from(start), u32::try_from(self.bytes.len())) {
+            (Ok(s), Ok(e)) => {
+                self.items.push((s, e, count));
+                Ok(())
+            }
+            _ => {
+                self.bytes.truncate(start);
+                Err(ValueBufFull)
+            }
+        }
+    }
+
+    /// Appends the value the last one holds again (with its own count); false when empty.
+    pub fn repeat_last(&mut self, count: u64) -> bool {
+        match self.items.last() {
+            Some(&(s, e, _)) => {
+                self.items.push((s, e, count));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<(&[u8], u64)> {
+        let &(s, e, count) = self.items.get(i)?;
+        Some((self.bytes.get(s as usize..e as usize)?, count))
+    }
+}
+
+/// A [`ValueBuf`] is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("value buffer over 4 GiB")]
+pub struct ValueBufFull;
+
+/// A referral's matched values `(value, count)`, best first: a range of a [`ValueBuf`]
+/// that all referrals of one answer share, so that a referral's values cost one
+/// reference-count increment.
+#[derive(Clone, Default)]
+pub struct ValueList {
+    buf: Option<Arc<ValueBuf>>,
+    start: usize,
+    end: usize,
+}
+
+impl ValueList {
+    /// The values `buf[range]`; an out-of-range `range` is clamped.
+    pub fn new(buf: Arc<ValueBuf>, range: std::ops::Range<usize>) -> Self {
+        let end = range.end.min(buf.len());
+        let start = range.start.min(end);
+        Self {
+            buf: Some(buf),
+            start,
+            end,
+        }
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    /// Value `i` with its count.
+    pub fn get(&self, i: usize) -> Option<(&[u8], u64)> {
+        if i >= self.len() {
+            return None;
+        }
+        self.buf.as_ref()?.get(self.start + i)
+    }
+
+    /// The values with their counts, best first.
+    pub fn iter(&self) -> ValueIter<'_> {
+        ValueIter { list: self, at: 0 }
+    }
+
+    /// The values as owned pairs.
+    pub fn to_vec(&self) -> Vec<(Bytes, u64)> {
+        self.iter()
+            .map(|(v, c)| (Bytes::copy_from_slice(v), c))
+            .collect()
+    }
+}
+
+impl From<Vec<(Bytes, u64)>> for ValueList {
+    fn from(v: Vec<(Bytes, u64)>) -> Self {
+        let mut buf = ValueBuf::with_capacity(v.len(), v.iter().map(|e| e.0.len()).sum());
+        for (value, count) in &v {
+            if buf
+                .push_with(*count, |out| out.extend_from_slice(value))
+                .is_err()
+            {
+                break;
+            }
+        }
+        let n = buf.len();
+        Self::new(Arc::new(buf), 0..n)
+    }
+}
+
+impl std::fmt::Debug for ValueList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(|(v, c)| (String::from_utf8_lossy(v), c)))
+            .finish()
+    }
+}
+
+impl PartialEq for ValueList {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for ValueList {}
+
+impl PartialEq<Vec<(Bytes, u64)>> for ValueList {
+    fn eq(&self, other: &Vec<(Bytes, u64)>) -> bool {
+        self.iter().eq(other.iter().map(|(v, c)| (&v[..], *c)))
+    }
+}
+
+impl<'a> IntoIterator for &'a ValueList {
+    type Item = (&'a [u8], u64);
+    type IntoIter = ValueIter<'a>;
+    fn into_iter(self) -> ValueIter<'a> {
+        self.iter()
+    }
+}
+
+impl IntoIterator for ValueList {
+    type Item = (Bytes, u64);
+    type IntoIter = std::vec::IntoIter<(Bytes, u64)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.to_vec().into_iter()
+    }
+}
+
+/// Iterator over a [`ValueList`]: `(value, count)`.
+#[derive(Debug, Clone)]
+pub struct ValueIter<'a> {
+    list: &'a ValueList,
+    at: usize,
+}
+
+impl<'a> Iterator for ValueIter<'a> {
+    type Item = (&'a [u8], u64);
+    fn next(&mut self) -> Option<(&'a [u8], u64)> {
+        let item = self.list.get(self.at)?;
+        self.at += 1;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.list.len().saturating_sub(self.at);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for ValueIter<'_> {}
 
 /// Whether a term matched a peer's reported values or only may match below a threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,7 +429,7 @@ pub(crate) fn rank_order(a: &RankKey<'_>, b: &RankKey<'_>) -> Ordering {
 }
 
 /// Compares `c1 / t1` with `c2 / t2` exactly; a zero total counts as ratio 0.
-fn ratio_cmp(c1: u64, t1: u64, c2: u64, t2: u64) -> Ordering {
+pub(crate) fn ratio_cmp(c1: u64, t1: u64, c2: u64, t2: u64) -> Ordering {
     match (t1, t2) {
         (0, 0) => Ordering::Equal,
         (0, _) => 0u128.cmp(&u128::from(c2.min(1))),

@@ -31,11 +31,23 @@
 //! # Queries
 //!
 //! A term's matching values come from each segment's exact table or trigram index; their
-//! postings are summed per slot in a flat per-thread array indexed by slot (no hashing, no
-//! per-query allocation of it), so the work is one pass over the matching postings. Only
-//! the `limit` best candidates are then ranked in full, and a second pass collects the
-//! matched values of just those for the referrals. Postings are touched in small batches
-//! before they are read, so that their cache misses overlap.
+//! postings are summed per slot in flat per-thread arrays indexed by slot (no hashing, no
+//! per-query allocation of them), so the work is one pass over the matching postings.
+//!
+//! A single-term query (the common case; no possible referrals) needs nothing more: during
+//! that pass each slot also counts its distinct matched values and keeps its best
+//! [`QueryOptions::max_values`] values (up to 16; ties in case-insensitive value order,
+//! which within a segment is id order, so no value bytes are read). The peers are ranked
+//! from a flat per-slot array of totals and DSI positions kept in the snapshot, without
+//! touching their entries. Referrals share the peer's metadata (`Arc`) and one buffer
+//! holding every referral's values, so an answer costs a handful of allocations whatever
+//! its size. Postings of substring matches are loaded in a pipeline: value ends two
+//! batches ahead, posting lines one batch ahead, so that cache misses overlap.
+//!
+//! Other queries (several terms, possible referrals, many values) rank candidates over all
+//! terms, then a second pass collects the matched values of just the `limit` best.
+//! Attribute names resolve without allocating, and the last resolution is cached per
+//! thread.
 //!
 //! # Loop prevention (digest A21)
 //!
@@ -56,11 +68,11 @@ use cip_proto::dsi::DsiError;
 use cip_proto::soif::attr::base_name;
 
 use crate::hint::{AttrSpec, CipHint};
-use crate::index::{BulkBuilder, RandomState, Segment, TOUCH_BATCH, hash_lower};
-use crate::query::{MatchOp, Query};
+use crate::index::{BulkBuilder, RandomState, Segment, TOUCH_BATCH, cmp_folded, hash_lower};
+use crate::query::{MatchOp, Query, Term};
 use crate::rank::{
-    Explanation, MatchedValue, QueryOptions, RankKey, Referral, TermExplanation, TermStatus,
-    rank_order,
+    Explanation, MatchedValue, PeerDsi, QueryOptions, RankKey, Referral, TermExplanation,
+    TermStatus, ValueBuf, ValueList, rank_order, ratio_cmp,
 };
 use crate::thesaurus::AttrPattern;
 
@@ -381,6 +393,39 @@ impl AttrTable {
         id
     }
 
+    /// Ids of the attributes `[template:]attribute` names (ASCII case and multi-value
+    /// suffix ignored), sorted, into `out`; allocates only for names over 64 bytes.
+    pub(crate) fn resolve_term(&self, template: Option<&str>, attribute: &str, out: &mut Vec<u32>) {
+        out.clear();
+        let name = base_name(attribute);
+        let mut buf = [0u8; 64];
+        let owned;
+        let key: &str = if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+            name
+        } else if let Some(b) = buf.get_mut(..name.len()) {
+            b.copy_from_slice(name.as_bytes());
+            b.make_ascii_lowercase();
+            // ASCII lowercasing keeps UTF-8 valid; an error cannot happen.
+            match std::str::from_utf8(b) {
+                Ok(k) => k,
+                Err(_) => return,
+            }
+        } else {
+            owned = name.to_ascii_lowercase();
+            &owned
+        };
+        if let Some(ids) = self.by_attribute.get(key) {
+            for &id in ids {
+                let info = &self.infos[id as usize];
+                if template.is_none_or(|t| info.template.eq_ignore_ascii_case(t)) {
+                    out.push(id);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+
     /// Ids of the attributes any pattern matches, sorted.
     pub(crate) fn resolve(&self, patterns: &[AttrPattern]) -> Vec<u32> {
         let mut out = Vec::new();
@@ -408,9 +453,24 @@ pub(crate) struct Snapshot {
     free: Vec<u32>,
     pub attrs: Arc<AttrTable>,
     pub segments: Vec<Arc<Segment>>,
+    /// Per slot: `(Total-Object-Count, position of the DSI among the live peers' DSIs)`,
+    /// so that ranking reads one small array instead of the peers' entries.
+    pub rank_keys: Vec<(u64, u32)>,
 }
 
 impl Snapshot {
+    /// Recomputes [`Snapshot::rank_keys`]; call before publishing the snapshot.
+    fn rerank(&mut self) {
+        self.rank_keys.clear();
+        self.rank_keys.resize(self.slots.len(), (0, u32::MAX));
+        // `peers` iterates in DSI order.
+        for (rank, &slot) in self.peers.values().enumerate() {
+            if let Some(e) = self.slots.get(slot as usize).and_then(Option::as_ref) {
+                self.rank_keys[slot as usize] = (e.total, rank as u32);
+            }
+        }
+    }
+
     pub(crate) fn entry(&self, slot: u32) -> Option<&Arc<PeerEntry>> {
         self.slots.get(slot as usize).and_then(Option::as_ref)
     }
@@ -595,8 +655,241 @@ struct Scratch {
     /// Per slot: the candidate index + 1, 0 for none.
     cand_of: Vec<u32>,
     ids: Vec<u32>,
-    blocks: Vec<u32>,
     lower: Vec<u8>,
+    /// The attribute ids of the last term resolved, for `attr_cache`.
+    attrs: Vec<u32>,
+    attr_cache: Option<AttrCache>,
+    tally: Tally,
+    ranges: Vec<(usize, usize)>,
+}
+
+/// What `Scratch::attrs` was resolved from. Holding the `Arc`s keeps their addresses from
+/// being reused, so pointer equality identifies them.
+struct AttrCache {
+    table: Arc<AttrTable>,
+    thesaurus: Option<Arc<crate::thesaurus::Thesaurus>>,
+    template: Option<String>,
+    attribute: String,
+}
+
+/// Most values per referral ([`QueryOptions::max_values`]) for which a single-term query
+/// keeps each peer's best values while matching; more take a second pass.
+const TALLY_MAX_VALUES: usize = 16;
+
+/// A value a peer matched, with the peer's count for it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Top {
+    seg: u32,
+    id: u32,
+    count: u64,
+}
+
+/// Per-slot sums of one term, with each slot's best `k` values, in one pass.
+#[derive(Default)]
+struct Tally {
+    /// Per slot: the summed count, 0 when untouched.
+    counts: Vec<u64>,
+    /// Per slot: distinct values matched.
+    matched: Vec<u32>,
+    /// Slots with a non-zero entry in `counts`.
+    touched: Vec<u32>,
+    /// Per slot, `k` entries from `slot * k`: its best values so far, unordered.
+    tops: Vec<Top>,
+    /// Per slot: how many of its `tops` are filled.
+    top_len: Vec<u8>,
+    /// The current value's `(slot, count)` pairs.
+    pairs: Vec<(u32, u64)>,
+    k: usize,
+}
+
+/// True when `a` ranks before `b` among a referral's values: higher count, then
+/// ASCII-case-insensitive value order.
+fn value_before(segs: &[Arc<Segment>], a: Top, b: Top) -> bool {
+    a.count > b.count
+        || (a.count == b.count && folded_order(segs, (a.seg, a.id), (b.seg, b.id)).is_lt())
+}
+
+/// The ASCII-case-insensitive order of two values: within one segment that is the order of
+/// their ids, so no value bytes are read.
+fn folded_order(segs: &[Arc<Segment>], a: (u32, u32), b: (u32, u32)) -> std::cmp::Ordering {
+    if a.0 == b.0 {
+        a.1.cmp(&b.1)
+    } else {
+        cmp_folded(
+            segs[a.0 as usize].folded_value(a.1),
+            segs[b.0 as usize].folded_value(b.1),
+        )
+    }
+}
+
+impl Tally {
+    /// Readies the buffers for a table of `slots` slots keeping `k` values per slot.
+    fn reset(&mut self, slots: usize, k: usize) {
+        self.touched.clear();
+        if self.counts.len() < slots {
+            self.counts.resize(slots, 0);
+            self.matched.resize(slots, 0);
+            self.top_len.resize(slots, 0);
+        }
+        self.k = k;
+        if self.tops.len() < slots * k {
+            self.tops.resize(slots * k, Top::default());
+        }
+    }
+
+    /// Counts value `id` of segment `si` for every slot that reported it under one of
+    /// `attrs` (sorted).
+    fn add(&mut self, segs: &[Arc<Segment>], si: u32, id: u32, attrs: &[u32]) {
+        let seg = &segs[si as usize];
+        if let [only] = attrs {
+            // One attribute: a slot appears at most once among the value's postings.
+            for (slot, attr, count) in seg.postings(id) {
+                if attr == *only {
+                    self.bump(segs, si, id, slot, count);
+                }
+            }
+            return;
+        }
+        self.pairs.clear();
+        for (slot, attr, count) in seg.postings(id) {
+            if contains_sorted(attrs, attr) {
+                self.pairs.push((slot, count));
+            }
+        }
+        if attrs.len() > 1 && self.pairs.len() > 1 {
+            // Postings go by attribute, then slot: one slot may appear once per attribute.
+            self.pairs.sort_unstable_by_key(|p| p.0);
+            self.pairs.dedup_by(|b, a| {
+                let same = a.0 == b.0;
+                if same {
+                    a.1 = a.1.saturating_add(b.1);
+                }
+                same
+            });
+        }
+        for i in 0..self.pairs.len() {
+            let (slot, count) = self.pairs[i];
+            self.bump(segs, si, id, slot, count);
+        }
+    }
+
+    /// Counts value `id` of segment `si` for `slot` with `count`.
+    #[inline]
+    fn bump(&mut self, segs: &[Arc<Segment>], si: u32, id: u32, slot: u32, count: u64) {
+        let s = slot as usize;
+        let c = &mut self.counts[s];
+        if *c == 0 {
+            self.touched.push(slot);
+        }
+        // Stored counts are at least 1, so a touched slot never reads 0.
+        *c = c.saturating_add(count).max(1);
+        self.matched[s] += 1;
+        if self.k > 0 {
+            self.offer(segs, s, Top { seg: si, id, count });
+        }
+    }
+
+    /// Keeps `t` among slot `s`'s best `k` values if it ranks high enough.
+    fn offer(&mut self, segs: &[Arc<Segment>], s: usize, t: Top) {
+        let k = self.k;
+        let len = usize::from(self.top_len[s]);
+        let tops = &mut self.tops[s * k..(s + 1) * k];
+        if len < k {
+            tops[len] = t;
+            self.top_len[s] += 1;
+            return;
+        }
+        let min = tops.iter().map(|t| t.count).min().unwrap_or(0);
+        if t.count < min {
+            return;
+        }
+        let mut worst = usize::MAX;
+        for i in 0..k {
+            if tops[i].count == min
+                && (worst == usize::MAX || value_before(segs, tops[worst], tops[i]))
+            {
+                worst = i;
+            }
+        }
+        if let Some(w) = tops.get_mut(worst)
+            && value_before(segs, t, *w)
+        {
+            *w = t;
+        }
+    }
+
+    /// Slot `s`'s kept values, best first.
+    fn best(&mut self, segs: &[Arc<Segment>], s: usize) -> &[Top] {
+        let k = self.k;
+        let len = usize::from(self.top_len[s]);
+        let tops = &mut self.tops[s * k..s * k + len];
+        tops.sort_unstable_by(|a, b| {
+            if value_before(segs, *a, *b) {
+                std::cmp::Ordering::Less
+            } else {
+                std::cmp::Ordering::Greater
+            }
+        });
+        tops
+    }
+
+    /// Forgets the kept values of every touched slot.
+    fn clear_tops(&mut self) {
+        for &slot in &self.touched {
+            self.top_len[slot as usize] = 0;
+        }
+        self.touched.clear();
+    }
+}
+
+/// A ranked peer of a single-term query.
+struct Ranked {
+    slot: u32,
+    matched: u32,
+    count: u64,
+    total: u64,
+    dsi_rank: u32,
+}
+
+/// The values of all referrals of one answer, gathered into one buffer.
+struct ValuesOut {
+    buf: ValueBuf,
+    /// The segment (by address, never dereferenced) and id of the last value written:
+    /// referrals of an exact query all list the same value.
+    last: Option<(*const Segment, u32)>,
+}
+
+impl ValuesOut {
+    fn with_capacity(values: usize) -> Self {
+        Self {
+            buf: ValueBuf::with_capacity(values, values * 24),
+            last: None,
+        }
+    }
+
+    fn push_value(&mut self, seg: &Segment, id: u32, count: u64) {
+        let key = (std::ptr::from_ref(seg), id);
+        if self.last == Some(key) && self.buf.repeat_last(count) {
+            return;
+        }
+        // Values are at most `max_value_len` each: a full buffer would take more referrals
+        // and values than any answer holds; leave the rest out rather than fail.
+        if self
+            .buf
+            .push_with(count, |out| seg.write_value(id, out))
+            .is_ok()
+        {
+            self.last = Some(key);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn finish(self) -> Arc<ValueBuf> {
+        Arc::new(self.buf)
+    }
 }
 
 thread_local! {
@@ -654,6 +947,7 @@ impl RoutingTable {
         let outcome = install(&mut next, slot, entry);
         next.segments.push(Arc::new(segment));
         next.compact(&self.hasher, false);
+        next.rerank();
         self.current.store(Arc::new(next));
         Ok(outcome)
     }
@@ -708,6 +1002,7 @@ impl RoutingTable {
             }
         }
         next.compact(&self.hasher, false);
+        next.rerank();
         self.current.store(Arc::new(next));
         results
     }
@@ -832,6 +1127,7 @@ impl RoutingTable {
             return false;
         }
         next.compact(&self.hasher, false);
+        next.rerank();
         self.current.store(Arc::new(next));
         true
     }
@@ -853,6 +1149,7 @@ impl RoutingTable {
             next.kill(d);
         }
         next.compact(&self.hasher, false);
+        next.rerank();
         self.current.store(Arc::new(next));
         gone
     }
@@ -862,6 +1159,7 @@ impl RoutingTable {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
         next.compact(&self.hasher, true);
+        next.rerank();
         self.current.store(Arc::new(next));
     }
 
@@ -912,6 +1210,24 @@ impl RoutingTable {
     /// order and the counts are needed.
     pub fn route(&self, q: &Query, opts: &QueryOptions) -> Vec<Route> {
         let snap = self.current.load();
+        if let Some(term) = single_term(q, opts) {
+            return with_scratch(|scratch| {
+                let ranked = self.tally(&snap, term, opts, 0, scratch);
+                scratch.tally.clear_tops();
+                // `tally` returns live slots only: every entry is there.
+                let mut out = Vec::with_capacity(ranked.len());
+                out.extend(ranked.iter().filter_map(|r| {
+                    Some(Route {
+                        meta: snap.entry(r.slot)?.meta.clone(),
+                        count: r.count,
+                        total: r.total,
+                        definite: true,
+                        threshold: None,
+                    })
+                }));
+                out
+            });
+        }
         let eval = self.evaluate(&snap, q, opts);
         eval.candidates
             .iter()
@@ -928,14 +1244,183 @@ impl RoutingTable {
     /// Ranked referrals for `q` (see [`crate::rank`] for the order).
     pub fn query(&self, q: &Query, opts: &QueryOptions) -> Vec<Referral> {
         let snap = self.current.load();
+        if let Some(term) = single_term(q, opts).filter(|_| opts.max_values <= TALLY_MAX_VALUES) {
+            return with_scratch(|scratch| {
+                let ranked = self.tally(&snap, term, opts, opts.max_values, scratch);
+                let mut out = ValuesOut::with_capacity(ranked.len() * opts.max_values);
+                scratch.ranges.clear();
+                for r in &ranked {
+                    let start = out.len();
+                    for t in scratch.tally.best(&snap.segments, r.slot as usize) {
+                        out.push_value(&snap.segments[t.seg as usize], t.id, t.count);
+                    }
+                    scratch.ranges.push((start, out.len()));
+                }
+                scratch.tally.clear_tops();
+                let all = out.finish();
+                // `tally` returns live slots only: every entry is there.
+                let mut referrals = Vec::with_capacity(ranked.len());
+                referrals.extend(ranked.iter().zip(&scratch.ranges).filter_map(
+                    |(r, &(start, end))| {
+                        Some(Referral {
+                            dsi: PeerDsi::new(snap.entry(r.slot)?.meta.clone()),
+                            count: r.count,
+                            total: r.total,
+                            definite: true,
+                            threshold: None,
+                            values: ValueList::new(all.clone(), start..end),
+                            matched_values: r.matched as usize,
+                        })
+                    },
+                ));
+                referrals
+            });
+        }
         let eval = self.evaluate(&snap, q, opts);
         let (hits, starts) = self.gather(&snap, &eval);
         let terms = eval.terms.len();
-        eval.candidates
+        let mut out = ValuesOut::with_capacity(0);
+        let mut referrals: Vec<(Referral, (usize, usize))> = eval
+            .candidates
             .iter()
             .enumerate()
-            .map(|(i, c)| referral(&snap, c, &hits[starts[i]..starts[i + 1]], terms, opts))
+            .map(|(i, c)| {
+                referral(
+                    &snap,
+                    c,
+                    &hits[starts[i]..starts[i + 1]],
+                    terms,
+                    opts,
+                    &mut out,
+                )
+            })
+            .collect();
+        let all = out.finish();
+        referrals
+            .drain(..)
+            .map(|(mut r, (start, end))| {
+                r.values = ValueList::new(all.clone(), start..end);
+                r
+            })
             .collect()
+    }
+
+    /// Matches one term, summing counts per slot and keeping each slot's best `k` values
+    /// in `scratch.tally` (release them with [`Tally::clear_tops`]); returns the live
+    /// matching peers, at most `opts.limit`, in rank order.
+    fn tally(
+        &self,
+        snap: &Snapshot,
+        term: &Term,
+        opts: &QueryOptions,
+        k: usize,
+        scratch: &mut Scratch,
+    ) -> Vec<Ranked> {
+        let segs = &snap.segments[..];
+        scratch.tally.reset(snap.slots.len(), k);
+        let cached = scratch.attr_cache.as_ref().is_some_and(|c| {
+            Arc::ptr_eq(&c.table, &snap.attrs)
+                && match (&c.thesaurus, &opts.thesaurus) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
+                && c.template.as_deref() == term.template.as_deref()
+                && c.attribute == term.attribute
+        });
+        if !cached {
+            match &opts.thesaurus {
+                Some(th) => {
+                    let pattern = AttrPattern::new(term.template.as_deref(), &term.attribute);
+                    scratch.attrs = snap.attrs.resolve(&th.expand(&pattern));
+                }
+                None => snap.attrs.resolve_term(
+                    term.template.as_deref(),
+                    &term.attribute,
+                    &mut scratch.attrs,
+                ),
+            }
+            scratch.attr_cache = Some(AttrCache {
+                table: snap.attrs.clone(),
+                thesaurus: opts.thesaurus.clone(),
+                template: term.template.clone(),
+                attribute: term.attribute.clone(),
+            });
+        }
+        if scratch.attrs.is_empty() {
+            return Vec::new();
+        }
+        scratch.lower.clear();
+        scratch.lower.extend_from_slice(&term.value);
+        scratch.lower.make_ascii_lowercase();
+        let attrs = &scratch.attrs[..];
+        let tally = &mut scratch.tally;
+        match term.op {
+            MatchOp::Exact => {
+                let hash = hash_lower(&self.hasher, &scratch.lower);
+                for (si, seg) in segs.iter().enumerate() {
+                    if let Some(id) = seg.find_exact(hash, &scratch.lower) {
+                        tally.add(segs, si as u32, id, attrs);
+                    }
+                }
+            }
+            MatchOp::Substring => {
+                let finder = memchr::memmem::Finder::new(&scratch.lower);
+                for (si, seg) in segs.iter().enumerate() {
+                    scratch.ids.clear();
+                    seg.find_substring(&finder, &mut scratch.ids);
+                    // Pipelined: ends two batches ahead, postings one batch ahead.
+                    let ids = &scratch.ids[..];
+                    let batch = |b: usize| {
+                        let start = (b * TOUCH_BATCH).min(ids.len());
+                        &ids[start..(start + TOUCH_BATCH).min(ids.len())]
+                    };
+                    let mut digest = seg.touch_ends(batch(0)) ^ seg.touch_ends(batch(1));
+                    digest ^= seg.touch_posting_lines(batch(0));
+                    for b in 0..ids.len().div_ceil(TOUCH_BATCH) {
+                        digest ^= seg.touch_ends(batch(b + 2));
+                        digest ^= seg.touch_posting_lines(batch(b + 1));
+                        for &id in batch(b) {
+                            tally.add(segs, si as u32, id, attrs);
+                        }
+                    }
+                    std::hint::black_box(digest);
+                }
+            }
+        }
+        let mut ranked = Vec::with_capacity(tally.touched.len().min(opts.limit));
+        for &slot in &tally.touched {
+            let s = slot as usize;
+            let count = std::mem::take(&mut tally.counts[s]);
+            let matched = std::mem::take(&mut tally.matched[s]);
+            let live = match opts.now {
+                None => snap.entry(slot).is_some(),
+                Some(_) => snap.entry(slot).is_some_and(|e| e.live_at(opts.now)),
+            };
+            let Some(&(total, dsi_rank)) = snap.rank_keys.get(s).filter(|_| live) else {
+                continue;
+            };
+            ranked.push(Ranked {
+                slot,
+                matched,
+                count,
+                total,
+                dsi_rank,
+            });
+        }
+        // The order of `rank_order` for definite referrals, from the flat rank keys.
+        let by_rank = |a: &Ranked, b: &Ranked| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| ratio_cmp(b.count, b.total, a.count, a.total))
+                .then(a.dsi_rank.cmp(&b.dsi_rank))
+        };
+        if ranked.len() > opts.limit && opts.limit > 0 {
+            ranked.select_nth_unstable_by(opts.limit - 1, by_rank);
+        }
+        ranked.truncate(opts.limit);
+        ranked.sort_unstable_by(by_rank);
+        ranked
     }
 
     /// The referrals of [`RoutingTable::query`] with how each was matched and ranked.
@@ -971,14 +1456,16 @@ impl RoutingTable {
                             .filter(|h| h.term as usize == t)
                             .map(|h| MatchedValue {
                                 attribute: snap.attrs.infos[h.attr as usize].spelling.clone(),
-                                value: Bytes::copy_from_slice(
-                                    snap.segments[h.seg as usize].value(h.id),
+                                value: Bytes::from(
+                                    snap.segments[h.seg as usize].value(h.id).into_owned(),
                                 ),
                                 count: h.count,
                             })
                             .collect();
                         matches.sort_by(|a, b| {
-                            b.count.cmp(&a.count).then_with(|| a.value.cmp(&b.value))
+                            b.count
+                                .cmp(&a.count)
+                                .then_with(|| cmp_folded(&a.value, &b.value))
                         });
                         let matched_values = matches.len();
                         matches.truncate(opts.max_values);
@@ -1007,8 +1494,12 @@ impl RoutingTable {
                         c.threshold, entry.total, entry.meta.dsi
                     )
                 };
+                let mut out = ValuesOut::with_capacity(opts.max_values);
+                let (mut referral, (start, end)) =
+                    referral(&snap, c, cand_hits, nterms, opts, &mut out);
+                referral.values = ValueList::new(out.finish(), start..end);
                 Explanation {
-                    referral: referral(&snap, c, cand_hits, nterms, opts),
+                    referral,
                     position: i + 1,
                     via: entry.meta.via.clone(),
                     received: entry.meta.received,
@@ -1086,7 +1577,7 @@ impl RoutingTable {
                     let finder = memchr::memmem::Finder::new(&scratch.lower);
                     for (si, seg) in snap.segments.iter().enumerate() {
                         scratch.ids.clear();
-                        seg.find_substring(&finder, &mut scratch.blocks, &mut scratch.ids);
+                        seg.find_substring(&finder, &mut scratch.ids);
                         let mut digest = 0;
                         for batch in scratch.ids.chunks(TOUCH_BATCH) {
                             digest ^= seg.touch_postings(batch);
@@ -1232,6 +1723,7 @@ impl RoutingTable {
             };
             for id in range {
                 let value = seg.value(id);
+                let value = &value[..];
                 for (slot, a, count) in seg.postings(id) {
                     let keep = snap.entry(slot).is_some()
                         && peer_slot.is_none_or(|s| s == slot)
@@ -1346,7 +1838,8 @@ fn referral(
     hits: &[Hit],
     terms: usize,
     opts: &QueryOptions,
-) -> Referral {
+    out: &mut ValuesOut,
+) -> (Referral, (usize, usize)) {
     // Per value: its count summed over the attributes one term matched it under; the
     // largest such count when several terms matched it.
     let mut values: Vec<(u32, u32, u64)> = Vec::with_capacity(hits.len().min(64));
@@ -1365,9 +1858,9 @@ fn referral(
         values.dedup_by(|b, a| a.0 == b.0 && a.1 == b.1);
     }
     let matched_values = values.len();
-    let value = |v: &(u32, u32, u64)| snap.segments[v.0 as usize].value(v.1);
     let by_rank = |a: &(u32, u32, u64), b: &(u32, u32, u64)| {
-        b.2.cmp(&a.2).then_with(|| value(a).cmp(value(b)))
+        b.2.cmp(&a.2)
+            .then_with(|| folded_order(&snap.segments, (a.0, a.1), (b.0, b.1)))
     };
     if values.len() > opts.max_values && opts.max_values > 0 {
         values.select_nth_unstable_by(opts.max_values - 1, by_rank);
@@ -1375,19 +1868,28 @@ fn referral(
     values.truncate(opts.max_values);
     values.sort_by(by_rank);
     let e = c.entry;
-    Referral {
-        dsi: e.meta.dsi.clone(),
-        base_uris: e.meta.base_uris.clone(),
-        dsi_description: e.meta.dsi_description.clone(),
+    let start = out.len();
+    for v in &values {
+        out.push_value(&snap.segments[v.0 as usize], v.1, v.2);
+    }
+    let referral = Referral {
+        dsi: PeerDsi::new(e.meta.clone()),
         count: c.count,
         total: e.total,
         definite: c.definite,
         threshold: (!c.definite).then_some(c.threshold),
-        values: values
-            .iter()
-            .map(|v| (Bytes::copy_from_slice(value(v)), v.2))
-            .collect(),
+        values: ValueList::default(),
         matched_values,
+    };
+    (referral, (start, out.len()))
+}
+
+/// The one term of `q` when the single-pass path answers it: one term, no possible
+/// referrals.
+fn single_term<'q>(q: &'q Query, opts: &QueryOptions) -> Option<&'q Term> {
+    match q.terms() {
+        [term] if !opts.include_possible => Some(term),
+        _ => None,
     }
 }
 
@@ -1528,9 +2030,10 @@ mod tests {
             ]
         );
         let r = &t.query(&q("Author=garcia"), &opts)[0];
-        assert_eq!(r.base_uris, vec!["cip://peer-1.2/".to_string()]);
-        assert_eq!(r.dsi_description.as_deref(), Some("peer 1.2"));
+        assert_eq!(r.base_uris(), ["cip://peer-1.2/".to_string()]);
+        assert_eq!(r.dsi_description(), Some("peer 1.2"));
         assert_eq!(r.values, vec![(Bytes::from_static(b"GARCIA"), 20)]);
+        assert_eq!(r.values.to_vec(), vec![(Bytes::from_static(b"GARCIA"), 20)]);
         assert!(t.query(&q("Author=Garci"), &opts).is_empty());
         assert!(t.query(&q("Title=Garcia"), &opts).is_empty());
     }
@@ -1545,8 +2048,9 @@ mod tests {
         );
         assert_eq!(r[1].matched_values, 2);
         // One spelling stands for all that fold together.
-        assert!(r[1].values[0].0.eq_ignore_ascii_case(b"garcia"));
-        assert_eq!(r[1].values[0].1, 10);
+        let (value, count) = r[1].values.get(0).unwrap();
+        assert!(value.eq_ignore_ascii_case(b"garcia"));
+        assert_eq!(count, 10);
     }
 
     #[test]

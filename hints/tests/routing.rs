@@ -110,13 +110,20 @@ fn to_hint(p: &Peer) -> CipHint {
     hint
 }
 
-/// Expected (dsi, count, total, matched distinct folded values), in rank order.
+/// Expected (dsi, count, total, matched distinct folded values), in rank order, and per
+/// peer its matched folded values with their summed counts.
+type Expected = (
+    Vec<(Dsi, u64, u64, usize)>,
+    BTreeMap<Dsi, BTreeMap<String, u64>>,
+);
+
 fn brute_force(
     peers: &[Option<Peer>],
     template: Option<usize>,
     op: MatchOp,
     needle: &str,
-) -> Vec<(Dsi, u64, u64, usize)> {
+) -> Expected {
+    let mut per_value = BTreeMap::new();
     let mut out = Vec::new();
     for (i, p) in peers.iter().enumerate() {
         let Some(p) = p else { continue };
@@ -133,6 +140,11 @@ fn brute_force(
             if n >= p.threshold && template.is_none_or(|x| x == t) && matches {
                 count += n;
                 values.push(value.to_ascii_lowercase());
+                *per_value
+                    .entry(dsi(i))
+                    .or_insert_with(BTreeMap::new)
+                    .entry(value.to_ascii_lowercase())
+                    .or_insert(0) += n;
             }
         }
         values.sort();
@@ -148,7 +160,7 @@ fn brute_force(
             })
             .then_with(|| a.0.cmp(&b.0))
     });
-    out
+    (out, per_value)
 }
 
 fn query_text(template: Option<usize>, op: MatchOp, needle: &str) -> String {
@@ -178,7 +190,7 @@ proptest! {
         updates in prop::collection::vec((0usize..10, prop::option::of(peer())), 0..12),
         bulk in any::<bool>(),
         queries in prop::collection::vec(
-            (prop::option::of(0..TEMPLATES.len()), any::<bool>(), 0..POOL.len(), 0usize..6, 1usize..5),
+            (prop::option::of(0..TEMPLATES.len()), any::<bool>(), 0..POOL.len(), 0usize..6, 1usize..5, 0usize..4),
             1..8,
         ),
     ) {
@@ -207,7 +219,7 @@ proptest! {
                 }
             }
         }
-        for (template, substring, v, start, len) in queries {
+        for (template, substring, v, start, len, max_values) in queries {
             let op = if substring { MatchOp::Substring } else { MatchOp::Exact };
             let value = POOL[v];
             let needle: String = if substring {
@@ -217,12 +229,43 @@ proptest! {
             } else if start % 2 == 0 { value.to_ascii_uppercase() } else { value.to_string() };
             let text = query_text(template, op, &needle);
             let q = Query::parse(&text).unwrap();
-            let got: Vec<(Dsi, u64, u64, usize)> = table
-                .query(&q, &QueryOptions { limit: usize::MAX, ..QueryOptions::default() })
-                .into_iter()
-                .map(|r| { assert!(r.definite); (r.dsi, r.count, r.total, r.matched_values) })
+            let opts = QueryOptions { limit: usize::MAX, max_values, ..QueryOptions::default() };
+            let referrals = table.query(&q, &opts);
+            let got: Vec<(Dsi, u64, u64, usize)> = referrals
+                .iter()
+                .map(|r| { assert!(r.definite); (r.dsi.as_dsi().clone(), r.count, r.total, r.matched_values) })
                 .collect();
-            prop_assert_eq!(got, brute_force(&peers, template, op, &needle), "{}", text);
+            let (want, per_value) = brute_force(&peers, template, op, &needle);
+            prop_assert_eq!(got, want, "{}", text);
+            let routes: Vec<(Dsi, u64)> =
+                table.route(&q, &opts).into_iter().map(|r| (r.meta.dsi.clone(), r.count)).collect();
+            let counts: Vec<(Dsi, u64)> =
+                referrals.iter().map(|r| (r.dsi.as_dsi().clone(), r.count)).collect();
+            prop_assert_eq!(routes, counts, "{}", text);
+            // Each referral lists its best values: the highest counts, each value matched
+            // with the count brute force gives it.
+            for r in &referrals {
+                let values = &per_value[r.dsi.as_dsi()];
+                // Highest count first, ties in case-insensitive value order.
+                let mut best: Vec<(String, u64)> =
+                    values.iter().map(|(v, n)| (v.clone(), *n)).collect();
+                best.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                best.truncate(max_values);
+                let listed: Vec<(String, u64)> = r
+                    .values
+                    .iter()
+                    .map(|(v, n)| (String::from_utf8_lossy(v).to_ascii_lowercase(), n))
+                    .collect();
+                prop_assert_eq!(&listed, &best, "{}", text);
+                for (v, n) in r.values.iter() {
+                    let folded = String::from_utf8_lossy(v).to_ascii_lowercase();
+                    prop_assert_eq!(values.get(&folded), Some(&n), "{}", text);
+                }
+                for w in r.values.to_vec().windows(2) {
+                    let (a, b) = (w[0].0.to_ascii_lowercase(), w[1].0.to_ascii_lowercase());
+                    prop_assert!(w[0].1 > w[1].1 || (w[0].1 == w[1].1 && a < b));
+                }
+            }
         }
     }
 }
@@ -274,7 +317,7 @@ fn replacement_is_atomic_under_concurrent_readers() {
                     assert_eq!(refs.len(), 4);
                     for r in refs {
                         assert_eq!(r.values.len(), 2);
-                        assert!(r.values.iter().all(|(_, n)| *n == r.total), "{r:?}");
+                        assert!(r.values.iter().all(|(_, n)| n == r.total), "{r:?}");
                         assert_eq!(r.count, 2 * r.total);
                     }
                     checked += 1;
