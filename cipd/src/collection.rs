@@ -270,7 +270,8 @@ impl CollectionSource for SampleSource {
     }
 }
 
-/// Loads `source` completely, logging a progress line for large ones.
+/// Loads `source` completely into memory, logging a progress line for large ones (tools
+/// and tests; the daemon streams with [`load_with`]).
 ///
 /// # Errors
 /// As [`CollectionSource::load`].
@@ -278,11 +279,25 @@ pub fn load_all(
     name: &str,
     source: &dyn CollectionSource,
 ) -> Result<(Vec<SoifObject>, LoadReport, Option<Fingerprint>), CollectionError> {
-    // Fingerprint first: a change during the load then shows up at the next check.
+    let mut objects = Vec::new();
+    let (report, fingerprint) = load_with(name, source, &mut |o| objects.push(o))?;
+    Ok((objects, report, fingerprint))
+}
+
+/// Reads `source`, handing each object to `sink`, logging a progress line for large
+/// collections and a summary at the end. The fingerprint is taken before the read, so a
+/// change during it shows up at the next check.
+///
+/// # Errors
+/// As [`CollectionSource::load`].
+pub fn load_with(
+    name: &str,
+    source: &dyn CollectionSource,
+    sink: &mut dyn FnMut(SoifObject),
+) -> Result<(LoadReport, Option<Fingerprint>), CollectionError> {
     let fingerprint = source.fingerprint().ok();
     let started = Instant::now();
-    let mut objects = Vec::new();
-    let report = source.load(&mut |o| objects.push(o), &mut |p| {
+    let report = source.load(sink, &mut |p| {
         tracing::info!(
             collection = name,
             bytes = p.bytes,
@@ -302,7 +317,7 @@ pub fn load_all(
     for p in &report.problems {
         tracing::warn!(collection = name, problem = %p, "skipped an object");
     }
-    Ok((objects, report, fingerprint))
+    Ok((report, fingerprint))
 }
 
 #[cfg(test)]

@@ -225,6 +225,9 @@ pub struct RawLimits {
     pub max_referrals: Option<usize>,
     /// Most objects `/v1/objects` returns.
     pub max_objects: Option<usize>,
+    /// Most objects one query may read from disk to check terms on attributes that are not
+    /// indexed.
+    pub local_scan_max_objects: Option<usize>,
     /// How often collection files are checked for changes (`"0s"` = never).
     pub watch_interval: Option<String>,
 }
@@ -462,6 +465,9 @@ pub struct Limits {
     pub max_referrals: usize,
     /// Objects per `/v1/objects` answer (default 1000).
     pub max_objects: usize,
+    /// Objects one local query may read from disk to check terms on unindexed attributes
+    /// (default 100,000); past that the query is refused as not indexed.
+    pub local_scan_max_objects: usize,
     /// Collection change check interval; `None` = never (default 30 s).
     pub watch_interval: Option<Duration>,
 }
@@ -485,6 +491,7 @@ impl Default for Limits {
             max_backoff: Duration::from_secs(3600),
             max_referrals: 100,
             max_objects: 1000,
+            local_scan_max_objects: crate::local::DEFAULT_SCAN_MAX_OBJECTS,
             watch_interval: Some(Duration::from_secs(30)),
         }
     }
@@ -1214,6 +1221,11 @@ impl Validator<'_> {
                 d.max_referrals,
             ),
             max_objects: self.positive("limits.max_objects", raw.max_objects, d.max_objects),
+            local_scan_max_objects: self.positive(
+                "limits.local_scan_max_objects",
+                raw.local_scan_max_objects,
+                d.local_scan_max_objects,
+            ),
             watch_interval,
         }
     }

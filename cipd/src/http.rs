@@ -67,6 +67,8 @@ impl From<QueryError> for ApiError {
         let (status, kind) = match &e {
             QueryError::Syntax(_) => (StatusCode::BAD_REQUEST, "bad-query"),
             QueryError::BadParameter { .. } => (StatusCode::BAD_REQUEST, "bad-parameter"),
+            QueryError::NotIndexed { .. } => (StatusCode::BAD_REQUEST, "not-indexed"),
+            QueryError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store-error"),
         };
         Self {
             status,
@@ -192,9 +194,13 @@ async fn referrals(
     State(node): State<Arc<Node>>,
     QueryParams(args): QueryParams<QueryArgs>,
 ) -> Result<Json<QueryAnswer>, ApiError> {
-    let q = args.query()?;
+    let q = args.query()?.to_owned();
+    let (possible, limit) = (args.possible()?, args.limit()?);
     let started = Instant::now();
-    let answer = node.referrals(q, args.possible()?, args.limit()?)?;
+    // Table and local-store queries are CPU and file work (an unindexed attribute falls back
+    // to reading objects): keep them off the async workers.
+    let query = q.clone();
+    let answer = blocking(move || node.referrals(&query, possible, limit)).await??;
     tracing::debug!(
         query = q,
         referrals = answer.referrals.len(),
@@ -209,9 +215,22 @@ async fn objects(
     State(node): State<Arc<Node>>,
     QueryParams(args): QueryParams<QueryArgs>,
 ) -> Result<Response, ApiError> {
-    let q = args.query()?;
-    let answer = node.local_objects(q, args.limit()?)?;
+    let q = args.query()?.to_owned();
+    let limit = args.limit()?;
+    let answer = blocking(move || node.local_objects(&q, limit)).await??;
     Ok(Json(answer).into_response())
+}
+
+/// Runs `f` on the blocking pool; a panic there becomes a 500 instead of a dropped
+/// connection.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        kind: "internal",
+        message: format!("query task failed: {e}"),
+    })
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Response {

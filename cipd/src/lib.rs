@@ -9,6 +9,7 @@ pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod http;
+pub mod local;
 pub mod metrics;
 pub mod peer;
 pub mod sample;

@@ -7,6 +7,7 @@
 //! watching, expiry) live in [`crate::peer`] and [`crate::daemon`] and call back into it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher as _;
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -18,7 +19,6 @@ use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType};
 use cip_proto::soif::{SoifObject, attr, parse_all};
-use hints::builder::HintBuilder;
 use hints::hint::CipHint;
 use hints::query::{MatchOp, Query};
 use hints::rank::{QueryOptions, Referral};
@@ -31,6 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::collection::{self, CollectionSource, Fingerprint, LoadReport};
 use crate::config::{Config, PeerRole, read_config};
+use crate::local::CollectionStore;
 use crate::metrics::{Gauges, Metrics};
 use crate::spool::{Spool, SpoolEntry};
 use crate::telemetry::LogHandle;
@@ -134,7 +135,7 @@ pub struct CollectionStatus {
 struct LoadedCollection {
     status: CollectionStatus,
     fingerprint: Option<Fingerprint>,
-    objects: Arc<Vec<SoifObject>>,
+    store: Arc<CollectionStore>,
 }
 
 /// The local collections and the hint built from them.
@@ -147,9 +148,28 @@ pub struct LocalIndex {
 }
 
 impl LocalIndex {
-    /// Every local object, collection by collection.
-    pub fn objects(&self) -> impl Iterator<Item = &SoifObject> {
-        self.collections.iter().flat_map(|c| c.objects.iter())
+    /// Every collection's store, in configuration order.
+    pub fn stores(&self) -> impl Iterator<Item = &CollectionStore> {
+        self.collections.iter().map(|c| &*c.store)
+    }
+
+    /// The count of local objects matching `q` and the first `want` of them (see
+    /// [`crate::local::query`]).
+    ///
+    /// # Errors
+    /// [`QueryError::NotIndexed`], [`QueryError::Store`].
+    pub fn query(
+        &self,
+        q: &Query,
+        want: usize,
+        scan_max: usize,
+    ) -> Result<crate::local::LocalMatches, QueryError> {
+        crate::local::query(self.stores(), q, want, scan_max)
+    }
+
+    /// Heap bytes of the stores' offsets and indexes (an estimate).
+    pub fn memory_estimate(&self) -> usize {
+        self.stores().map(CollectionStore::memory_estimate).sum()
     }
 
     /// Per-collection status.
@@ -159,10 +179,7 @@ impl LocalIndex {
 
     /// Number of local objects.
     pub fn len(&self) -> u64 {
-        self.collections
-            .iter()
-            .map(|c| c.objects.len() as u64)
-            .sum()
+        self.collections.iter().map(|c| c.store.len() as u64).sum()
     }
 
     /// True when there are no local objects.
@@ -188,6 +205,29 @@ struct Outbound {
     generation: u64,
     digest: u64,
     hint: Arc<CipHint>,
+    /// The hint's provenance: excluding a poller whose DSI is not here changes nothing, so
+    /// it gets the shared payload.
+    contributors: Vec<Dsi>,
+    /// Encoded payloads of this generation, by excluded poller (`None`: nobody excluded).
+    /// Polls between two changes reuse them instead of aggregating and encoding again.
+    payloads: Mutex<HashMap<Option<Dsi>, Bytes>>,
+}
+
+/// Most per-poller payloads cached for one out-bound generation.
+const MAX_CACHED_PAYLOADS: usize = 1024;
+
+impl Outbound {
+    fn new(generation: u64, digest: u64, hint: Arc<CipHint>) -> Self {
+        // The aggregate writes valid provenance; an unreadable one only costs the sharing.
+        let contributors = hints::table::provenance(&hint).unwrap_or_default();
+        Self {
+            generation,
+            digest,
+            hint,
+            contributors,
+            payloads: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 /// Addresses the daemon's listeners are bound to.
@@ -218,6 +258,24 @@ pub enum QueryError {
         /// What is wrong.
         message: String,
     },
+    /// A term names an attribute the local index does not cover, and checking it would
+    /// read more objects than `limits.local_scan_max_objects`.
+    #[error(
+        "attribute {attribute:?} is not indexed and checking it would read more than {max} \
+         objects (limits.local_scan_max_objects); indexed attributes: {}",
+        indexed.join(", ")
+    )]
+    NotIndexed {
+        /// The first unindexed attribute of the query.
+        attribute: String,
+        /// The limit.
+        max: usize,
+        /// The indexed attributes (lowercase, without multi-value suffix).
+        indexed: Vec<String>,
+    },
+    /// The local store could not be read.
+    #[error("local store: {0}")]
+    Store(#[from] crate::local::StoreError),
 }
 
 /// One referral as the HTTP API returns it.
@@ -243,15 +301,15 @@ impl From<Referral> for ReferralJson {
     fn from(r: Referral) -> Self {
         Self {
             dsi: r.dsi.to_string(),
-            base_uri: r.base_uris,
-            dsi_description: r.dsi_description,
+            base_uri: r.base_uris().to_vec(),
+            dsi_description: r.dsi_description().map(str::to_owned),
             count: r.count,
             total: r.total,
             definite: r.definite,
             values: r
                 .values
-                .into_iter()
-                .map(|(v, c)| (String::from_utf8_lossy(&v).into_owned(), c))
+                .iter()
+                .map(|(v, c)| (String::from_utf8_lossy(v).into_owned(), c))
                 .collect(),
         }
     }
@@ -371,6 +429,10 @@ pub struct Node {
     log: Option<LogHandle>,
     started: Instant,
     metrics: Metrics,
+    /// Keyed hash of the last payload accepted per (peer, dataset): an unchanged hint
+    /// re-polled still refreshes its expiry, but the out-bound aggregate is not recomputed.
+    last_payloads: Mutex<HashMap<(String, Dsi), u64>>,
+    payload_hasher: std::hash::RandomState,
 }
 
 impl std::fmt::Debug for Node {
@@ -424,11 +486,7 @@ impl Node {
                 generation: 0,
             }),
             table,
-            outbound: ArcSwap::from_pointee(Outbound {
-                generation: 0,
-                digest: 0,
-                hint: empty,
-            }),
+            outbound: ArcSwap::from_pointee(Outbound::new(0, 0, empty)),
             thesaurus: ArcSwapOption::empty(),
             peers: Mutex::new(peers),
             poll_now: Mutex::new(HashMap::new()),
@@ -443,6 +501,8 @@ impl Node {
             log,
             started: Instant::now(),
             metrics: Metrics::default(),
+            last_payloads: Mutex::new(HashMap::new()),
+            payload_hasher: std::hash::RandomState::new(),
         })
     }
 
@@ -659,8 +719,10 @@ impl Node {
         let _guard = self.rebuild.lock().await;
         let config = self.config();
         let limits = soif_limits(&config);
+        let indexed = crate::local::indexed_attributes(&config.export.attributes);
         let old = self.local.load_full();
-        let mut next = Vec::with_capacity(config.collections.len());
+        let mut jobs = Vec::with_capacity(config.collections.len());
+        let mut sources = Vec::with_capacity(config.collections.len());
         let mut reloaded = Vec::new();
         for c in &config.collections {
             let source: Arc<dyn CollectionSource> = Arc::from(collection::source_for(c, limits));
@@ -668,6 +730,7 @@ impl Node {
                 .collections
                 .iter()
                 .find(|p| p.status.name == c.name && p.status.source == source.describe());
+            sources.push(source.clone());
             if !force && let Some(prev) = previous {
                 let fp = {
                     let s = source.clone();
@@ -676,67 +739,39 @@ impl Node {
                         .ok()
                         .flatten()
                 };
-                if fp.is_some() && fp == prev.fingerprint && prev.status.error.is_none() {
-                    next.push(LoadedCollection {
-                        status: prev.status.clone(),
-                        fingerprint: prev.fingerprint,
-                        objects: prev.objects.clone(),
-                    });
+                if fp.is_some()
+                    && fp == prev.fingerprint
+                    && prev.status.error.is_none()
+                    && prev.store.indexed() == indexed
+                {
+                    jobs.push((
+                        Some((prev.status.clone(), prev.fingerprint)),
+                        crate::local::Job::Keep(prev.store.clone()),
+                    ));
                     continue;
                 }
             }
             reloaded.push(c.name.clone());
-            let name = c.name.clone();
-            let s = source.clone();
-            let loaded =
-                tokio::task::spawn_blocking(move || collection::load_all(&name, s.as_ref())).await;
-            let loaded = match loaded {
-                Ok(r) => r.map_err(|e| e.to_string()),
-                Err(e) => Err(format!("load task failed: {e}")),
-            };
-            match loaded {
-                Ok((objects, report, fingerprint)) => next.push(LoadedCollection {
-                    status: collection_status(&c.name, source.as_ref(), &report, None),
-                    fingerprint,
-                    objects: Arc::new(objects),
-                }),
-                Err(error) => {
-                    tracing::warn!(collection = %c.name, %error, "cannot load collection; keeping its previous objects");
-                    let (objects, mut status) = match previous {
-                        Some(p) => (p.objects.clone(), p.status.clone()),
-                        None => (
-                            Arc::new(Vec::new()),
-                            collection_status(
-                                &c.name,
-                                source.as_ref(),
-                                &LoadReport::default(),
-                                None,
-                            ),
-                        ),
-                    };
-                    status.error = Some(error);
-                    next.push(LoadedCollection {
-                        status,
-                        fingerprint: None,
-                        objects,
-                    });
-                }
-            }
+            jobs.push((
+                previous.map(|p| (p.status.clone(), p.fingerprint)),
+                crate::local::Job::Load {
+                    name: c.name.clone(),
+                    source,
+                    previous: previous.map(|p| p.store.clone()),
+                },
+            ));
         }
-        let removed = old.collections.len() != next.len();
+        let removed = old.collections.len() != jobs.len();
         if reloaded.is_empty() && !removed && !force {
             return reloaded;
         }
         let export = config.export.clone();
         let identity = self.identity();
-        let all: Vec<Arc<Vec<SoifObject>>> = next.iter().map(|c| c.objects.clone()).collect();
-        let hint = tokio::task::spawn_blocking(move || {
-            let mut b = HintBuilder::new(export.attributes, export.thresholds);
-            for objs in &all {
-                for o in objs.iter() {
-                    b.add_object(o);
-                }
-            }
+        let dir = crate::local::cache_dir(&config.data_dir);
+        let (statuses, jobs): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
+        let pass = tokio::task::spawn_blocking(move || {
+            let (outcomes, b) =
+                crate::local::rebuild(jobs, &dir, export.attributes, export.thresholds);
             let url = identity
                 .base_uris
                 .first()
@@ -744,16 +779,56 @@ impl Node {
                 .unwrap_or_else(|| "-".to_owned());
             let mut hint = b.finish(url, identity.base_uris.clone());
             hint.date = Some(hints::hint::format_date(SystemTime::now()));
-            hint
+            (outcomes, hint)
         })
         .await;
-        let hint = match hint {
-            Ok(h) => Arc::new(h),
+        let (outcomes, hint) = match pass {
+            Ok((o, h)) => (o, Arc::new(h)),
             Err(e) => {
-                tracing::error!(error = %e, "hint build failed; keeping the previous local hint");
+                tracing::error!(error = %e, "local rebuild failed; keeping the previous local index");
                 return Vec::new();
             }
         };
+        let mut next = Vec::with_capacity(outcomes.len());
+        for (((c, source), previous), outcome) in config
+            .collections
+            .iter()
+            .zip(&sources)
+            .zip(statuses)
+            .zip(outcomes)
+        {
+            let (status, fingerprint) = match outcome.load {
+                None => previous.unwrap_or_else(|| {
+                    let empty = LoadReport::default();
+                    (
+                        collection_status(&c.name, source.as_ref(), &empty, None),
+                        None,
+                    )
+                }),
+                Some(Ok((report, fingerprint))) => (
+                    collection_status(&c.name, source.as_ref(), &report, None),
+                    fingerprint,
+                ),
+                Some(Err(error)) => {
+                    let mut status = match previous {
+                        Some((s, _)) => s,
+                        None => collection_status(
+                            &c.name,
+                            source.as_ref(),
+                            &LoadReport::default(),
+                            None,
+                        ),
+                    };
+                    status.error = Some(error);
+                    (status, None)
+                }
+            };
+            next.push(LoadedCollection {
+                status,
+                fingerprint,
+                store: outcome.store,
+            });
+        }
         let generation = old.generation + 1;
         let local = LocalIndex {
             collections: next,
@@ -761,12 +836,16 @@ impl Node {
             generation,
         };
         let objects = local.len();
+        let memory = local.memory_estimate();
         self.local.store(Arc::new(local));
+        drop(old);
+        let names: Vec<&str> = config.collections.iter().map(|c| c.name.as_str()).collect();
+        crate::local::remove_stale(&crate::local::cache_dir(&config.data_dir), &names);
         self.update_status(|s| {
             s.local_objects = objects;
             s.local_generation = generation;
         });
-        tracing::info!(objects, generation, reloaded = ?reloaded, "local hint rebuilt");
+        tracing::info!(objects, index_bytes = memory, generation, reloaded = ?reloaded, "local hint rebuilt");
         self.refresh_outbound();
         reloaded
     }
@@ -795,14 +874,31 @@ impl Node {
 
     /// The out-bound index object for a poller (`exclude` = its DSI, when known).
     pub fn outbound_object(&self, exclude: Option<&Dsi>) -> IndexObject {
-        let hint = self.outbound_hint(exclude);
+        let out = self.outbound.load_full();
+        let key = exclude.filter(|d| out.contributors.contains(d)).cloned();
+        let cached = lock(&out.payloads).get(&key).cloned();
+        let payload = match cached {
+            Some(p) => p,
+            None => {
+                let hint = match &key {
+                    None => out.hint.clone(),
+                    Some(d) => Arc::new(self.outbound_hint(Some(d))),
+                };
+                let p = Bytes::from(hint.to_soif().to_bytes());
+                let mut payloads = lock(&out.payloads);
+                if payloads.len() < MAX_CACHED_PAYLOADS {
+                    payloads.insert(key, p.clone());
+                }
+                p
+            }
+        };
         let identity = self.identity.load();
         IndexObject {
             index_type: hint_type(),
             dsi: identity.dsi.clone(),
             base_uris: identity.base_uris.clone(),
             dsi_description: identity.description.clone(),
-            payload: Bytes::from(hint.to_soif().to_bytes()),
+            payload,
         }
     }
 
@@ -826,11 +922,8 @@ impl Node {
             return;
         }
         let generation = cur.generation + 1;
-        self.outbound.store(Arc::new(Outbound {
-            generation,
-            digest,
-            hint: Arc::new(hint),
-        }));
+        self.outbound
+            .store(Arc::new(Outbound::new(generation, digest, Arc::new(hint))));
         self.update_status(|s| s.outbound_generation = generation);
         self.outbound_changed.send_replace(generation);
         tracing::debug!(generation, "out-bound hint changed");
@@ -886,6 +979,7 @@ impl Node {
             payload: obj.payload,
         };
         let objects = hint.total_object_count;
+        let digest = self.payload_hasher.hash_one(&entry.payload[..]);
         // The table refuses our own DSI and loops (provenance); a refused hint never
         // reaches the spool.
         self.table.replace(meta, &hint)?;
@@ -906,7 +1000,10 @@ impl Node {
             s.hint_objects = Some(objects);
         });
         self.update_status(|s| s.table_peers = self.table.stats().peers as u64);
-        self.refresh_outbound();
+        let previous = lock(&self.last_payloads).insert((peer.to_owned(), dsi), digest);
+        if previous != Some(digest) {
+            self.refresh_outbound();
+        }
         Ok(())
     }
 
@@ -994,6 +1091,7 @@ impl Node {
                 }
             }
         }
+        lock(&self.last_payloads).retain(|(_, d), _| !gone.contains(d));
         let n = gone.len();
         self.update_status(|s| {
             s.expired += n as u64;
@@ -1006,6 +1104,8 @@ impl Node {
     /// Forgets the hint of dataset `dsi` (table and spool) until the next poll or push.
     pub fn drop_dataset(&self, dsi: &Dsi) -> bool {
         let removed = self.table.remove(dsi);
+        // A later import of the same payload must rebuild the out-bound hint again.
+        lock(&self.last_payloads).retain(|(_, d), _| d != dsi);
         let peers: Vec<String> = lock(&self.peers).keys().cloned().collect();
         for p in &peers {
             if let Err(e) = self.spool.remove(p, dsi) {
@@ -1098,11 +1198,8 @@ impl Node {
             .filter(|r| r.dsi != own)
             .map(ReferralJson::from)
             .collect();
-        let local = self.local.load();
-        let count = local
-            .objects()
-            .filter(|o| object_matches(&query, o))
-            .count() as u64;
+        let scan_max = self.config().limits.local_scan_max_objects;
+        let count = self.local.load().query(&query, 0, scan_max)?.total;
         Ok(QueryAnswer {
             query: q.to_owned(),
             dsi: own.to_string(),
@@ -1125,20 +1222,15 @@ impl Node {
         let limit = limit
             .unwrap_or(config.limits.max_objects)
             .min(config.limits.max_objects);
-        let local = self.local.load();
-        let mut objects = Vec::new();
-        let mut total = 0;
-        for o in local.objects().filter(|o| object_matches(&query, o)) {
-            total += 1;
-            if objects.len() < limit {
-                objects.push(object_json(o));
-            }
-        }
+        let found = self
+            .local
+            .load()
+            .query(&query, limit, config.limits.local_scan_max_objects)?;
         Ok(ObjectsAnswer {
             query: q.to_owned(),
             dsi: self.identity.load().dsi.to_string(),
-            objects,
-            total,
+            objects: found.objects.iter().map(object_json).collect(),
+            total: found.total,
         })
     }
 

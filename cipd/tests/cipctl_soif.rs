@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../cip-proto/tests/data").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../cip-proto/tests/data")
+        .join(name)
 }
 
 fn cipctl(args: &[&str], stdin: Option<&[u8]>) -> Output {
@@ -31,7 +33,15 @@ fn s(p: &Path) -> &str {
 fn check_reports_file_offset_message_and_exit_status() {
     let good = data("rfc2655-section6.soif");
     let bad = data("rfc2655-appendix-c.soif");
-    let o = cipctl(&["soif", "check", s(&good), s(&data("rfc2655-appendix-b.soif"))], None);
+    let o = cipctl(
+        &[
+            "soif",
+            "check",
+            s(&good),
+            s(&data("rfc2655-appendix-b.soif")),
+        ],
+        None,
+    );
     assert!(o.status.success());
     assert!(o.stdout.is_empty());
 
@@ -48,7 +58,10 @@ fn check_reports_file_offset_message_and_exit_status() {
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8(o.stdout).unwrap();
     assert_eq!(out.lines().collect::<Vec<_>>().len(), 2, "{out}");
-    assert!(out.starts_with("<stdin>:12: non-numeric value size"), "{out}");
+    assert!(
+        out.starts_with("<stdin>:12: non-numeric value size"),
+        "{out}"
+    );
 
     let o = cipctl(&["soif", "check", "/nonexistent/file.soif"], None);
     assert_eq!(o.status.code(), Some(2));
@@ -67,8 +80,14 @@ fn json_is_one_object_per_line_in_order() {
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["template"], "DOCUMENT");
     assert_eq!(lines[0]["url"], "http://home.netscape.com:80/");
-    assert_eq!(lines[0]["attributes"][0], serde_json::json!(["Title", "Welcome to Netscape"]));
-    assert_eq!(lines[1]["attributes"][3], serde_json::json!(["Author-1", "Alan O. Freier"]));
+    assert_eq!(
+        lines[0]["attributes"][0],
+        serde_json::json!(["Title", "Welcome to Netscape"])
+    );
+    assert_eq!(
+        lines[1]["attributes"][3],
+        serde_json::json!(["Author-1", "Alan O. Freier"])
+    );
     // The thumbnail is binary: base64.
     let thumb = lines[2]["attributes"].as_array().unwrap().last().unwrap();
     assert_eq!(thumb[0], "Thumbnail");

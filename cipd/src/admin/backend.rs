@@ -95,7 +95,7 @@ impl AdminBackend for NodeAdmin {
                         ExplainInfo {
                             rank: e.position,
                             dsi: e.referral.dsi.to_string(),
-                            base_uris: e.referral.base_uris.clone(),
+                            base_uris: e.referral.base_uris().to_vec(),
                             count: e.referral.count,
                             total: e.referral.total,
                             definite: e.referral.definite,

@@ -7,5 +7,6 @@
 
 mod admin;
 mod harness;
+mod outbound;
 mod scenarios;
 mod tls;

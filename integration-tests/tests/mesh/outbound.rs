@@ -1,0 +1,68 @@
+//! The out-bound hint a node hands its pollers: one encoded payload per change shared by
+//! every poll, a separate one only for pollers whose data it contains, and no rebuild when a
+//! peer re-serves an unchanged hint.
+
+use cip_proto::Dsi;
+
+use crate::harness::{NodeSpec, TestNode};
+
+const LEAF: &str = "1.3.6.1.4.1.99999.71";
+const HUB: &str = "1.3.6.1.4.1.99999.70";
+const STRANGER: &str = "1.3.6.1.4.1.99999.79";
+
+fn holds(payload: &[u8], value: &str) -> bool {
+    payload.windows(value.len()).any(|w| w == value.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_payloads_are_shared_and_rebuilt_only_on_change() {
+    let leaf = TestNode::start(NodeSpec::new(LEAF, &["Lena"])).await;
+    let mut spec = NodeSpec::new(HUB, &["Hugo"]).peer("leaf", &leaf, &["poll"]);
+    spec.poll_interval = "20ms";
+    let hub = TestNode::start(spec).await;
+    // Generation 1 is the local hint; the leaf's import makes 2.
+    hub.wait_for("the leaf's hint", |s| s.outbound_generation >= 2)
+        .await;
+    let node = hub.daemon.node();
+
+    let shared = node.outbound_object(None);
+    assert!(holds(&shared.payload, "Lena") && holds(&shared.payload, "Hugo"));
+    let again = node.outbound_object(None);
+    assert_eq!(
+        again.payload.as_ptr(),
+        shared.payload.as_ptr(),
+        "encoded once per change"
+    );
+    // A poller whose data is not in the hint gets the shared payload...
+    let stranger = node.outbound_object(Some(&Dsi::new(STRANGER).unwrap()));
+    assert_eq!(stranger.payload.as_ptr(), shared.payload.as_ptr());
+    // ...the leaf gets one without its own data.
+    let leaf_dsi = Dsi::new(LEAF).unwrap();
+    let for_leaf = node.outbound_object(Some(&leaf_dsi));
+    assert!(!holds(&for_leaf.payload, "Lena") && holds(&for_leaf.payload, "Hugo"));
+    let for_leaf_again = node.outbound_object(Some(&leaf_dsi));
+    assert_eq!(for_leaf_again.payload.as_ptr(), for_leaf.payload.as_ptr());
+
+    // The leaf re-serves the same hint every 20 ms: polls go on, the out-bound hint stays.
+    let generation = node.outbound_generation();
+    let polls = node.status_snapshot().polls_ok;
+    hub.wait_for("more polls", |s| s.polls_ok >= polls + 3)
+        .await;
+    assert_eq!(
+        node.outbound_generation(),
+        generation,
+        "unchanged hints change nothing"
+    );
+
+    // Dropped, then polled again with the very same payload: it must come back.
+    assert!(node.drop_dataset(&leaf_dsi));
+    assert!(!holds(&node.outbound_object(None).payload, "Lena"));
+    let dropped = node.outbound_generation();
+    hub.wait_for("the leaf's hint again", |s| s.outbound_generation > dropped)
+        .await;
+    let back = node.outbound_object(None);
+    assert!(holds(&back.payload, "Lena"), "re-imported after a drop");
+
+    hub.stop().await;
+    leaf.stop().await;
+}
