@@ -5,7 +5,7 @@
 #![allow(missing_docs)]
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -153,8 +153,8 @@ fn signal(child: &Child, sig: &str) {
     assert!(ok.unwrap().success());
 }
 
-#[test]
-fn kill_9_at_any_moment_then_restart_from_the_spool_with_the_peer_down() {
+/// A running leaf with two objects, and a hub configuration polling it every 20 ms.
+fn leaf_and_hub_config() -> (tempfile::TempDir, tokio::runtime::Runtime, Daemon, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -162,6 +162,12 @@ fn kill_9_at_any_moment_then_restart_from_the_spool_with_the_peer_down() {
         .unwrap();
     let leaf = start(&leaf_config(dir.path()), false);
     let hub_toml = hub_config(dir.path(), &leaf.cip, &["Hal"]);
+    (dir, rt, leaf, hub_toml)
+}
+
+#[test]
+fn kill_9_at_any_moment_then_restart_from_the_spool_with_the_peer_down() {
+    let (dir, rt, leaf, hub_toml) = leaf_and_hub_config();
     // The hub polls every 20 ms and rewrites its spool on each poll: kill it at several
     // moments in that cycle.
     for round in 0..4u64 {
@@ -201,13 +207,7 @@ fn kill_9_at_any_moment_then_restart_from_the_spool_with_the_peer_down() {
 
 #[test]
 fn sighup_reloads_and_sigterm_drains_and_exits_0() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let leaf = start(&leaf_config(dir.path()), false);
-    let hub_toml = hub_config(dir.path(), &leaf.cip, &["Hal"]);
+    let (dir, rt, leaf, hub_toml) = leaf_and_hub_config();
     let mut hub = start(&hub_toml, true);
     let url = hub.http.clone().unwrap();
     assert_eq!(get(&rt, &url, "DOCUMENT:Author=Hal").local, 1);
