@@ -134,6 +134,7 @@ fn run(path: Option<PathBuf>) -> ExitCode {
 }
 
 async fn serve(config: Config, options: StartOptions, sample: bool) -> anyhow::Result<bool> {
+    let signals = cipd::daemon::Signals::register().context("cannot install signal handlers")?;
     let daemon = match Daemon::start_with(config.clone(), options.clone()).await {
         Ok(d) => d,
         // The sample node prefers its fixed ports and the default admin socket, but takes
@@ -154,8 +155,7 @@ async fn serve(config: Config, options: StartOptions, sample: bool) -> anyhow::R
         }
         Err(e) => return Err(e).context("cannot start"),
     };
-    cipd::daemon::install_signal_handlers(daemon.node())
-        .context("cannot install signal handlers")?;
+    signals.handle(daemon.node());
     if sample {
         let l = daemon.listeners();
         println!(
