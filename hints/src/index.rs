@@ -2,28 +2,34 @@
 //!
 //! A [`Segment`] holds the weightlist entries of one or more peer imports (each import is a
 //! *slot*). Its values are distinct under ASCII case folding, stored once each, sorted in
-//! folded order, and concatenated in one buffer; each keeps one representative spelling (the
-//! byte-wise smallest of the spellings that fold to it), so that "Garcia" and "GARCIA" share
-//! an entry. For each value, the postings `(slot, attribute, count)` say which import
-//! reported it under which attribute and in how many objects.
+//! folded order; each keeps one representative spelling (the byte-wise smallest of the
+//! spellings that fold to it), so that "Garcia" and "GARCIA" share an entry. For each
+//! value, the postings `(slot, attribute, count)` say which import reported it under which
+//! attribute and in how many objects.
+//!
+//! Each value is one *record* in a single buffer: a 12-byte header, the value
+//! ASCII-lowercased (lookups compare that), a bitmap of the bytes uppercase in its
+//! representative spelling (only when there are any; answers show the spelling), then its
+//! postings grouped by attribute, 8 bytes each (slot, count; counts of `u32::MAX` or more
+//! are kept apart). A lookup that found a value thus reads its postings from the same or
+//! the next cache line.
 //!
 //! Lookups:
-//! * exact: an open-addressing table of value ids keyed by a randomly seeded `foldhash` of
-//!   the folded bytes (seeded so that a peer cannot choose colliding values offline), the
-//!   candidate compared byte-wise with the folded copy of the value;
+//! * exact: an open-addressing table keyed by a randomly seeded `foldhash` of the folded
+//!   bytes (seeded so that a peer cannot choose colliding values offline). An entry holds
+//!   the record's start and the hash's high 32 bits, so an exact lookup costs two dependent
+//!   cache misses, table then record, and other values' records are nearly never read;
 //! * substring: a trigram index over folded values: each trigram lists, delta-varint coded,
 //!   the ids of the values containing it. A search intersects the lists of the needle's
 //!   trigrams, rarest first, for as long as a list is short next to the candidates left;
 //!   a three-byte needle's list is the answer, longer needles' candidates are checked with
-//!   `memchr::memmem` (their bytes loaded a batch ahead, so that cache misses overlap).
-//!   Needles shorter than three bytes scan all folded bytes;
+//!   `memchr::memmem`. Checking and reading the postings are one pipelined pass over the
+//!   candidates' records (loaded a batch ahead, so that cache misses overlap). Needles
+//!   shorter than three bytes scan all records;
 //! * prefix: binary search over the sorted values.
 //!
-//! Each value is stored once, ASCII-lowercased (lookups compare that), with one bit per
-//! byte marking the bytes that are uppercase in its representative spelling (answers show
-//! that). Per value, the ends of its bytes and of its postings sit side by side, so that an
-//! exact lookup costs three dependent cache misses: hash table, ends, then bytes and
-//! postings together.
+//! A segment is limited to 4 GiB of records (32-bit record starts); a bigger one is
+//! refused with [`SegmentOverflow`].
 //!
 //! Segments never change once built; the routing table replaces them whole.
 
@@ -39,46 +45,80 @@ pub(crate) type RandomState = foldhash::fast::RandomState;
 /// Most ids [`Segment::touch_postings`] takes at once.
 pub(crate) const TOUCH_BATCH: usize = 16;
 
+/// Values per batch of the pipeline of [`Segment::for_each_substring`].
+const SCAN_BATCH: usize = 32;
+
 /// Counts at or above this are kept in [`Segment::big_counts`].
 const BIG: u32 = u32::MAX;
 
-/// One `(slot, attribute, count)` entry of a value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Posting {
-    /// Import slot (one per peer hint) in the routing table.
-    pub slot: u32,
-    /// Table-wide attribute id.
-    pub attr: u32,
-    count: u32,
-}
+/// Bit of a record's length word set when the value's spelling has uppercase bytes (its
+/// record then holds their bitmap).
+const HAS_UPPER: u32 = 1 << 31;
+
+/// Bytes of a record header: length word, attribute group count, value id.
+const HEADER: usize = 12;
+
+/// Bytes of one posting: slot, count.
+const POSTING: usize = 8;
+
+/// Bytes of an attribute group header: attribute id, posting count.
+const GROUP: usize = 8;
 
 /// A segment would exceed the 32-bit offsets it uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentOverflow;
 
 /// An immutable set of values with their postings and lookup structures.
+///
+/// Each value is one *record* in `recs`, little-endian:
+/// `len | HAS_UPPER` (u32), attribute groups (u32), value id (u32); the value's bytes
+/// ASCII-lowercased; when `HAS_UPPER` is set, a bitmap (bit `k % 8` of byte `k / 8`) of
+/// the bytes uppercase in the representative spelling; then per attribute (ascending):
+/// attribute id (u32), postings (u32), and that many `(slot, count)` pairs (u32 each,
+/// by slot). Records follow one another in folded value order.
 #[derive(Debug, Default)]
 pub(crate) struct Segment {
-    /// The values ASCII-lowercased, concatenated.
-    folded: Vec<u8>,
-    /// Bit `i` (bit `i % 64` of word `i / 64`) is set when byte `i` of `folded` is an
-    /// uppercase letter in the value's representative spelling.
-    upper: Vec<u64>,
-    /// Per value: where its bytes and its postings end (interleaved, so that one cache
-    /// line gives both).
-    ends: Vec<End>,
-    postings: Vec<Posting>,
+    recs: Vec<u8>,
+    /// Per value id: where its record starts in `recs`.
+    starts: Vec<u32>,
+    /// Exact-match table: `hash >> 32 << 32 | record start + 1`, 0 when empty.
+    table: Vec<u64>,
+    /// `(position in recs of a posting's count, count)` for counts of [`BIG`] or more.
     big_counts: Vec<(u32, u64)>,
     slots: Vec<(u32, u64)>,
-    table: Vec<u32>,
+    entries: usize,
+    value_bytes: usize,
     grams: GramIndex,
 }
 
-/// Where a value's bytes and postings end.
-#[derive(Debug, Clone, Copy, Default)]
-struct End {
-    value: u32,
-    post: u32,
+/// A value's record, decoded from its header.
+#[derive(Debug, Clone, Copy)]
+struct Rec {
+    /// Where the value's bytes start in `recs`.
+    bytes: usize,
+    len: usize,
+    upper: bool,
+    /// Where its attribute groups start.
+    groups: usize,
+    ngroups: u32,
+}
+
+/// One attribute's postings within a record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Group {
+    /// Table-wide attribute id.
+    pub attr: u32,
+    /// Where its first posting starts in `recs`.
+    start: usize,
+    /// Postings in it.
+    len: usize,
+}
+
+#[inline]
+fn rd32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
 }
 
 /// Compares byte strings as if ASCII-lowercased.
@@ -435,14 +475,16 @@ impl Segment {
         let n = self.len();
         // n < u32::MAX (Builder::push), so this cannot overflow usize.
         let size = (n + n / 2).max(4).next_power_of_two();
-        let mut table = vec![0u32; size];
+        let mut table = vec![0u64; size];
         let mask = size - 1;
         for id in 0..n as u32 {
-            let mut at = hash_lower(hasher, self.folded_value(id)) as usize & mask;
+            let h = hash_lower(hasher, self.folded_value(id));
+            let mut at = h as usize & mask;
             while table[at] != 0 {
                 at = (at + 1) & mask;
             }
-            table[at] = id + 1;
+            // Record starts are below u32::MAX (Builder::push): `+ 1` fits.
+            table[at] = (h >> 32 << 32) | u64::from(self.starts[id as usize] + 1);
         }
         self.table = table;
         self.grams = GramIndex::build(&self);
@@ -451,102 +493,103 @@ impl Segment {
 
     /// Number of distinct values.
     pub(crate) fn len(&self) -> usize {
-        self.ends.len()
+        self.starts.len()
     }
 
     /// Number of postings.
     pub(crate) fn entries(&self) -> usize {
-        self.postings.len()
+        self.entries
     }
 
     /// Bytes of value text.
     pub(crate) fn value_bytes(&self) -> usize {
-        self.folded.len()
+        self.value_bytes
     }
 
-    /// Value `id`'s byte range in `folded` and posting range.
+    /// The record starting at `at`.
     #[inline]
-    fn spans(&self, id: u32) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
-        let id = id as usize;
-        let end = self.ends[id];
-        let start = match id.checked_sub(1) {
-            Some(prev) => self.ends[prev],
-            None => End::default(),
-        };
-        (
-            start.value as usize..end.value as usize,
-            start.post as usize..end.post as usize,
-        )
-    }
-
-    fn is_upper(&self, i: usize) -> bool {
-        self.upper
-            .get(i / 64)
-            .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
-    }
-
-    /// True when any byte in `range` of `folded` is uppercase in the spelling.
-    fn any_upper(&self, range: std::ops::Range<usize>) -> bool {
-        let mut i = range.start;
-        while i < range.end {
-            let word = self.upper.get(i / 64).copied().unwrap_or(0);
-            let bits = word >> (i % 64);
-            let n = (64 - i % 64).min(range.end - i);
-            let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-            if bits & mask != 0 {
-                return true;
-            }
-            i += n;
+    fn rec_at(&self, at: usize) -> Rec {
+        let word = rd32(&self.recs, at);
+        let len = (word & !HAS_UPPER) as usize;
+        let upper = word & HAS_UPPER != 0;
+        let bytes = at + HEADER;
+        let groups = bytes + len + if upper { len.div_ceil(8) } else { 0 };
+        Rec {
+            bytes,
+            len,
+            upper,
+            groups,
+            ngroups: rd32(&self.recs, at + 4),
         }
-        false
+    }
+
+    /// Value `id`'s record.
+    #[inline]
+    fn rec(&self, id: u32) -> Rec {
+        self.rec_at(self.starts[id as usize] as usize)
+    }
+
+    /// The uppercase bitmap of `r` (empty when it has none).
+    fn upper_bits(&self, r: &Rec) -> &[u8] {
+        if r.upper {
+            &self.recs[r.bytes + r.len..r.groups]
+        } else {
+            &[]
+        }
     }
 
     /// The representative spelling of value `id` (borrowed when it has no uppercase).
     pub(crate) fn value(&self, id: u32) -> std::borrow::Cow<'_, [u8]> {
-        let (range, _) = self.spans(id);
-        if !self.any_upper(range.clone()) {
-            return std::borrow::Cow::Borrowed(&self.folded[range]);
+        let r = self.rec(id);
+        if !r.upper {
+            return std::borrow::Cow::Borrowed(&self.recs[r.bytes..r.bytes + r.len]);
         }
-        let mut out = Vec::with_capacity(range.len());
+        let mut out = Vec::with_capacity(r.len);
         self.write_value(id, &mut out);
         std::borrow::Cow::Owned(out)
     }
 
     /// Appends the representative spelling of value `id` to `out`.
     pub(crate) fn write_value(&self, id: u32, out: &mut Vec<u8>) {
-        let (range, _) = self.spans(id);
+        self.write_value_at(self.starts[id as usize], out);
+    }
+
+    /// [`Segment::write_value`] of the value whose record starts at `start`
+    /// ([`Segment::find_exact_record`], [`Segment::for_each_substring`]).
+    pub(crate) fn write_value_at(&self, start: u32, out: &mut Vec<u8>) {
+        let r = self.rec_at(start as usize);
         let at = out.len();
-        out.extend_from_slice(&self.folded[range.clone()]);
-        // Visit only the set bits of the words the range covers.
-        let mut i = range.start;
-        while i < range.end {
-            let word = self.upper.get(i / 64).copied().unwrap_or(0);
-            let n = (64 - i % 64).min(range.end - i);
-            let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-            let mut bits = (word >> (i % 64)) & mask;
+        out.extend_from_slice(&self.recs[r.bytes..r.bytes + r.len]);
+        for (i, &bits) in self.upper_bits(&r).iter().enumerate() {
+            let mut bits = bits;
             while bits != 0 {
-                let k = i - range.start + bits.trailing_zeros() as usize;
-                out[at + k] = out[at + k].to_ascii_uppercase();
+                let k = at + i * 8 + bits.trailing_zeros() as usize;
+                if let Some(b) = out.get_mut(k) {
+                    b.make_ascii_uppercase();
+                }
                 bits &= bits - 1;
             }
-            i += n;
         }
     }
 
     /// Compares the spelling of value `a` here with value `b` of `other`, byte-wise.
     pub(crate) fn cmp_spelling(&self, a: u32, other: &Segment, b: u32) -> Ordering {
-        let (ra, _) = self.spans(a);
-        let (rb, _) = other.spans(b);
-        let (x, y) = (&self.folded[ra.clone()], &other.folded[rb.clone()]);
+        let (ra, rb) = (self.rec(a), other.rec(b));
+        let (x, y) = (
+            &self.recs[ra.bytes..ra.bytes + ra.len],
+            &other.recs[rb.bytes..rb.bytes + rb.len],
+        );
+        let (ux, uy) = (self.upper_bits(&ra), other.upper_bits(&rb));
+        let spelled = |bytes: &[u8], bits: &[u8], k: usize| {
+            let up = bits.get(k / 8).is_some_and(|w| w & (1 << (k % 8)) != 0);
+            if up {
+                bytes[k].to_ascii_uppercase()
+            } else {
+                bytes[k]
+            }
+        };
         for k in 0..x.len().min(y.len()) {
-            let mut p = x[k];
-            if self.is_upper(ra.start + k) {
-                p = p.to_ascii_uppercase();
-            }
-            let mut q = y[k];
-            if other.is_upper(rb.start + k) {
-                q = q.to_ascii_uppercase();
-            }
+            let (p, q) = (spelled(x, ux, k), spelled(y, uy, k));
             if p != q {
                 return p.cmp(&q);
             }
@@ -556,18 +599,66 @@ impl Segment {
 
     /// Value `id` ASCII-lowercased.
     pub(crate) fn folded_value(&self, id: u32) -> &[u8] {
-        let (range, _) = self.spans(id);
-        &self.folded[range]
+        let r = self.rec(id);
+        &self.recs[r.bytes..r.bytes + r.len]
     }
 
-    /// The postings of value `id` as `(slot, attribute, count)`.
-    pub(crate) fn postings(&self, id: u32) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
-        let (_, range) = self.spans(id);
-        let start = range.start;
-        self.postings[range]
-            .iter()
+    /// The attribute groups of record `r`.
+    fn groups_of(&self, r: Rec) -> impl Iterator<Item = Group> + '_ {
+        let mut at = r.groups;
+        (0..r.ngroups).map(move |_| {
+            let g = Group {
+                attr: rd32(&self.recs, at),
+                start: at + GROUP,
+                len: rd32(&self.recs, at + 4) as usize,
+            };
+            at = g.start + g.len * POSTING;
+            g
+        })
+    }
+
+    /// The postings of value `id` by attribute.
+    pub(crate) fn groups(&self, id: u32) -> impl Iterator<Item = Group> + '_ {
+        self.groups_of(self.rec(id))
+    }
+
+    /// The postings under `attr`, if any, of the value whose record starts at `start`
+    /// ([`Segment::find_exact_record`], [`Segment::for_each_substring`]).
+    #[inline]
+    pub(crate) fn group_in(&self, start: u32, attr: u32) -> Option<Group> {
+        self.groups_in(start).find(|g| g.attr == attr)
+    }
+
+    /// The attribute groups of the value whose record starts at `start`.
+    #[inline]
+    pub(crate) fn groups_in(&self, start: u32) -> impl Iterator<Item = Group> + '_ {
+        self.groups_of(self.rec_at(start as usize))
+    }
+
+    /// The `(slot, count)` postings of group `g`, by slot.
+    #[inline]
+    pub(crate) fn group_postings(&self, g: Group) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.recs[g.start..g.start + g.len * POSTING]
+            .chunks_exact(POSTING)
             .enumerate()
-            .map(move |(k, p)| (p.slot, p.attr, self.count_at(start + k, p)))
+            .map(move |(k, p)| {
+                let slot = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
+                let raw = u32::from_le_bytes([p[4], p[5], p[6], p[7]]);
+                let count = if raw == BIG {
+                    self.big_count(g.start + k * POSTING + 4)
+                } else {
+                    u64::from(raw)
+                };
+                (slot, count)
+            })
+    }
+
+    /// The postings of value `id` as `(slot, attribute, count)`, by attribute, then slot.
+    pub(crate) fn postings(&self, id: u32) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
+        self.groups(id).flat_map(move |g| {
+            self.group_postings(g)
+                .map(move |(slot, count)| (slot, g.attr, count))
+        })
     }
 
     /// Loads, in tight loops, the memory that reading the postings of `ids` (at most
@@ -578,77 +669,69 @@ impl Segment {
         let mut starts = [0u32; TOUCH_BATCH];
         let n = ids.len().min(TOUCH_BATCH);
         for (s, &id) in starts.iter_mut().zip(&ids[..n]) {
-            *s = match (id as usize).checked_sub(1) {
-                Some(prev) => self.ends.get(prev).map_or(0, |e| e.post),
-                None => 0,
-            };
+            *s = self.starts.get(id as usize).copied().unwrap_or(0);
         }
+        self.touch_lines(&starts[..n], 2)
+    }
+
+    /// Loads up to `lines` cache lines of the records starting at `starts`.
+    fn touch_lines(&self, starts: &[u32], lines: usize) -> u64 {
         let mut digest = 0u64;
-        for &s in &starts[..n] {
-            if let Some(p) = self.postings.get(s as usize) {
-                digest ^= u64::from(p.slot);
+        for &s in starts {
+            let s = s as usize;
+            for k in 0..lines {
+                if let Some(&b) = self.recs.get(s + 64 * k) {
+                    digest ^= u64::from(b);
+                }
             }
         }
         digest
     }
 
-    /// Loads the ends of `ids` and returns a digest of them (see
-    /// [`Segment::touch_postings`]). The first stage of a pipeline: touch the ends of batch
-    /// `b + 2`, then the postings or bytes of batch `b + 1`, then read batch `b`, so that
-    /// a batch's cache misses are in flight while the one before is worked on.
-    pub(crate) fn touch_ends(&self, ids: &[u32]) -> u64 {
+    /// Loads the record starts of `ids` and returns a digest of them (see
+    /// [`Segment::touch_postings`]). The first stage of a pipeline: touch the starts of
+    /// batch `b + 2`, then the records of batch `b + 1`, then read batch `b`, so that a
+    /// batch's cache misses are in flight while the one before is worked on.
+    pub(crate) fn touch_starts(&self, ids: &[u32]) -> u64 {
         let mut digest = 0u64;
         for &id in ids {
-            let id = id as usize;
-            if let Some(e) = self.ends.get(id) {
-                digest ^= u64::from(e.post);
-            }
-            if let Some(e) = id.checked_sub(1).and_then(|p| self.ends.get(p)) {
-                digest ^= u64::from(e.value);
+            if let Some(&s) = self.starts.get(id as usize) {
+                digest ^= u64::from(s);
             }
         }
         digest
     }
 
-    /// Loads every cache line of the postings of `ids` (up to a few lines each; their ends
+    /// Loads every cache line of the records of `ids` (up to 16 each; their starts
     /// should be loaded already) and returns a digest.
-    pub(crate) fn touch_posting_lines(&self, ids: &[u32]) -> u64 {
-        const PER_LINE: usize = 64 / std::mem::size_of::<Posting>();
+    pub(crate) fn touch_records(&self, ids: &[u32]) -> u64 {
         let mut digest = 0u64;
         for &id in ids {
-            let (_, range) = self.spans(id);
-            let end = range.end.min(range.start + 16 * PER_LINE);
-            let mut i = range.start;
+            let Some(&s) = self.starts.get(id as usize) else {
+                continue;
+            };
+            let end = self
+                .starts
+                .get(id as usize + 1)
+                .map_or(self.recs.len(), |&e| e as usize);
+            let s = s as usize;
+            let end = end.min(s + 16 * 64);
+            let mut i = s;
             while i < end {
-                digest ^= u64::from(self.postings[i].slot);
-                i += PER_LINE;
+                digest ^= u64::from(self.recs[i]);
+                i += 64;
             }
-            if let Some(p) = end.checked_sub(1).and_then(|i| self.postings.get(i)) {
-                digest ^= u64::from(p.slot);
+            if let Some(&b) = end.checked_sub(1).and_then(|i| self.recs.get(i)) {
+                digest ^= u64::from(b);
             }
         }
         digest
     }
 
-    /// Loads the first byte of each value of `ids` (whose ends should be loaded already)
-    /// and returns a digest.
-    fn touch_values(&self, ids: &[u32]) -> u64 {
-        let mut digest = 0u64;
-        for &id in ids {
-            let (range, _) = self.spans(id);
-            digest ^= u64::from(self.folded.get(range.start).copied().unwrap_or(0));
-        }
-        digest
-    }
-
-    fn count_at(&self, index: usize, p: &Posting) -> u64 {
-        if p.count != BIG {
-            return u64::from(p.count);
-        }
-        match self
-            .big_counts
-            .binary_search_by_key(&(index as u32), |e| e.0)
-        {
+    /// The count stored apart for the posting whose count word is at `pos`.
+    #[cold]
+    fn big_count(&self, pos: usize) -> u64 {
+        match self.big_counts.binary_search_by_key(&(pos as u32), |e| e.0) {
             Ok(k) => self.big_counts[k].1,
             // Invariant: every BIG marker has a big_counts entry (Builder::push).
             Err(_) => u64::from(BIG),
@@ -669,26 +752,38 @@ impl Segment {
 
     /// The id of the value whose lowercase form is `lower` (already ASCII-lowercased);
     /// `hash` is [`hash_lower`] of it with the hasher the segment was built with.
+    ///
+    /// Two dependent cache misses: the table entry (which carries the record's start and
+    /// the hash's high bits, so that other values are rarely looked at), then the record,
+    /// whose bytes and postings follow one another.
     pub(crate) fn find_exact(&self, hash: u64, lower: &[u8]) -> Option<u32> {
+        self.find_exact_record(hash, lower).map(|(id, _)| id)
+    }
+
+    /// [`Segment::find_exact`], with the start of the value's record (for
+    /// [`Segment::group_in`], which then reads the record already loaded).
+    #[inline]
+    pub(crate) fn find_exact_record(&self, hash: u64, lower: &[u8]) -> Option<(u32, u32)> {
         if self.table.is_empty() {
             return None;
         }
         let mask = self.table.len() - 1;
+        let tag = hash >> 32;
         let mut at = hash as usize & mask;
         loop {
             let entry = self.table[at];
             if entry == 0 {
                 return None;
             }
-            let id = entry - 1;
-            let (value, posts) = self.spans(id);
-            // Start loading the postings while the bytes are compared: nearly always
-            // they are read next.
-            std::hint::black_box(self.postings.get(posts.start).map(|p| p.slot));
-            // Likewise the uppercase bits, read when the spelling is shown.
-            std::hint::black_box(self.upper.get(value.start / 64));
-            if &self.folded[value] == lower {
-                return Some(id);
+            if entry >> 32 == tag {
+                let start = (entry as u32 - 1) as usize;
+                let r = self.rec_at(start);
+                // Start loading the postings while the bytes are compared: nearly always
+                // they are read next.
+                std::hint::black_box(self.recs.get(r.groups + 64));
+                if self.recs.get(r.bytes..r.bytes + r.len) == Some(lower) {
+                    return Some((rd32(&self.recs, start + 8), start as u32));
+                }
             }
             at = (at + 1) & mask;
         }
@@ -697,15 +792,60 @@ impl Segment {
     /// Appends to `out` the ids of values containing the needle `finder` looks for (built
     /// on the ASCII-lowercased needle), in ascending order.
     pub(crate) fn find_substring(&self, finder: &memmem::Finder<'_>, out: &mut Vec<u32>) {
+        let mut candidates = Vec::new();
+        self.for_each_substring(finder, &mut candidates, |id, _| out.push(id));
+    }
+
+    /// Calls `found(id, record start)` for each value containing the needle `finder`
+    /// looks for (built on the ASCII-lowercased needle), in ascending id order;
+    /// `candidates` is scratch space. Candidates are checked and handed on in one pipelined
+    /// pass: record starts two batches ahead and whole records (bytes and postings) one
+    /// batch ahead are loaded, so that `found` reads postings already in cache.
+    pub(crate) fn for_each_substring(
+        &self,
+        finder: &memmem::Finder<'_>,
+        candidates: &mut Vec<u32>,
+        mut found: impl FnMut(u32, u32),
+    ) {
+        candidates.clear();
         let n = self.len();
         let needle = finder.needle();
         if n == 0 {
             return;
         }
+        // Whether the candidates are exactly the matches.
+        let exact = needle.len() <= 3;
         if needle.len() < 3 {
-            self.scan_ids(finder, 0, n as u32, out);
+            self.scan_ids(finder, 0, n as u32, candidates);
+        } else if !self.trigram_candidates(needle, candidates) {
             return;
         }
+        let ids = &candidates[..];
+        let batch = |b: usize| {
+            let start = (b * SCAN_BATCH).min(ids.len());
+            &ids[start..(start + SCAN_BATCH).min(ids.len())]
+        };
+        let mut digest = self.touch_starts(batch(0)) ^ self.touch_starts(batch(1));
+        digest ^= self.touch_records(batch(0));
+        for b in 0..ids.len().div_ceil(SCAN_BATCH) {
+            digest ^= self.touch_starts(batch(b + 2));
+            digest ^= self.touch_records(batch(b + 1));
+            for &id in batch(b) {
+                let start = self.starts[id as usize];
+                if exact || {
+                    let r = self.rec_at(start as usize);
+                    finder.find(&self.recs[r.bytes..r.bytes + r.len]).is_some()
+                } {
+                    found(id, start);
+                }
+            }
+        }
+        std::hint::black_box(digest);
+    }
+
+    /// Puts in `out` (empty) the ids of the values holding every trigram of `needle` (at
+    /// least three bytes) that narrows the search; false when some trigram occurs nowhere.
+    fn trigram_candidates(&self, needle: &[u8], out: &mut Vec<u32>) -> bool {
         let mut lists: [&[u8]; 16] = [&[]; 16];
         let mut count = 0;
         let mut grams = [0u32; 16];
@@ -727,12 +867,12 @@ impl Segment {
                     lists[count] = l;
                     count += 1;
                 }
-                None => return,
+                None => return false,
             }
         }
         let lists = &mut lists[..count];
         lists.sort_unstable_by_key(|l| l.len());
-        let first = out.len();
+        let first = 0;
         out.extend(Ids::new(lists[0]));
         for list in lists.iter().skip(1) {
             let len = out.len() - first;
@@ -743,35 +883,7 @@ impl Segment {
             }
             intersect(out, first, list);
         }
-        if needle.len() == 3 {
-            // The one trigram's list is exact.
-            return;
-        }
-        // Check the candidates, loading the bytes a batch ahead so that misses overlap.
-        let mut keep = first;
-        let len = out.len();
-        let batch = |out: &[u32], b: usize| -> std::ops::Range<usize> {
-            let start = (first + b * TOUCH_BATCH).min(out.len());
-            start..(start + TOUCH_BATCH).min(out.len())
-        };
-        let mut digest =
-            self.touch_ends(&out[batch(out, 0)]) ^ self.touch_ends(&out[batch(out, 1)]);
-        digest ^= self.touch_values(&out[batch(out, 0)]);
-        let mut b = 0;
-        while first + b * TOUCH_BATCH < len {
-            digest ^= self.touch_ends(&out[batch(out, b + 2)]);
-            digest ^= self.touch_values(&out[batch(out, b + 1)]);
-            for i in batch(out, b) {
-                let id = out[i];
-                if finder.find(self.folded_value(id)).is_some() {
-                    out[keep] = id;
-                    keep += 1;
-                }
-            }
-            b += 1;
-        }
-        std::hint::black_box(digest);
-        out.truncate(keep);
+        true
     }
 
     /// Appends the ids in `start..end` whose folded value contains `finder`'s needle.
@@ -781,32 +893,43 @@ impl Segment {
             out.extend(start..end);
             return;
         }
-        let value_end = |id: u32| self.ends[id as usize].value as usize;
-        let hay_start = if start == 0 { 0 } else { value_end(start - 1) };
-        let hay_end = value_end(end - 1);
-        let hay = &self.folded[hay_start..hay_end];
+        if start >= end {
+            return;
+        }
+        let rec_start = |id: u32| {
+            self.starts
+                .get(id as usize)
+                .map_or(self.recs.len(), |&s| s as usize)
+        };
+        // Search the records as one haystack; a match outside a value's bytes (in a
+        // header or postings) is skipped.
+        let hay_start = rec_start(start);
+        let hay_end = rec_start(end);
+        let hay = &self.recs[hay_start..hay_end];
         let mut pos = 0;
         let mut id = start;
-        while pos <= hay.len() {
+        while pos <= hay.len() && id < end {
             let Some(found) = finder.find(&hay[pos..]) else {
                 break;
             };
             let at = hay_start + pos + found;
-            // The value holding byte `at` (ends are ascending; empty values are skipped).
-            while id < end && value_end(id) <= at {
+            // The record holding byte `at`.
+            while id + 1 < end && rec_start(id + 1) <= at {
                 id += 1;
             }
-            if id >= end {
-                break;
+            let r = self.rec(id);
+            if at < r.bytes {
+                // In the header: the value's own bytes come next.
+                pos = r.bytes - hay_start;
+                continue;
             }
-            let value_end = value_end(id);
-            if at + nlen <= value_end {
+            if at + nlen <= r.bytes + r.len {
                 out.push(id);
             }
-            // Either way no later match starting in this value needs looking at: it either
-            // matched already or any match from here on would cross its end.
+            // Either way no later match in this value needs looking at: it matched
+            // already, or any match from here on would cross its end or lie past it.
             id += 1;
-            pos = value_end - hay_start;
+            pos = rec_start(id) - hay_start;
         }
     }
 
@@ -824,10 +947,9 @@ impl Segment {
 
     /// Approximate heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.folded.capacity()
-            + 8 * (self.upper.capacity() + self.ends.capacity())
-            + 4 * self.table.capacity()
-            + std::mem::size_of::<Posting>() * self.postings.capacity()
+        self.recs.capacity()
+            + 4 * self.starts.capacity()
+            + 8 * self.table.capacity()
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
             + self.grams.heap_bytes()
     }
@@ -845,12 +967,12 @@ fn partition(n: u32, below: impl Fn(u32) -> bool) -> u32 {
 
 #[derive(Default)]
 struct Builder {
-    folded: Vec<u8>,
-    upper: Vec<u64>,
-    ends: Vec<End>,
-    postings: Vec<Posting>,
+    recs: Vec<u8>,
+    starts: Vec<u32>,
     big_counts: Vec<(u32, u64)>,
     slot_entries: Vec<u64>,
+    entries: usize,
+    value_bytes: usize,
 }
 
 impl Builder {
@@ -862,23 +984,40 @@ impl Builder {
         postings: &mut [(u32, u32, u64)],
     ) -> Result<(), SegmentOverflow> {
         postings.sort_unstable();
-        let fits = |len: usize| u32::try_from(len).is_ok_and(|n| n < u32::MAX);
-        if !fits(self.folded.len() + spelling.len())
-            || !fits(self.postings.len() + postings.len())
-            || !fits(self.ends.len() + 1)
-        {
+        let len = u32::try_from(spelling.len())
+            .ok()
+            .filter(|&n| n < HAS_UPPER)
+            .ok_or(SegmentOverflow)?;
+        let upper = spelling.iter().any(u8::is_ascii_uppercase);
+        let bitmap = if upper { spelling.len().div_ceil(8) } else { 0 };
+        // At most one group header per posting.
+        let most = HEADER + spelling.len() + bitmap + postings.len() * (GROUP + POSTING);
+        let at = self.recs.len();
+        let id = u32::try_from(self.starts.len()).map_err(|_| SegmentOverflow)?;
+        // Record starts (+ 1 in the exact table) and count positions are u32.
+        if u32::try_from(at + most).is_err() || id == u32::MAX {
             return Err(SegmentOverflow);
         }
-        let at = self.folded.len();
-        self.folded
+        self.starts.push(at as u32);
+        let word = len | if upper { HAS_UPPER } else { 0 };
+        self.recs.extend_from_slice(&word.to_le_bytes());
+        self.recs.extend_from_slice(&0u32.to_le_bytes());
+        self.recs.extend_from_slice(&id.to_le_bytes());
+        self.recs
             .extend(spelling.iter().map(u8::to_ascii_lowercase));
-        self.upper.resize(self.folded.len().div_ceil(64), 0);
-        for (k, b) in spelling.iter().enumerate() {
-            if b.is_ascii_uppercase() {
-                let i = at + k;
-                self.upper[i / 64] |= 1 << (i % 64);
+        if upper {
+            let base = self.recs.len();
+            self.recs.resize(base + bitmap, 0);
+            for (k, b) in spelling.iter().enumerate() {
+                if b.is_ascii_uppercase() {
+                    self.recs[base + k / 8] |= 1 << (k % 8);
+                }
             }
         }
+        self.value_bytes += spelling.len();
+        let mut groups = 0u32;
+        // Where the current group's posting count goes, its attribute, its postings.
+        let mut group: Option<(usize, u32, u32)> = None;
         let mut k = 0;
         while k < postings.len() {
             let (attr, slot, mut count) = postings[k];
@@ -890,36 +1029,45 @@ impl Builder {
             if count == 0 {
                 continue;
             }
+            match &mut group {
+                Some((_, a, n)) if *a == attr => *n += 1,
+                _ => {
+                    if let Some((pos, _, n)) = group {
+                        self.recs[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
+                    }
+                    self.recs.extend_from_slice(&attr.to_le_bytes());
+                    group = Some((self.recs.len(), attr, 1));
+                    self.recs.extend_from_slice(&0u32.to_le_bytes());
+                    groups += 1;
+                }
+            }
+            self.recs.extend_from_slice(&slot.to_le_bytes());
             let stored = if count >= u64::from(BIG) {
-                self.big_counts.push((self.postings.len() as u32, count));
+                self.big_counts.push((self.recs.len() as u32, count));
                 BIG
             } else {
                 count as u32
             };
-            self.postings.push(Posting {
-                slot,
-                attr,
-                count: stored,
-            });
+            self.recs.extend_from_slice(&stored.to_le_bytes());
+            self.entries += 1;
             let s = slot as usize;
             if self.slot_entries.len() <= s {
                 self.slot_entries.resize(s + 1, 0);
             }
             self.slot_entries[s] += 1;
         }
-        self.ends.push(End {
-            value: self.folded.len() as u32,
-            post: self.postings.len() as u32,
-        });
+        if let Some((pos, _, n)) = group {
+            self.recs[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
+        }
+        self.recs[at + 4..at + 8].copy_from_slice(&groups.to_le_bytes());
         Ok(())
     }
 
     fn finish(self) -> Segment {
         let mut seg = Segment {
-            folded: self.folded,
-            upper: self.upper,
-            ends: self.ends,
-            postings: self.postings,
+            recs: self.recs,
+            starts: self.starts,
+            table: Vec::new(),
             big_counts: self.big_counts,
             slots: self
                 .slot_entries
@@ -928,13 +1076,12 @@ impl Builder {
                 .filter(|e| *e.1 > 0)
                 .map(|(s, &n)| (s as u32, n))
                 .collect(),
-            table: Vec::new(),
+            entries: self.entries,
+            value_bytes: self.value_bytes,
             grams: GramIndex::default(),
         };
-        seg.folded.shrink_to_fit();
-        seg.upper.shrink_to_fit();
-        seg.ends.shrink_to_fit();
-        seg.postings.shrink_to_fit();
+        seg.recs.shrink_to_fit();
+        seg.starts.shrink_to_fit();
         seg
     }
 }

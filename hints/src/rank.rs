@@ -218,34 +218,87 @@ pub struct ValueBufFull;
 
 /// A referral's matched values `(value, count)`, best first: a range of a [`ValueBuf`]
 /// that all referrals of one answer share, so that a referral's values cost one
-/// reference-count increment.
+/// reference-count increment; or, for a single short value (the usual answer to an exact
+/// query), the value itself, which costs no allocation and no shared count.
 #[derive(Clone, Default)]
 pub struct ValueList {
-    buf: Option<Arc<ValueBuf>>,
-    start: usize,
-    end: usize,
+    repr: Repr,
+}
+
+/// Longest value [`ValueList::single`] keeps inline.
+const INLINE_MAX: usize = 38;
+
+#[derive(Clone, Default)]
+enum Repr {
+    #[default]
+    Empty,
+    Shared {
+        buf: Arc<ValueBuf>,
+        start: usize,
+        end: usize,
+    },
+    One {
+        len: u8,
+        bytes: [u8; INLINE_MAX],
+        count: u64,
+    },
 }
 
 impl ValueList {
+    /// Longest value [`ValueList::single`] stores without allocating.
+    pub const INLINE_MAX: usize = INLINE_MAX;
+
     /// The values `buf[range]`; an out-of-range `range` is clamped.
     pub fn new(buf: Arc<ValueBuf>, range: std::ops::Range<usize>) -> Self {
         let end = range.end.min(buf.len());
         let start = range.start.min(end);
         Self {
-            buf: Some(buf),
-            start,
-            end,
+            repr: Repr::Shared { buf, start, end },
         }
+    }
+
+    /// One value with its count (stored inline when at most
+    /// [`ValueList::INLINE_MAX`] bytes long).
+    pub fn single(value: &[u8], count: u64) -> Self {
+        let mut bytes = [0u8; INLINE_MAX];
+        match bytes.get_mut(..value.len()) {
+            Some(b) => {
+                b.copy_from_slice(value);
+                Self {
+                    repr: Repr::One {
+                        // value.len() <= INLINE_MAX < 256.
+                        len: value.len() as u8,
+                        bytes,
+                        count,
+                    },
+                }
+            }
+            None => Self::from(vec![(Bytes::copy_from_slice(value), count)]),
+        }
+    }
+
+    /// This list of one value ([`ValueList::single`]) with the value's count set to
+    /// `count`; other lists unchanged.
+    #[inline]
+    pub(crate) fn recounted(mut self, new: u64) -> Self {
+        if let Repr::One { count, .. } = &mut self.repr {
+            *count = new;
+        }
+        self
     }
 
     /// Number of values.
     pub fn len(&self) -> usize {
-        self.end - self.start
+        match &self.repr {
+            Repr::Empty => 0,
+            Repr::Shared { start, end, .. } => end - start,
+            Repr::One { .. } => 1,
+        }
     }
 
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
-        self.start == self.end
+        self.len() == 0
     }
 
     /// Value `i` with its count.
@@ -253,7 +306,11 @@ impl ValueList {
         if i >= self.len() {
             return None;
         }
-        self.buf.as_ref()?.get(self.start + i)
+        match &self.repr {
+            Repr::Empty => None,
+            Repr::Shared { buf, start, .. } => buf.get(start + i),
+            Repr::One { len, bytes, count } => Some((bytes.get(..usize::from(*len))?, *count)),
+        }
     }
 
     /// The values with their counts, best first.
@@ -441,6 +498,24 @@ pub(crate) fn ratio_cmp(c1: u64, t1: u64, c2: u64, t2: u64) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_values_inline_or_shared() {
+        let short = ValueList::single(b"Garcia", 3);
+        assert_eq!(short.len(), 1);
+        assert_eq!(short.get(0), Some((&b"Garcia"[..], 3)));
+        assert_eq!(short.get(1), None);
+        let long_value = vec![b'x'; ValueList::INLINE_MAX + 1];
+        let long = ValueList::single(&long_value, 7);
+        assert_eq!(long.to_vec(), vec![(Bytes::from(long_value), 7)]);
+        let empty = ValueList::single(b"", 1);
+        assert_eq!(empty.get(0), Some((&b""[..], 1)));
+        assert!(ValueList::default().is_empty());
+        assert_eq!(
+            short,
+            ValueList::from(vec![(Bytes::from_static(b"Garcia"), 3)])
+        );
+    }
 
     #[test]
     fn order_is_total() {

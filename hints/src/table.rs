@@ -41,8 +41,10 @@
 //! from a flat per-slot array of totals and DSI positions kept in the snapshot, without
 //! touching their entries. Referrals share the peer's metadata (`Arc`) and one buffer
 //! holding every referral's values, so an answer costs a handful of allocations whatever
-//! its size. Postings of substring matches are loaded in a pipeline: value ends two
-//! batches ahead, posting lines one batch ahead, so that cache misses overlap.
+//! its size. A referral with one short value (an exact query's) holds it inline: no shared
+//! buffer, no allocation. Substring matches are checked and their postings summed in one
+//! pipelined pass: record starts two batches ahead, whole records one batch ahead, so that
+//! cache misses overlap.
 //!
 //! Other queries (several terms, possible referrals, many values) rank candidates over all
 //! terms, then a second pass collects the matched values of just the `limit` best.
@@ -72,7 +74,7 @@ use crate::index::{BulkBuilder, RandomState, Segment, TOUCH_BATCH, cmp_folded, h
 use crate::query::{MatchOp, Query, Term};
 use crate::rank::{
     Explanation, MatchedValue, PeerDsi, QueryOptions, RankKey, Referral, TermExplanation,
-    TermStatus, ValueBuf, ValueList, rank_order, ratio_cmp,
+    TermStatus, ValueBuf, ValueList, rank_order,
 };
 use crate::thesaurus::AttrPattern;
 
@@ -456,23 +458,49 @@ pub(crate) struct Snapshot {
     /// Per slot: `(Total-Object-Count, position of the DSI among the live peers' DSIs)`,
     /// so that ranking reads one small array instead of the peers' entries.
     pub rank_keys: Vec<(u64, u32)>,
+    /// Per slot: the live peer's metadata, so that answers reach it in one step.
+    pub metas: Vec<Option<Arc<PeerMeta>>>,
 }
 
 impl Snapshot {
-    /// Recomputes [`Snapshot::rank_keys`]; call before publishing the snapshot.
+    /// Recomputes [`Snapshot::rank_keys`] and [`Snapshot::metas`]; call before publishing
+    /// the snapshot.
     fn rerank(&mut self) {
         self.rank_keys.clear();
         self.rank_keys.resize(self.slots.len(), (0, u32::MAX));
+        self.metas.clear();
+        self.metas.resize(self.slots.len(), None);
         // `peers` iterates in DSI order.
         for (rank, &slot) in self.peers.values().enumerate() {
             if let Some(e) = self.slots.get(slot as usize).and_then(Option::as_ref) {
                 self.rank_keys[slot as usize] = (e.total, rank as u32);
+                self.metas[slot as usize] = Some(e.meta.clone());
             }
         }
     }
 
     pub(crate) fn entry(&self, slot: u32) -> Option<&Arc<PeerEntry>> {
         self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    /// The metadata of the live peer in `slot`.
+    #[inline]
+    fn meta(&self, slot: u32) -> Option<&Arc<PeerMeta>> {
+        self.metas.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    /// Loads the metadata of `ranked`'s peers in a tight loop, so that their cache misses
+    /// overlap before the answer clones them one by one; returns a digest (pass it to
+    /// [`std::hint::black_box`]).
+    fn touch_metas(&self, ranked: &[Ranked]) -> u64 {
+        let mut digest = 0u64;
+        for r in ranked {
+            if let Some(m) = self.meta(r.slot) {
+                // The reference count, which cloning updates.
+                digest ^= Arc::strong_count(m) as u64;
+            }
+        }
+        digest
     }
 
     fn live_entries(&self, seg: &Segment) -> u64 {
@@ -660,7 +688,8 @@ struct Scratch {
     attrs: Vec<u32>,
     attr_cache: Option<AttrCache>,
     tally: Tally,
-    ranges: Vec<(usize, usize)>,
+    /// Referrals whose values are a range of the answer's shared buffer.
+    ranges: Vec<(usize, std::ops::Range<usize>)>,
 }
 
 /// What `Scratch::attrs` was resolved from. Holding the `Arc`s keeps their addresses from
@@ -681,6 +710,8 @@ const TALLY_MAX_VALUES: usize = 16;
 struct Top {
     seg: u32,
     id: u32,
+    /// Where the value's record starts in its segment.
+    start: u32,
     count: u64,
 }
 
@@ -737,23 +768,23 @@ impl Tally {
         }
     }
 
-    /// Counts value `id` of segment `si` for every slot that reported it under one of
-    /// `attrs` (sorted).
-    fn add(&mut self, segs: &[Arc<Segment>], si: u32, id: u32, attrs: &[u32]) {
+    /// Counts value `id` of segment `si` (its record starting at `start`) for every slot
+    /// that reported it under one of `attrs` (sorted).
+    fn add_at(&mut self, segs: &[Arc<Segment>], si: u32, id: u32, start: u32, attrs: &[u32]) {
         let seg = &segs[si as usize];
         if let [only] = attrs {
-            // One attribute: a slot appears at most once among the value's postings.
-            for (slot, attr, count) in seg.postings(id) {
-                if attr == *only {
-                    self.bump(segs, si, id, slot, count);
+            // One attribute: a slot appears at most once among its postings.
+            if let Some(g) = seg.group_in(start, *only) {
+                for (slot, count) in seg.group_postings(g) {
+                    self.bump(segs, si, id, start, slot, count);
                 }
             }
             return;
         }
         self.pairs.clear();
-        for (slot, attr, count) in seg.postings(id) {
-            if contains_sorted(attrs, attr) {
-                self.pairs.push((slot, count));
+        for g in seg.groups_in(start) {
+            if contains_sorted(attrs, g.attr) {
+                self.pairs.extend(seg.group_postings(g));
             }
         }
         if attrs.len() > 1 && self.pairs.len() > 1 {
@@ -769,13 +800,13 @@ impl Tally {
         }
         for i in 0..self.pairs.len() {
             let (slot, count) = self.pairs[i];
-            self.bump(segs, si, id, slot, count);
+            self.bump(segs, si, id, start, slot, count);
         }
     }
 
     /// Counts value `id` of segment `si` for `slot` with `count`.
     #[inline]
-    fn bump(&mut self, segs: &[Arc<Segment>], si: u32, id: u32, slot: u32, count: u64) {
+    fn bump(&mut self, segs: &[Arc<Segment>], si: u32, id: u32, start: u32, slot: u32, count: u64) {
         let s = slot as usize;
         let c = &mut self.counts[s];
         if *c == 0 {
@@ -785,7 +816,16 @@ impl Tally {
         *c = c.saturating_add(count).max(1);
         self.matched[s] += 1;
         if self.k > 0 {
-            self.offer(segs, s, Top { seg: si, id, count });
+            self.offer(
+                segs,
+                s,
+                Top {
+                    seg: si,
+                    id,
+                    start,
+                    count,
+                },
+            );
         }
     }
 
@@ -1215,10 +1255,11 @@ impl RoutingTable {
                 let ranked = self.tally(&snap, term, opts, 0, scratch);
                 scratch.tally.clear_tops();
                 // `tally` returns live slots only: every entry is there.
+                std::hint::black_box(snap.touch_metas(&ranked));
                 let mut out = Vec::with_capacity(ranked.len());
                 out.extend(ranked.iter().filter_map(|r| {
                     Some(Route {
-                        meta: snap.entry(r.slot)?.meta.clone(),
+                        meta: snap.meta(r.slot)?.clone(),
                         count: r.count,
                         total: r.total,
                         definite: true,
@@ -1247,32 +1288,65 @@ impl RoutingTable {
         if let Some(term) = single_term(q, opts).filter(|_| opts.max_values <= TALLY_MAX_VALUES) {
             return with_scratch(|scratch| {
                 let ranked = self.tally(&snap, term, opts, opts.max_values, scratch);
-                let mut out = ValuesOut::with_capacity(ranked.len() * opts.max_values);
+                let mut out = ValuesOut::with_capacity(0);
                 scratch.ranges.clear();
-                for r in &ranked {
-                    let start = out.len();
-                    for t in scratch.tally.best(&snap.segments, r.slot as usize) {
-                        out.push_value(&snap.segments[t.seg as usize], t.id, t.count);
-                    }
-                    scratch.ranges.push((start, out.len()));
-                }
-                scratch.tally.clear_tops();
-                let all = out.finish();
+                // The spelling of the last single value written, and which value it is:
+                // referrals of an exact query all list the same value.
+                let mut single: Option<((u32, u32), Option<ValueList>)> = None;
                 // `tally` returns live slots only: every entry is there.
                 let mut referrals = Vec::with_capacity(ranked.len());
-                referrals.extend(ranked.iter().zip(&scratch.ranges).filter_map(
-                    |(r, &(start, end))| {
-                        Some(Referral {
-                            dsi: PeerDsi::new(snap.entry(r.slot)?.meta.clone()),
-                            count: r.count,
-                            total: r.total,
-                            definite: true,
-                            threshold: None,
-                            values: ValueList::new(all.clone(), start..end),
-                            matched_values: r.matched as usize,
-                        })
-                    },
-                ));
+                std::hint::black_box(snap.touch_metas(&ranked));
+                for r in &ranked {
+                    let Some(meta) = snap.meta(r.slot) else {
+                        continue;
+                    };
+                    let best = scratch.tally.best(&snap.segments, r.slot as usize);
+                    let values = match best {
+                        [] => ValueList::default(),
+                        [t] if {
+                            if single.as_ref().is_none_or(|s| s.0 != (t.seg, t.id)) {
+                                scratch.lower.clear();
+                                snap.segments[t.seg as usize]
+                                    .write_value_at(t.start, &mut scratch.lower);
+                                let inline = (scratch.lower.len() <= ValueList::INLINE_MAX)
+                                    .then(|| ValueList::single(&scratch.lower, t.count));
+                                single = Some(((t.seg, t.id), inline));
+                            }
+                            single.as_ref().is_some_and(|s| s.1.is_some())
+                        } =>
+                        {
+                            single
+                                .as_ref()
+                                .and_then(|s| s.1.clone())
+                                .unwrap_or_default()
+                                .recounted(t.count)
+                        }
+                        _ => {
+                            let start = out.len();
+                            for t in best {
+                                out.push_value(&snap.segments[t.seg as usize], t.id, t.count);
+                            }
+                            scratch.ranges.push((referrals.len(), start..out.len()));
+                            ValueList::default()
+                        }
+                    };
+                    referrals.push(Referral {
+                        dsi: PeerDsi::new(meta.clone()),
+                        count: r.count,
+                        total: r.total,
+                        definite: true,
+                        threshold: None,
+                        values,
+                        matched_values: r.matched as usize,
+                    });
+                }
+                scratch.tally.clear_tops();
+                if !scratch.ranges.is_empty() {
+                    let all = out.finish();
+                    for (i, range) in scratch.ranges.drain(..) {
+                        referrals[i].values = ValueList::new(all.clone(), range);
+                    }
+                }
                 referrals
             });
         }
@@ -1359,32 +1433,19 @@ impl RoutingTable {
             MatchOp::Exact => {
                 let hash = hash_lower(&self.hasher, &scratch.lower);
                 for (si, seg) in segs.iter().enumerate() {
-                    if let Some(id) = seg.find_exact(hash, &scratch.lower) {
-                        tally.add(segs, si as u32, id, attrs);
+                    if let Some((id, start)) = seg.find_exact_record(hash, &scratch.lower) {
+                        tally.add_at(segs, si as u32, id, start, attrs);
                     }
                 }
             }
             MatchOp::Substring => {
                 let finder = memchr::memmem::Finder::new(&scratch.lower);
                 for (si, seg) in segs.iter().enumerate() {
-                    scratch.ids.clear();
-                    seg.find_substring(&finder, &mut scratch.ids);
-                    // Pipelined: ends two batches ahead, postings one batch ahead.
-                    let ids = &scratch.ids[..];
-                    let batch = |b: usize| {
-                        let start = (b * TOUCH_BATCH).min(ids.len());
-                        &ids[start..(start + TOUCH_BATCH).min(ids.len())]
-                    };
-                    let mut digest = seg.touch_ends(batch(0)) ^ seg.touch_ends(batch(1));
-                    digest ^= seg.touch_posting_lines(batch(0));
-                    for b in 0..ids.len().div_ceil(TOUCH_BATCH) {
-                        digest ^= seg.touch_ends(batch(b + 2));
-                        digest ^= seg.touch_posting_lines(batch(b + 1));
-                        for &id in batch(b) {
-                            tally.add(segs, si as u32, id, attrs);
-                        }
-                    }
-                    std::hint::black_box(digest);
+                    // One pipelined pass: each match's postings are read right after its
+                    // bytes were checked, while the next batches load.
+                    seg.for_each_substring(&finder, &mut scratch.ids, |id, start| {
+                        tally.add_at(segs, si as u32, id, start, attrs);
+                    });
                 }
             }
         }
@@ -1409,12 +1470,17 @@ impl RoutingTable {
             });
         }
         // The order of `rank_order` for definite referrals, from the flat rank keys.
-        let by_rank = |a: &Ranked, b: &Ranked| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| ratio_cmp(b.count, b.total, a.count, a.total))
-                .then(a.dsi_rank.cmp(&b.dsi_rank))
+        // Counts are at least 1 here, so between equal counts the higher ratio is the
+        // smaller non-zero total (a total of 0 counts as ratio 0).
+        let key = |r: &Ranked| {
+            (
+                std::cmp::Reverse(r.count),
+                r.total == 0,
+                r.total,
+                r.dsi_rank,
+            )
         };
+        let by_rank = |a: &Ranked, b: &Ranked| key(a).cmp(&key(b));
         if ranked.len() > opts.limit && opts.limit > 0 {
             ranked.select_nth_unstable_by(opts.limit - 1, by_rank);
         }
@@ -2051,6 +2117,41 @@ mod tests {
         let (value, count) = r[1].values.get(0).unwrap();
         assert!(value.eq_ignore_ascii_case(b"garcia"));
         assert_eq!(count, 10);
+    }
+
+    #[test]
+    fn single_term_order_matches_rank_order() {
+        // Equal counts: higher ratio (smaller non-zero total) first, a total of 0 last,
+        // then DSI; the fast path must agree with `rank_order` (the general path).
+        let t = RoutingTable::new(TableConfig::default());
+        for (d, total, count) in [
+            ("1.5", 0, 5),
+            ("1.4", 10, 5),
+            ("1.3", 5, 5),
+            ("1.2", 5, 5),
+            ("1.1", 0, 9),
+            ("1.6", 1, 1),
+        ] {
+            let lists: &Lists<'_> = &[("DOCUMENT", "Author", &[("Smith", count)])];
+            t.replace(meta(d), &hint(total, lists)).unwrap();
+        }
+        let fast = t.query(&q("Author=smith"), &QueryOptions::default());
+        let order: Vec<String> = fast.iter().map(|r| r.dsi.to_string()).collect();
+        assert_eq!(order, ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6"]);
+        let general = t.query(
+            &q("Author=smith"),
+            &QueryOptions {
+                max_values: TALLY_MAX_VALUES + 1,
+                ..QueryOptions::default()
+            },
+        );
+        assert_eq!(summary(&fast), summary(&general));
+        let routes: Vec<String> = t
+            .route(&q("Author=smith"), &QueryOptions::default())
+            .iter()
+            .map(|r| r.meta.dsi.to_string())
+            .collect();
+        assert_eq!(routes, order);
     }
 
     #[test]
