@@ -413,7 +413,9 @@ pub struct Node {
     config_path: Option<PathBuf>,
     identity: ArcSwap<Identity>,
     local: ArcSwap<LocalIndex>,
-    table: RoutingTable,
+    /// Shared with blocking-pool tasks: an import that merges index segments can take a
+    /// second on a large table and must not hold an async worker.
+    table: Arc<RoutingTable>,
     outbound: ArcSwap<Outbound>,
     thesaurus: ArcSwapOption<Thesaurus>,
     peers: Mutex<BTreeMap<String, PeerState>>,
@@ -485,7 +487,7 @@ impl Node {
                 hint: empty.clone(),
                 generation: 0,
             }),
-            table,
+            table: Arc::new(table),
             outbound: ArcSwap::from_pointee(Outbound::new(0, 0, empty)),
             thesaurus: ArcSwapOption::empty(),
             peers: Mutex::new(peers),
@@ -982,7 +984,10 @@ impl Node {
         let digest = self.payload_hasher.hash_one(&entry.payload[..]);
         // The table refuses our own DSI and loops (provenance); a refused hint never
         // reaches the spool.
-        self.table.replace(meta, &hint)?;
+        let table = self.table.clone();
+        tokio::task::spawn_blocking(move || table.replace(meta, &hint))
+            .await
+            .map_err(|e| Rejection::Storage(format!("import task failed: {e}")))??;
         let spool = self.spool.clone();
         let (dsi, stored) = (
             entry.dsi.clone(),
