@@ -277,14 +277,13 @@ impl ValueList {
         }
     }
 
-    /// This list of one value ([`ValueList::single`]) with the value's count set to
-    /// `count`; other lists unchanged.
+    /// Sets the count of a list of one value ([`ValueList::single`]); other lists are
+    /// unchanged.
     #[inline]
-    pub(crate) fn recounted(mut self, new: u64) -> Self {
+    pub(crate) fn set_count(&mut self, new: u64) {
         if let Repr::One { count, .. } = &mut self.repr {
             *count = new;
         }
-        self
     }
 
     /// Number of values.

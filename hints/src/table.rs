@@ -38,8 +38,11 @@
 //! that pass each slot also counts its distinct matched values and keeps its best
 //! [`QueryOptions::max_values`] values (up to 16; ties in case-insensitive value order,
 //! which within a segment is id order, so no value bytes are read). The peers are ranked
-//! from a flat per-slot array of totals and DSI positions kept in the snapshot, without
-//! touching their entries. Referrals share the peer's metadata (`Arc`) and one buffer
+//! without touching their entries: the snapshot keeps per slot a *tie position* (the order
+//! of the live peers by ratio, then DSI), so a peer's rank key is one integer, `count`
+//! descending then tie position, and a few keys are ranked by counting, without
+//! branches. Referrals share the peer's metadata (`Arc`; the reference counts are updated
+//! in one tight loop, apart from the referrals' writes) and one buffer
 //! holding every referral's values, so an answer costs a handful of allocations whatever
 //! its size. A referral with one short value (an exact query's) holds it inline: no shared
 //! buffer, no allocation. Substring matches are checked and their postings summed in one
@@ -455,8 +458,11 @@ pub(crate) struct Snapshot {
     free: Vec<u32>,
     pub attrs: Arc<AttrTable>,
     pub segments: Vec<Arc<Segment>>,
-    /// Per slot: `(Total-Object-Count, position of the DSI among the live peers' DSIs)`,
-    /// so that ranking reads one small array instead of the peers' entries.
+    /// Per slot: `(Total-Object-Count, tie position)`, so that ranking reads one small
+    /// array instead of the peers' entries. The tie position orders the live peers as
+    /// [`crate::rank`] does between equal counts: by ratio (smaller non-zero total first,
+    /// a total of 0 last), then by DSI; so a definite referral's rank key is just
+    /// `(count descending, tie position)`.
     pub rank_keys: Vec<(u64, u32)>,
     /// Per slot: the live peer's metadata, so that answers reach it in one step.
     pub metas: Vec<Option<Arc<PeerMeta>>>,
@@ -470,12 +476,17 @@ impl Snapshot {
         self.rank_keys.resize(self.slots.len(), (0, u32::MAX));
         self.metas.clear();
         self.metas.resize(self.slots.len(), None);
-        // `peers` iterates in DSI order.
-        for (rank, &slot) in self.peers.values().enumerate() {
+        // `peers` iterates in DSI order; the stable sort keeps it between equal totals.
+        let mut live: Vec<(u32, u64)> = Vec::with_capacity(self.peers.len());
+        for &slot in self.peers.values() {
             if let Some(e) = self.slots.get(slot as usize).and_then(Option::as_ref) {
-                self.rank_keys[slot as usize] = (e.total, rank as u32);
+                live.push((slot, e.total));
                 self.metas[slot as usize] = Some(e.meta.clone());
             }
+        }
+        live.sort_by_key(|&(_, total)| (total == 0, total));
+        for (tie, &(slot, total)) in live.iter().enumerate() {
+            self.rank_keys[slot as usize] = (total, tie as u32);
         }
     }
 
@@ -688,6 +699,10 @@ struct Scratch {
     attrs: Vec<u32>,
     attr_cache: Option<AttrCache>,
     tally: Tally,
+    /// Rank keys of the peers matched by a single-term query.
+    keys: Vec<u128>,
+    /// The ranked peers' metadata while an answer is built (empty between queries).
+    dsis: Vec<Option<PeerDsi>>,
     /// Referrals whose values are a range of the answer's shared buffer.
     ranges: Vec<(usize, std::ops::Range<usize>)>,
 }
@@ -888,7 +903,6 @@ struct Ranked {
     matched: u32,
     count: u64,
     total: u64,
-    dsi_rank: u32,
 }
 
 /// The values of all referrals of one answer, gathered into one buffer.
@@ -1295,14 +1309,25 @@ impl RoutingTable {
                 let mut single: Option<((u32, u32), Option<ValueList>)> = None;
                 // `tally` returns live slots only: every entry is there.
                 let mut referrals = Vec::with_capacity(ranked.len());
-                std::hint::black_box(snap.touch_metas(&ranked));
-                for r in &ranked {
-                    let Some(meta) = snap.meta(r.slot) else {
+                // Share the peers' metadata in one tight loop: the reference-count updates
+                // (locked instructions, which wait for pending stores) then follow one
+                // another instead of each waiting for a referral's writes.
+                let mut dsis = std::mem::take(&mut scratch.dsis);
+                dsis.clear();
+                dsis.extend(
+                    ranked
+                        .iter()
+                        .map(|r| snap.meta(r.slot).map(|m| PeerDsi::new(m.clone()))),
+                );
+                for (r, dsi) in ranked.iter().zip(dsis.drain(..)) {
+                    let Some(dsi) = dsi else {
                         continue;
                     };
                     let best = scratch.tally.best(&snap.segments, r.slot as usize);
-                    let values = match best {
-                        [] => ValueList::default(),
+                    // The count of the single value when the cached inline list serves.
+                    let mut one = None;
+                    match best {
+                        [] => {}
                         [t] if {
                             if single.as_ref().is_none_or(|s| s.0 != (t.seg, t.id)) {
                                 scratch.lower.clear();
@@ -1315,11 +1340,7 @@ impl RoutingTable {
                             single.as_ref().is_some_and(|s| s.1.is_some())
                         } =>
                         {
-                            single
-                                .as_ref()
-                                .and_then(|s| s.1.clone())
-                                .unwrap_or_default()
-                                .recounted(t.count)
+                            one = Some(t.count);
                         }
                         _ => {
                             let start = out.len();
@@ -1327,19 +1348,28 @@ impl RoutingTable {
                                 out.push_value(&snap.segments[t.seg as usize], t.id, t.count);
                             }
                             scratch.ranges.push((referrals.len(), start..out.len()));
-                            ValueList::default()
                         }
-                    };
+                    }
                     referrals.push(Referral {
-                        dsi: PeerDsi::new(meta.clone()),
+                        dsi,
                         count: r.count,
                         total: r.total,
                         definite: true,
                         threshold: None,
-                        values,
+                        values: ValueList::default(),
                         matched_values: r.matched as usize,
                     });
+                    // Copied into place rather than through temporaries: the list is built
+                    // of odd-sized pieces, and reading back a just-written piece with wider
+                    // loads would stall.
+                    if let (Some(count), Some(last), Some((_, Some(list)))) =
+                        (one, referrals.last_mut(), single.as_ref())
+                    {
+                        last.values.clone_from(list);
+                        last.values.set_count(count);
+                    }
                 }
+                scratch.dsis = dsis;
                 scratch.tally.clear_tops();
                 if !scratch.ranges.is_empty() {
                     let all = out.finish();
@@ -1449,43 +1479,40 @@ impl RoutingTable {
                 }
             }
         }
-        let mut ranked = Vec::with_capacity(tally.touched.len().min(opts.limit));
+        // Rank keys `!count << 64 | tie position << 32 | slot`: ascending is the order of
+        // `rank_order` for definite referrals (counts are at least 1 here, so between equal
+        // counts the higher ratio is the smaller non-zero total; see
+        // `Snapshot::rank_keys`). Plain integers sort fast.
+        let keys = &mut scratch.keys;
+        keys.clear();
         for &slot in &tally.touched {
             let s = slot as usize;
             let count = std::mem::take(&mut tally.counts[s]);
-            let matched = std::mem::take(&mut tally.matched[s]);
             let live = match opts.now {
                 None => snap.entry(slot).is_some(),
                 Some(_) => snap.entry(slot).is_some_and(|e| e.live_at(opts.now)),
             };
-            let Some(&(total, dsi_rank)) = snap.rank_keys.get(s).filter(|_| live) else {
+            let Some(&(_, tie)) = snap.rank_keys.get(s).filter(|_| live) else {
                 continue;
             };
-            ranked.push(Ranked {
-                slot,
-                matched,
-                count,
-                total,
-                dsi_rank,
-            });
+            keys.push((u128::from(!count) << 64) | (u128::from(tie) << 32) | u128::from(slot));
         }
-        // The order of `rank_order` for definite referrals, from the flat rank keys.
-        // Counts are at least 1 here, so between equal counts the higher ratio is the
-        // smaller non-zero total (a total of 0 counts as ratio 0).
-        let key = |r: &Ranked| {
-            (
-                std::cmp::Reverse(r.count),
-                r.total == 0,
-                r.total,
-                r.dsi_rank,
-            )
-        };
-        let by_rank = |a: &Ranked, b: &Ranked| key(a).cmp(&key(b));
-        if ranked.len() > opts.limit && opts.limit > 0 {
-            ranked.select_nth_unstable_by(opts.limit - 1, by_rank);
+        rank_keys(keys, opts.limit);
+        let ranked = keys
+            .iter()
+            .map(|&key| {
+                let slot = key as u32;
+                Ranked {
+                    slot,
+                    matched: tally.matched[slot as usize],
+                    count: !((key >> 64) as u64),
+                    total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
+                }
+            })
+            .collect();
+        for &slot in &tally.touched {
+            tally.matched[slot as usize] = 0;
         }
-        ranked.truncate(opts.limit);
-        ranked.sort_unstable_by(by_rank);
         ranked
     }
 
@@ -1950,6 +1977,31 @@ fn referral(
     (referral, (start, out.len()))
 }
 
+/// Keeps the `limit` smallest of `keys` (distinct), ascending.
+fn rank_keys(keys: &mut Vec<u128>, limit: usize) {
+    const SMALL: usize = 32;
+    let n = keys.len();
+    if n <= SMALL {
+        // Few keys (the usual case): each one's position is the number of smaller keys,
+        // counted without branches; cheaper than sorting with mispredicted comparisons.
+        let mut out = [0u128; SMALL];
+        for &k in keys.iter() {
+            let below = keys.iter().map(|&x| usize::from(x < k)).sum::<usize>();
+            if let Some(slot) = out.get_mut(below) {
+                *slot = k;
+            }
+        }
+        keys.clear();
+        keys.extend_from_slice(&out[..n.min(limit)]);
+        return;
+    }
+    if limit > 0 && n > limit {
+        keys.select_nth_unstable(limit - 1);
+    }
+    keys.truncate(limit);
+    keys.sort_unstable();
+}
+
 /// The one term of `q` when the single-pass path answers it: one term, no possible
 /// referrals.
 fn single_term<'q>(q: &'q Query, opts: &QueryOptions) -> Option<&'q Term> {
@@ -2396,5 +2448,29 @@ mod tests {
         );
         let r = t.query(&q("A~lue 39"), &QueryOptions::default());
         assert_eq!(r[0].matched_values, 11);
+    }
+
+    proptest::proptest! {
+        /// `rank_keys` keeps the `limit` smallest keys, ascending, like a full sort.
+        #[test]
+        fn rank_keys_is_a_partial_sort(
+            keys in proptest::collection::btree_set(proptest::prelude::any::<u128>(), 0..80),
+            limit in 0usize..90,
+            shuffle in proptest::prelude::any::<u64>(),
+        ) {
+            let mut sorted: Vec<u128> = keys.into_iter().collect();
+            let mut got = sorted.clone();
+            // A deterministic shuffle: rotate, then reverse every other run.
+            if !got.is_empty() {
+                let len = got.len();
+                got.rotate_left(shuffle as usize % len);
+                for chunk in got.chunks_mut(3).step_by(2) {
+                    chunk.reverse();
+                }
+            }
+            rank_keys(&mut got, limit);
+            sorted.truncate(limit);
+            proptest::prop_assert_eq!(got, sorted);
+        }
     }
 }

@@ -236,7 +236,20 @@ proptest! {
                 .map(|r| { assert!(r.definite); (r.dsi.as_dsi().clone(), r.count, r.total, r.matched_values) })
                 .collect();
             let (want, per_value) = brute_force(&peers, template, op, &needle);
-            prop_assert_eq!(got, want, "{}", text);
+            prop_assert_eq!(&got, &want, "{}", text);
+            // A smaller limit keeps the best of the same order.
+            let limited = QueryOptions { limit: len, max_values, ..QueryOptions::default() };
+            let want_top: Vec<(Dsi, u64)> =
+                want.iter().take(len).map(|w| (w.0.clone(), w.1)).collect();
+            let top: Vec<(Dsi, u64)> = table
+                .query(&q, &limited)
+                .iter()
+                .map(|r| (r.dsi.as_dsi().clone(), r.count))
+                .collect();
+            prop_assert_eq!(&top, &want_top, "{} limit {}", text, len);
+            let top: Vec<(Dsi, u64)> =
+                table.route(&q, &limited).into_iter().map(|r| (r.meta.dsi.clone(), r.count)).collect();
+            prop_assert_eq!(&top, &want_top, "{} limit {}", text, len);
             let routes: Vec<(Dsi, u64)> =
                 table.route(&q, &opts).into_iter().map(|r| (r.meta.dsi.clone(), r.count)).collect();
             let counts: Vec<(Dsi, u64)> =
