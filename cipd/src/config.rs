@@ -230,6 +230,26 @@ pub struct RawLimits {
     pub local_scan_max_objects: Option<usize>,
     /// How often collection files are checked for changes (`"0s"` = never).
     pub watch_interval: Option<String>,
+    /// Most datasets (peer DSIs) in the routing table.
+    pub max_table_peers: Option<usize>,
+    /// Most weightlist entries in one in-bound hint.
+    pub max_hint_entries: Option<usize>,
+    /// Longest weightlist value in an in-bound hint, bytes.
+    pub max_hint_value_length: Option<usize>,
+    /// Most provenance DSIs on one in-bound hint.
+    pub max_provenance: Option<usize>,
+    /// Most distinct `Template:Attribute` keys in the routing table.
+    pub max_table_attributes: Option<usize>,
+    /// Most `&`-joined terms in one query.
+    pub max_query_terms: Option<usize>,
+    /// Longest query, bytes.
+    pub max_query_length: Option<usize>,
+    /// Admin socket connections served at once.
+    pub max_admin_connections: Option<usize>,
+    /// Longest admin request line, bytes.
+    pub max_admin_request: Option<usize>,
+    /// Idle time after which an admin connection is closed.
+    pub admin_idle_timeout: Option<String>,
 }
 
 /// `[spool]`.
@@ -470,6 +490,14 @@ pub struct Limits {
     pub local_scan_max_objects: usize,
     /// Collection change check interval; `None` = never (default 30 s).
     pub watch_interval: Option<Duration>,
+    /// Routing table bounds (defaults: 10,000 peers, 20,000,000 entries per hint, 4 KiB
+    /// values, 256 provenance DSIs, 65,536 attributes). Take effect at restart.
+    pub table: hints::table::TableLimits,
+    /// Query bounds (default 16 terms, 4096 bytes).
+    pub query: hints::query::QueryLimits,
+    /// Admin socket bounds (default 16 connections, 64 KiB requests, 60 s idle). Take
+    /// effect at restart.
+    pub admin: crate::admin::AdminLimits,
 }
 
 impl Default for Limits {
@@ -493,6 +521,9 @@ impl Default for Limits {
             max_objects: 1000,
             local_scan_max_objects: crate::local::DEFAULT_SCAN_MAX_OBJECTS,
             watch_interval: Some(Duration::from_secs(30)),
+            table: hints::table::TableLimits::default(),
+            query: hints::query::QueryLimits::default(),
+            admin: crate::admin::AdminLimits::default(),
         }
     }
 }
@@ -1227,6 +1258,62 @@ impl Validator<'_> {
                 d.local_scan_max_objects,
             ),
             watch_interval,
+            table: hints::table::TableLimits {
+                max_peers: self.positive(
+                    "limits.max_table_peers",
+                    raw.max_table_peers,
+                    d.table.max_peers,
+                ),
+                max_entries_per_hint: self.positive(
+                    "limits.max_hint_entries",
+                    raw.max_hint_entries,
+                    d.table.max_entries_per_hint,
+                ),
+                max_value_len: self.positive(
+                    "limits.max_hint_value_length",
+                    raw.max_hint_value_length,
+                    d.table.max_value_len,
+                ),
+                max_provenance: self.positive(
+                    "limits.max_provenance",
+                    raw.max_provenance,
+                    d.table.max_provenance,
+                ),
+                max_attributes: self.positive(
+                    "limits.max_table_attributes",
+                    raw.max_table_attributes,
+                    d.table.max_attributes,
+                ),
+            },
+            query: hints::query::QueryLimits {
+                max_terms: self.positive(
+                    "limits.max_query_terms",
+                    raw.max_query_terms,
+                    d.query.max_terms,
+                ),
+                max_len: self.positive(
+                    "limits.max_query_length",
+                    raw.max_query_length,
+                    d.query.max_len,
+                ),
+            },
+            admin: crate::admin::AdminLimits {
+                max_connections: self.positive(
+                    "limits.max_admin_connections",
+                    raw.max_admin_connections,
+                    d.admin.max_connections,
+                ),
+                max_request: self.positive(
+                    "limits.max_admin_request",
+                    raw.max_admin_request,
+                    d.admin.max_request,
+                ),
+                idle_timeout: self.duration(
+                    "limits.admin_idle_timeout",
+                    raw.admin_idle_timeout,
+                    d.admin.idle_timeout,
+                ),
+            },
         }
     }
 }
@@ -1442,6 +1529,43 @@ level = "=="
         let p = c.check_environment();
         assert_eq!(p.len(), 1);
         assert_eq!(p[0].key, "collection[0].path");
+    }
+
+    #[test]
+    fn table_query_and_admin_limits_come_from_the_config() {
+        let text = format!(
+            "{MINIMAL}[limits]\nmax_table_peers = 5\nmax_hint_entries = 6\n\
+             max_hint_value_length = 7\nmax_provenance = 8\nmax_table_attributes = 9\n\
+             max_query_terms = 2\nmax_query_length = 100\nmax_admin_connections = 3\n\
+             max_admin_request = 512\nadmin_idle_timeout = \"5s\"\n"
+        );
+        let l = Config::from_toml(&text).unwrap().limits;
+        assert_eq!(
+            (
+                l.table.max_peers,
+                l.table.max_entries_per_hint,
+                l.table.max_value_len
+            ),
+            (5, 6, 7)
+        );
+        assert_eq!((l.table.max_provenance, l.table.max_attributes), (8, 9));
+        assert_eq!((l.query.max_terms, l.query.max_len), (2, 100));
+        assert_eq!(
+            (
+                l.admin.max_connections,
+                l.admin.max_request,
+                l.admin.idle_timeout
+            ),
+            (3, 512, Duration::from_secs(5))
+        );
+        let zero = format!("{MINIMAL}[limits]\nmax_query_terms = 0\nmax_table_peers = 0\n");
+        let err = Config::from_toml(&zero).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["limits.max_table_peers", "limits.max_query_terms"],
+            "{err}"
+        );
     }
 
     #[test]

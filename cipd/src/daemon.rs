@@ -191,7 +191,7 @@ impl Daemon {
                 listener,
                 path,
                 backend,
-                crate::admin::AdminLimits::default(),
+                config.limits.admin,
                 node.token.child_token(),
                 node.tracker.clone(),
             ));

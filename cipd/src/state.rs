@@ -469,7 +469,7 @@ impl Node {
         };
         let table = RoutingTable::new(TableConfig {
             node: Some(config.node.dsi.clone()),
-            ..TableConfig::default()
+            limits: config.limits.table,
         });
         let peers = config
             .peers
@@ -1152,6 +1152,11 @@ impl Node {
         answer
     }
 
+    /// Parses a query within the configured `limits.max_query_*` bounds.
+    fn parse_query(&self, q: &str) -> Result<Query, QueryError> {
+        Ok(Query::parse_with_limits(q, &self.config().limits.query)?)
+    }
+
     /// The options every front-end queries the table with.
     fn query_options(&self, possible: bool, limit: Option<usize>) -> QueryOptions {
         let config = self.config();
@@ -1175,7 +1180,7 @@ impl Node {
         q: &str,
         possible: bool,
     ) -> Result<Vec<hints::rank::Explanation>, QueryError> {
-        let query = Query::parse(q)?;
+        let query = self.parse_query(q)?;
         let own = self.identity.load().dsi.clone();
         let mut out = self
             .table
@@ -1193,7 +1198,7 @@ impl Node {
         possible: bool,
         limit: Option<usize>,
     ) -> Result<QueryAnswer, QueryError> {
-        let query = Query::parse(q)?;
+        let query = self.parse_query(q)?;
         let opts = self.query_options(possible, limit);
         let own = self.identity.load().dsi.clone();
         let referrals = self
@@ -1222,7 +1227,7 @@ impl Node {
         q: &str,
         limit: Option<usize>,
     ) -> Result<ObjectsAnswer, QueryError> {
-        let query = Query::parse(q)?;
+        let query = self.parse_query(q)?;
         let config = self.config();
         let limit = limit
             .unwrap_or(config.limits.max_objects)
@@ -1335,6 +1340,12 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     }
     if old.log_format != new.log_format {
         out.push("log.format".to_owned());
+    }
+    if old.limits.table != new.limits.table {
+        out.push("limits (routing table bounds)".to_owned());
+    }
+    if old.limits.admin != new.limits.admin {
+        out.push("limits (admin socket bounds)".to_owned());
     }
     if old.node.dsi != new.node.dsi {
         out.push("node.dsi (the routing table keeps refusing hints for the old one)".to_owned());

@@ -39,12 +39,24 @@ admin_socket = {socket:?}
 [[collection]]
 name = "sample"
 type = "sample"
+[limits]
+max_query_terms = 2
 "#,
         data = dir.path().join("spool").display().to_string(),
         socket = socket.display().to_string(),
     ))
     .unwrap();
     let daemon = Daemon::start(config).await.unwrap();
+    // The configured query bound applies to every front-end.
+    let node = daemon.node();
+    assert!(node.referrals("Author=a & Title=b", false, None).is_ok());
+    let err = node
+        .referrals("Author=a & Title=b & Type=c", false, None)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("query has more than 2 terms"),
+        "{err}"
+    );
     let s = socket.clone();
     let run = move |args: &'static [&'static str]| {
         let s = s.clone();

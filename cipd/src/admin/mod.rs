@@ -38,6 +38,8 @@ pub trait AdminBackend: Send + Sync + 'static {
 pub struct AdminLimits {
     /// Connections served at once; more wait for a slot.
     pub max_connections: usize,
+    /// Longest request line, in bytes; a longer one closes the connection.
+    pub max_request: usize,
     /// A connection idle this long is closed.
     pub idle_timeout: Duration,
 }
@@ -46,6 +48,7 @@ impl Default for AdminLimits {
     fn default() -> Self {
         Self {
             max_connections: 16,
+            max_request: protocol::MAX_REQUEST_LINE,
             idle_timeout: Duration::from_secs(60),
         }
     }
@@ -181,7 +184,10 @@ async fn connection<B: AdminBackend>(
     loop {
         line.clear();
         let n = tokio::select! {
-            res = tokio::time::timeout(limits.idle_timeout, read_line(&mut read, &mut line)) => {
+            res = tokio::time::timeout(
+                limits.idle_timeout,
+                read_line(&mut read, &mut line, limits.max_request),
+            ) => {
                 match res {
                     Ok(res) => res?,
                     Err(_) => return Ok(()),
@@ -206,8 +212,12 @@ async fn connection<B: AdminBackend>(
     }
 }
 
-/// Reads one line of at most [`protocol::MAX_REQUEST_LINE`] bytes; 0 at end of input.
-async fn read_line<R: AsyncBufReadExt + Unpin>(r: &mut R, line: &mut Vec<u8>) -> io::Result<usize> {
+/// Reads one line of at most `max` bytes; 0 at end of input.
+async fn read_line<R: AsyncBufReadExt + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<usize> {
     loop {
         let buf = r.fill_buf().await?;
         if buf.is_empty() {
@@ -217,7 +227,7 @@ async fn read_line<R: AsyncBufReadExt + Unpin>(r: &mut R, line: &mut Vec<u8>) ->
             Some(i) => (i + 1, true),
             None => (buf.len(), false),
         };
-        if line.len() + take > protocol::MAX_REQUEST_LINE {
+        if line.len() + take > max {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "admin request line too long",
@@ -348,6 +358,46 @@ mod tests {
         tracker.close();
         tracker.wait().await;
         assert!(!path.exists(), "socket removed at shutdown");
+    }
+
+    #[tokio::test]
+    async fn an_over_long_request_line_closes_the_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let listener = bind(&path).unwrap();
+        let limits = AdminLimits {
+            max_request: 64,
+            ..AdminLimits::default()
+        };
+        let (token, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let server = tokio::spawn(serve(
+            listener,
+            path.clone(),
+            Arc::new(Echo),
+            limits,
+            token.clone(),
+            tracker.clone(),
+        ));
+        // Within the limit: answered.
+        assert!(request(&path, &AdminRequest::Status).await.unwrap().ok);
+        // Past it: closed without an answer, before the line is buffered whole.
+        let stream = UnixStream::connect(&path).await.unwrap();
+        let (read, mut write) = stream.into_split();
+        let long = format!(
+            "{{\"version\":1,\"command\":\"status\",\"x\":\"{}\"}}\n",
+            "a".repeat(200)
+        );
+        let _ = write.write_all(long.as_bytes()).await;
+        let mut answer = String::new();
+        let n = BufReader::new(read)
+            .read_line(&mut answer)
+            .await
+            .unwrap_or(0);
+        assert_eq!(n, 0, "no answer to an over-long line: {answer}");
+        token.cancel();
+        server.await.unwrap();
+        tracker.close();
+        tracker.wait().await;
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// Version of the admin protocol this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// Longest request line accepted, in bytes.
+/// Default longest request line, in bytes (`limits.max_admin_request`).
 pub const MAX_REQUEST_LINE: usize = 64 << 10;
 
 /// A request with its version.
