@@ -431,9 +431,11 @@ pub struct Node {
     log: Option<LogHandle>,
     started: Instant,
     metrics: Metrics,
-    /// Keyed hash of the last payload accepted per (peer, dataset): an unchanged hint
-    /// re-polled still refreshes its expiry, but the out-bound aggregate is not recomputed.
-    last_payloads: Mutex<HashMap<(String, Dsi), u64>>,
+    /// Keyed hash of the payload whose hint the table holds, per dataset: an unchanged
+    /// hint re-polled still refreshes its expiry, but the out-bound aggregate is not
+    /// recomputed. Changed only together with the table, under this lock, so an entry
+    /// always describes what the table holds for that DSI.
+    imported: Arc<Mutex<HashMap<Dsi, u64>>>,
     payload_hasher: std::hash::RandomState,
 }
 
@@ -503,7 +505,7 @@ impl Node {
             log,
             started: Instant::now(),
             metrics: Metrics::default(),
-            last_payloads: Mutex::new(HashMap::new()),
+            imported: Arc::new(Mutex::new(HashMap::new())),
             payload_hasher: std::hash::RandomState::new(),
         })
     }
@@ -918,14 +920,17 @@ impl Node {
     /// notifier send `datachanged` upstream and push to push targets).
     pub fn refresh_outbound(&self) {
         let hint = self.outbound_hint(None);
-        let digest = hint_digest(&hint);
+        // One serialization serves both the change check and the shared payload.
+        let soif = hint.to_soif();
+        let digest = soif_digest(&soif);
         let cur = self.outbound.load();
         if cur.digest == digest && cur.generation > 0 {
             return;
         }
         let generation = cur.generation + 1;
-        self.outbound
-            .store(Arc::new(Outbound::new(generation, digest, Arc::new(hint))));
+        let out = Outbound::new(generation, digest, Arc::new(hint));
+        lock(&out.payloads).insert(None, Bytes::from(soif.to_bytes()));
+        self.outbound.store(Arc::new(out));
         self.update_status(|s| s.outbound_generation = generation);
         self.outbound_changed.send_replace(generation);
         tracing::debug!(generation, "out-bound hint changed");
@@ -981,13 +986,24 @@ impl Node {
             payload: obj.payload,
         };
         let objects = hint.total_object_count;
-        let digest = self.payload_hasher.hash_one(&entry.payload[..]);
+        // Everything the out-bound aggregate reads from this object: the payload, and the
+        // base-uris (their schemes decide whether it is aggregated) and description.
+        let digest = self.payload_hasher.hash_one((
+            &entry.payload[..],
+            &entry.base_uris,
+            &entry.description,
+        ));
         // The table refuses our own DSI and loops (provenance); a refused hint never
         // reaches the spool.
-        let table = self.table.clone();
-        tokio::task::spawn_blocking(move || table.replace(meta, &hint))
-            .await
-            .map_err(|e| Rejection::Storage(format!("import task failed: {e}")))??;
+        let (table, imported) = (self.table.clone(), self.imported.clone());
+        let changed = tokio::task::spawn_blocking(move || {
+            let mut imported = lock(&imported);
+            let dsi = meta.dsi.clone();
+            table.replace(meta, &hint)?;
+            Ok::<_, ImportError>(imported.insert(dsi, digest) != Some(digest))
+        })
+        .await
+        .map_err(|e| Rejection::Storage(format!("import task failed: {e}")))??;
         let spool = self.spool.clone();
         let (dsi, stored) = (
             entry.dsi.clone(),
@@ -1005,8 +1021,7 @@ impl Node {
             s.hint_objects = Some(objects);
         });
         self.update_status(|s| s.table_peers = self.table.stats().peers as u64);
-        let previous = lock(&self.last_payloads).insert((peer.to_owned(), dsi), digest);
-        if previous != Some(digest) {
+        if changed {
             self.refresh_outbound();
         }
         Ok(())
@@ -1083,7 +1098,12 @@ impl Node {
 
     /// Drops hints older than the TTL from the table and the spool.
     pub fn expire(&self) -> usize {
-        let gone = self.table.expire(SystemTime::now());
+        let gone = {
+            let mut imported = lock(&self.imported);
+            let gone = self.table.expire(SystemTime::now());
+            imported.retain(|d, _| !gone.contains(d));
+            gone
+        };
         if gone.is_empty() {
             return 0;
         }
@@ -1096,7 +1116,6 @@ impl Node {
                 }
             }
         }
-        lock(&self.last_payloads).retain(|(_, d), _| !gone.contains(d));
         let n = gone.len();
         self.update_status(|s| {
             s.expired += n as u64;
@@ -1108,9 +1127,12 @@ impl Node {
 
     /// Forgets the hint of dataset `dsi` (table and spool) until the next poll or push.
     pub fn drop_dataset(&self, dsi: &Dsi) -> bool {
-        let removed = self.table.remove(dsi);
-        // A later import of the same payload must rebuild the out-bound hint again.
-        lock(&self.last_payloads).retain(|(_, d), _| d != dsi);
+        let removed = {
+            // A later import of the same payload must rebuild the out-bound hint again.
+            let mut imported = lock(&self.imported);
+            imported.remove(dsi);
+            self.table.remove(dsi)
+        };
         let peers: Vec<String> = lock(&self.peers).keys().cloned().collect();
         for p in &peers {
             if let Err(e) = self.spool.remove(p, dsi) {
@@ -1414,12 +1436,18 @@ pub fn parse_hint(payload: &Bytes, limits: cip_proto::soif::Limits) -> Result<Ci
     Ok(hint)
 }
 
-fn hint_digest(hint: &CipHint) -> u64 {
+fn soif_digest(hint: &SoifObject) -> u64 {
     // The date changes on every rebuild; leave it out so only content changes count.
-    let mut h = hint.clone();
-    h.date = None;
     let mut hasher = std::hash::DefaultHasher::new();
-    h.to_soif().to_bytes().hash(&mut hasher);
+    hint.url().hash(&mut hasher);
+    for a in hint
+        .attributes
+        .iter()
+        .filter(|a| !a.name.as_str().eq_ignore_ascii_case("Date"))
+    {
+        a.name.as_bytes().hash(&mut hasher);
+        a.value.hash(&mut hasher);
+    }
     hasher.finish()
 }
 
