@@ -41,6 +41,7 @@ name = "sample"
 type = "sample"
 [limits]
 max_query_terms = 2
+local_scan_max_objects = 1
 "#,
         data = dir.path().join("spool").display().to_string(),
         socket = socket.display().to_string(),
@@ -57,6 +58,28 @@ max_query_terms = 2
         err.to_string().contains("query has more than 2 terms"),
         "{err}"
     );
+    // An attribute the node does not index, past the scan bound: 400 not-indexed.
+    let url = format!("http://{}", daemon.http_addr().unwrap());
+    let err = cipd::ctl::query::get_json::<serde_json::Value>(
+        &url,
+        "/v1/objects?q=DOCUMENT:Publisher=x",
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("HTTP 400") && err.contains("not indexed"),
+        "{err}"
+    );
+    let ok = cipd::ctl::query::get_json::<serde_json::Value>(
+        &url,
+        "/v1/objects?q=DOCUMENT:Author=Garcia",
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok["total"], 1, "indexed attributes need no scan: {ok}");
     let s = socket.clone();
     let run = move |args: &'static [&'static str]| {
         let s = s.clone();
