@@ -19,9 +19,10 @@ use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType};
 use cip_proto::soif::{SoifObject, attr, parse_all};
+use hints::answer::ReferralView;
 use hints::hint::CipHint;
 use hints::query::{MatchOp, Query};
-use hints::rank::{QueryOptions, Referral};
+use hints::rank::QueryOptions;
 use hints::table::{ImportError, PeerMeta, RoutingTable, TableConfig};
 use hints::thesaurus::Thesaurus;
 use serde::{Deserialize, Serialize};
@@ -297,18 +298,17 @@ pub struct ReferralJson {
     pub values: Vec<(String, u64)>,
 }
 
-impl From<Referral> for ReferralJson {
-    fn from(r: Referral) -> Self {
+impl From<ReferralView<'_>> for ReferralJson {
+    fn from(r: ReferralView<'_>) -> Self {
         Self {
-            dsi: r.dsi.to_string(),
+            dsi: r.dsi().to_string(),
             base_uri: r.base_uris().to_vec(),
             dsi_description: r.dsi_description().map(str::to_owned),
-            count: r.count,
-            total: r.total,
-            definite: r.definite,
+            count: r.count(),
+            total: r.total(),
+            definite: r.definite(),
             values: r
-                .values
-                .iter()
+                .values()
                 .map(|(v, c)| (String::from_utf8_lossy(v).into_owned(), c))
                 .collect(),
         }
@@ -1225,9 +1225,9 @@ impl Node {
         let own = self.identity.load().dsi.clone();
         let referrals = self
             .table
-            .query(&query, &opts)
-            .into_iter()
-            .filter(|r| r.dsi != own)
+            .answer(&query, &opts)
+            .iter()
+            .filter(|r| *r.dsi() != own)
             .map(ReferralJson::from)
             .collect();
         let scan_max = self.config().limits.local_scan_max_objects;

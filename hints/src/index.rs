@@ -523,6 +523,12 @@ impl Segment {
         }
     }
 
+    /// Where value `id`'s record starts.
+    #[inline]
+    pub(crate) fn start_of(&self, id: u32) -> u32 {
+        self.starts[id as usize]
+    }
+
     /// Value `id`'s record.
     #[inline]
     fn rec(&self, id: u32) -> Rec {

@@ -11,6 +11,7 @@ pub mod hint;
 pub mod weightlist;
 
 pub mod aggregate;
+pub mod answer;
 mod index;
 pub mod query;
 pub mod rank;

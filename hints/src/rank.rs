@@ -205,7 +205,7 @@ impl ValueBuf {
         }
     }
 
-    fn get(&self, i: usize) -> Option<(&[u8], u64)> {
+    pub(crate) fn get(&self, i: usize) -> Option<(&[u8], u64)> {
         let &(s, e, count) = self.items.get(i)?;
         Some((self.bytes.get(s as usize..e as usize)?, count))
     }
@@ -274,15 +274,6 @@ impl ValueList {
                 }
             }
             None => Self::from(vec![(Bytes::copy_from_slice(value), count)]),
-        }
-    }
-
-    /// Sets the count of a list of one value ([`ValueList::single`]); other lists are
-    /// unchanged.
-    #[inline]
-    pub(crate) fn set_count(&mut self, new: u64) {
-        if let Repr::One { count, .. } = &mut self.repr {
-            *count = new;
         }
     }
 

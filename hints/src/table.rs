@@ -72,12 +72,13 @@ use cip_proto::Dsi;
 use cip_proto::dsi::DsiError;
 use cip_proto::soif::attr::base_name;
 
+use crate::answer::{Answer, Item};
 use crate::hint::{AttrSpec, CipHint};
 use crate::index::{BulkBuilder, RandomState, Segment, TOUCH_BATCH, cmp_folded, hash_lower};
 use crate::query::{MatchOp, Query, Term};
 use crate::rank::{
-    Explanation, MatchedValue, PeerDsi, QueryOptions, RankKey, Referral, TermExplanation,
-    TermStatus, ValueBuf, ValueList, rank_order,
+    Explanation, MatchedValue, QueryOptions, RankKey, Referral, TermExplanation, TermStatus,
+    ValueBuf, rank_order,
 };
 use crate::thesaurus::AttrPattern;
 
@@ -466,6 +467,9 @@ pub(crate) struct Snapshot {
     pub rank_keys: Vec<(u64, u32)>,
     /// Per slot: the live peer's metadata, so that answers reach it in one step.
     pub metas: Vec<Option<Arc<PeerMeta>>>,
+    /// Per slot: when the live peer's hint expires, so that ranking checks liveness
+    /// without reaching into the entries.
+    pub expires: Vec<Option<SystemTime>>,
 }
 
 impl Snapshot {
@@ -476,17 +480,34 @@ impl Snapshot {
         self.rank_keys.resize(self.slots.len(), (0, u32::MAX));
         self.metas.clear();
         self.metas.resize(self.slots.len(), None);
+        self.expires.clear();
+        self.expires.resize(self.slots.len(), None);
         // `peers` iterates in DSI order; the stable sort keeps it between equal totals.
         let mut live: Vec<(u32, u64)> = Vec::with_capacity(self.peers.len());
         for &slot in self.peers.values() {
             if let Some(e) = self.slots.get(slot as usize).and_then(Option::as_ref) {
                 live.push((slot, e.total));
                 self.metas[slot as usize] = Some(e.meta.clone());
+                self.expires[slot as usize] = e.meta.expires;
             }
         }
         live.sort_by_key(|&(_, total)| (total == 0, total));
         for (tie, &(slot, total)) in live.iter().enumerate() {
             self.rank_keys[slot as usize] = (total, tie as u32);
+        }
+    }
+
+    /// The tie position of `slot` when it holds a peer live at `now` (any peer without).
+    #[inline]
+    fn live_tie(&self, slot: u32, now: Option<SystemTime>) -> Option<u32> {
+        let &(_, tie) = self.rank_keys.get(slot as usize)?;
+        // Only live slots have a tie position (`rerank`).
+        if tie == u32::MAX {
+            return None;
+        }
+        match (now, self.expires.get(slot as usize).copied().flatten()) {
+            (Some(now), Some(exp)) if exp <= now => None,
+            _ => Some(tie),
         }
     }
 
@@ -496,7 +517,7 @@ impl Snapshot {
 
     /// The metadata of the live peer in `slot`.
     #[inline]
-    fn meta(&self, slot: u32) -> Option<&Arc<PeerMeta>> {
+    pub(crate) fn meta(&self, slot: u32) -> Option<&Arc<PeerMeta>> {
         self.metas.get(slot as usize).and_then(Option::as_ref)
     }
 
@@ -701,10 +722,6 @@ struct Scratch {
     tally: Tally,
     /// Rank keys of the peers matched by a single-term query.
     keys: Vec<u128>,
-    /// The ranked peers' metadata while an answer is built (empty between queries).
-    dsis: Vec<Option<PeerDsi>>,
-    /// Referrals whose values are a range of the answer's shared buffer.
-    ranges: Vec<(usize, std::ops::Range<usize>)>,
 }
 
 /// What `Scratch::attrs` was resolved from. Holding the `Arc`s keeps their addresses from
@@ -922,6 +939,11 @@ impl ValuesOut {
     }
 
     fn push_value(&mut self, seg: &Segment, id: u32, count: u64) {
+        self.push_value_at(seg, id, seg.start_of(id), count);
+    }
+
+    /// [`ValuesOut::push_value`] of the value whose record starts at `start`.
+    fn push_value_at(&mut self, seg: &Segment, id: u32, start: u32, count: u64) {
         let key = (std::ptr::from_ref(seg), id);
         if self.last == Some(key) && self.buf.repeat_last(count) {
             return;
@@ -930,7 +952,7 @@ impl ValuesOut {
         // and values than any answer holds; leave the rest out rather than fail.
         if self
             .buf
-            .push_with(count, |out| seg.write_value(id, out))
+            .push_with(count, |out| seg.write_value_at(start, out))
             .is_ok()
         {
             self.last = Some(key);
@@ -941,8 +963,8 @@ impl ValuesOut {
         self.buf.len()
     }
 
-    fn finish(self) -> Arc<ValueBuf> {
-        Arc::new(self.buf)
+    fn into_buf(self) -> ValueBuf {
+        self.buf
     }
 }
 
@@ -1296,95 +1318,45 @@ impl RoutingTable {
             .collect()
     }
 
-    /// Ranked referrals for `q` (see [`crate::rank`] for the order).
+    /// Ranked referrals for `q` (see [`crate::rank`] for the order), owned.
     pub fn query(&self, q: &Query, opts: &QueryOptions) -> Vec<Referral> {
-        let snap = self.current.load();
+        self.answer(q, opts).into_referrals()
+    }
+
+    /// Ranked referrals for `q` (see [`crate::rank`] for the order), borrowed from the
+    /// table: the cheap form to serialize from, which shares the peers' data with the
+    /// table instead of taking a reference to each peer.
+    pub fn answer(&self, q: &Query, opts: &QueryOptions) -> Answer {
+        let snap = self.current.load_full();
         if let Some(term) = single_term(q, opts).filter(|_| opts.max_values <= TALLY_MAX_VALUES) {
-            return with_scratch(|scratch| {
+            return with_scratch(move |scratch| {
                 let ranked = self.tally(&snap, term, opts, opts.max_values, scratch);
-                let mut out = ValuesOut::with_capacity(0);
-                scratch.ranges.clear();
-                // The spelling of the last single value written, and which value it is:
-                // referrals of an exact query all list the same value.
-                let mut single: Option<((u32, u32), Option<ValueList>)> = None;
-                // `tally` returns live slots only: every entry is there.
-                let mut referrals = Vec::with_capacity(ranked.len());
-                // Share the peers' metadata in one tight loop: the reference-count updates
-                // (locked instructions, which wait for pending stores) then follow one
-                // another instead of each waiting for a referral's writes.
-                let mut dsis = std::mem::take(&mut scratch.dsis);
-                dsis.clear();
-                dsis.extend(
-                    ranked
-                        .iter()
-                        .map(|r| snap.meta(r.slot).map(|m| PeerDsi::new(m.clone()))),
-                );
-                for (r, dsi) in ranked.iter().zip(dsis.drain(..)) {
-                    let Some(dsi) = dsi else {
-                        continue;
-                    };
-                    let best = scratch.tally.best(&snap.segments, r.slot as usize);
-                    // The count of the single value when the cached inline list serves.
-                    let mut one = None;
-                    match best {
-                        [] => {}
-                        [t] if {
-                            if single.as_ref().is_none_or(|s| s.0 != (t.seg, t.id)) {
-                                scratch.lower.clear();
-                                snap.segments[t.seg as usize]
-                                    .write_value_at(t.start, &mut scratch.lower);
-                                let inline = (scratch.lower.len() <= ValueList::INLINE_MAX)
-                                    .then(|| ValueList::single(&scratch.lower, t.count));
-                                single = Some(((t.seg, t.id), inline));
-                            }
-                            single.as_ref().is_some_and(|s| s.1.is_some())
-                        } =>
-                        {
-                            one = Some(t.count);
-                        }
-                        _ => {
-                            let start = out.len();
-                            for t in best {
-                                out.push_value(&snap.segments[t.seg as usize], t.id, t.count);
-                            }
-                            scratch.ranges.push((referrals.len(), start..out.len()));
-                        }
+                let mut out = ValuesOut::with_capacity(ranked.len().min(64));
+                let mut items = Vec::with_capacity(ranked.len());
+                for r in &ranked {
+                    let start = out.len();
+                    for t in scratch.tally.best(&snap.segments, r.slot as usize) {
+                        out.push_value_at(&snap.segments[t.seg as usize], t.id, t.start, t.count);
                     }
-                    referrals.push(Referral {
-                        dsi,
+                    items.push(Item {
+                        slot: r.slot,
+                        matched_values: r.matched,
                         count: r.count,
                         total: r.total,
-                        definite: true,
                         threshold: None,
-                        values: ValueList::default(),
-                        matched_values: r.matched as usize,
+                        start: start as u32,
+                        end: out.len() as u32,
                     });
-                    // Copied into place rather than through temporaries: the list is built
-                    // of odd-sized pieces, and reading back a just-written piece with wider
-                    // loads would stall.
-                    if let (Some(count), Some(last), Some((_, Some(list)))) =
-                        (one, referrals.last_mut(), single.as_ref())
-                    {
-                        last.values.clone_from(list);
-                        last.values.set_count(count);
-                    }
                 }
-                scratch.dsis = dsis;
                 scratch.tally.clear_tops();
-                if !scratch.ranges.is_empty() {
-                    let all = out.finish();
-                    for (i, range) in scratch.ranges.drain(..) {
-                        referrals[i].values = ValueList::new(all.clone(), range);
-                    }
-                }
-                referrals
+                Answer::new(snap, items, out.into_buf())
             });
         }
         let eval = self.evaluate(&snap, q, opts);
         let (hits, starts) = self.gather(&snap, &eval);
         let terms = eval.terms.len();
         let mut out = ValuesOut::with_capacity(0);
-        let mut referrals: Vec<(Referral, (usize, usize))> = eval
+        let items: Vec<Item> = eval
             .candidates
             .iter()
             .enumerate()
@@ -1399,14 +1371,8 @@ impl RoutingTable {
                 )
             })
             .collect();
-        let all = out.finish();
-        referrals
-            .drain(..)
-            .map(|(mut r, (start, end))| {
-                r.values = ValueList::new(all.clone(), start..end);
-                r
-            })
-            .collect()
+        drop(eval);
+        Answer::new(snap, items, out.into_buf())
     }
 
     /// Matches one term, summing counts per slot and keeping each slot's best `k` values
@@ -1462,10 +1428,34 @@ impl RoutingTable {
         match term.op {
             MatchOp::Exact => {
                 let hash = hash_lower(&self.hasher, &scratch.lower);
+                let mut first = None;
                 for (si, seg) in segs.iter().enumerate() {
                     if let Some((id, start)) = seg.find_exact_record(hash, &scratch.lower) {
-                        tally.add_at(segs, si as u32, id, start, attrs);
+                        let hit = (si as u32, id, start);
+                        match first {
+                            None => first = Some(hit),
+                            Some(f) => {
+                                // A second segment holds it too: tally both.
+                                if f.0 != u32::MAX {
+                                    tally.add_at(segs, f.0, f.1, f.2, attrs);
+                                    first = Some((u32::MAX, 0, 0));
+                                }
+                                tally.add_at(segs, hit.0, hit.1, hit.2, attrs);
+                            }
+                        }
                     }
+                }
+                match (first, attrs) {
+                    (None, _) => return Vec::new(),
+                    // The usual case: one value under one attribute. Each slot appears
+                    // once among its postings, so they rank as they stand.
+                    (Some((si, id, start)), &[attr]) if si != u32::MAX => {
+                        return rank_single(snap, (si, id, start), attr, opts, k, scratch);
+                    }
+                    (Some((si, id, start)), _) if si != u32::MAX => {
+                        tally.add_at(segs, si, id, start, attrs);
+                    }
+                    _ => {}
                 }
             }
             MatchOp::Substring => {
@@ -1488,14 +1478,10 @@ impl RoutingTable {
         for &slot in &tally.touched {
             let s = slot as usize;
             let count = std::mem::take(&mut tally.counts[s]);
-            let live = match opts.now {
-                None => snap.entry(slot).is_some(),
-                Some(_) => snap.entry(slot).is_some_and(|e| e.live_at(opts.now)),
-            };
-            let Some(&(_, tie)) = snap.rank_keys.get(s).filter(|_| live) else {
+            let Some(tie) = snap.live_tie(slot, opts.now) else {
                 continue;
             };
-            keys.push((u128::from(!count) << 64) | (u128::from(tie) << 32) | u128::from(slot));
+            keys.push(rank_key(count, tie, slot));
         }
         rank_keys(keys, opts.limit);
         let ranked = keys
@@ -1588,9 +1574,8 @@ impl RoutingTable {
                     )
                 };
                 let mut out = ValuesOut::with_capacity(opts.max_values);
-                let (mut referral, (start, end)) =
-                    referral(&snap, c, cand_hits, nterms, opts, &mut out);
-                referral.values = ValueList::new(out.finish(), start..end);
+                let item = referral(&snap, c, cand_hits, nterms, opts, &mut out);
+                let referral = crate::answer::owned(&entry.meta, &item, &Arc::new(out.into_buf()));
                 Explanation {
                     referral,
                     position: i + 1,
@@ -1932,7 +1917,7 @@ fn referral(
     terms: usize,
     opts: &QueryOptions,
     out: &mut ValuesOut,
-) -> (Referral, (usize, usize)) {
+) -> Item {
     // Per value: its count summed over the attributes one term matched it under; the
     // largest such count when several terms matched it.
     let mut values: Vec<(u32, u32, u64)> = Vec::with_capacity(hits.len().min(64));
@@ -1960,21 +1945,76 @@ fn referral(
     }
     values.truncate(opts.max_values);
     values.sort_by(by_rank);
-    let e = c.entry;
     let start = out.len();
     for v in &values {
         out.push_value(&snap.segments[v.0 as usize], v.1, v.2);
     }
-    let referral = Referral {
-        dsi: PeerDsi::new(e.meta.clone()),
+    Item {
+        slot: c.slot,
+        matched_values: u32::try_from(matched_values).unwrap_or(u32::MAX),
         count: c.count,
-        total: e.total,
-        definite: c.definite,
+        total: c.entry.total,
         threshold: (!c.definite).then_some(c.threshold),
-        values: ValueList::default(),
-        matched_values,
-    };
-    (referral, (start, out.len()))
+        start: start as u32,
+        end: out.len() as u32,
+    }
+}
+
+/// The rank key `!count << 64 | tie position << 32 | slot` of a definite match: ascending
+/// keys are the order of `rank_order` (see [`RoutingTable::tally`]).
+#[inline]
+fn rank_key(count: u64, tie: u32, slot: u32) -> u128 {
+    (u128::from(!count) << 64) | (u128::from(tie) << 32) | u128::from(slot)
+}
+
+/// [`RoutingTable::tally`] of one value, `(segment, id, record start)`, matched under one
+/// attribute only: its postings name each slot once, so they rank without summing. Keeps
+/// the value as each ranked slot's best when `k > 0`.
+fn rank_single(
+    snap: &Snapshot,
+    (si, id, start): (u32, u32, u32),
+    attr: u32,
+    opts: &QueryOptions,
+    k: usize,
+    scratch: &mut Scratch,
+) -> Vec<Ranked> {
+    let seg = &snap.segments[si as usize];
+    let keys = &mut scratch.keys;
+    keys.clear();
+    if let Some(g) = seg.group_in(start, attr) {
+        for (slot, count) in seg.group_postings(g) {
+            if let Some(tie) = snap.live_tie(slot, opts.now) {
+                keys.push(rank_key(count, tie, slot));
+            }
+        }
+    }
+    rank_keys(keys, opts.limit);
+    let tally = &mut scratch.tally;
+    keys.iter()
+        .map(|&key| {
+            let slot = key as u32;
+            let count = !((key >> 64) as u64);
+            if k > 0 {
+                tally.offer(
+                    &snap.segments,
+                    slot as usize,
+                    Top {
+                        seg: si,
+                        id,
+                        start,
+                        count,
+                    },
+                );
+                tally.touched.push(slot);
+            }
+            Ranked {
+                slot,
+                matched: 1,
+                count,
+                total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
+            }
+        })
+        .collect()
 }
 
 /// Keeps the `limit` smallest of `keys` (distinct), ascending.

@@ -237,6 +237,18 @@ proptest! {
                 .collect();
             let (want, per_value) = brute_force(&peers, template, op, &needle);
             prop_assert_eq!(&got, &want, "{}", text);
+            // The borrowed answer says the same as the owned referrals.
+            let answer = table.answer(&q, &opts);
+            prop_assert_eq!(answer.len(), referrals.len());
+            for (i, (view, r)) in answer.iter().zip(&referrals).enumerate() {
+                prop_assert_eq!(view.dsi(), r.dsi.as_dsi());
+                prop_assert_eq!(view.base_uris(), r.base_uris());
+                prop_assert_eq!((view.count(), view.total(), view.matched_values()), (r.count, r.total, r.matched_values));
+                let values: Vec<(&[u8], u64)> = view.values().collect();
+                prop_assert_eq!(values, r.values.iter().collect::<Vec<_>>());
+                prop_assert_eq!(&view.to_referral(), r);
+                prop_assert_eq!(answer.get(i).map(|v| v.dsi().clone()), Some(r.dsi.as_dsi().clone()));
+            }
             // A smaller limit keeps the best of the same order.
             let limited = QueryOptions { limit: len, max_values, ..QueryOptions::default() };
             let want_top: Vec<(Dsi, u64)> =
