@@ -472,6 +472,7 @@ impl Node {
         let table = RoutingTable::new(TableConfig {
             node: Some(config.node.dsi.clone()),
             limits: config.limits.table,
+            ..TableConfig::default()
         });
         let peers = config
             .peers

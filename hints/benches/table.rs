@@ -10,7 +10,8 @@
 //!
 //! `TABLE_BENCH_ONLY=exact|query|substring|replace` runs one part after the load (`query`:
 //! only the exact `answer()` and `query()` figures, for profiling it);
-//! `TABLE_BENCH_LOAD_ONLY=1` stops after the load; `TABLE_BENCH_SLOW=1` prints every
+//! `TABLE_BENCH_LOAD_ONLY=1` stops after the load; `TABLE_BENCH_NEEDLE=text` repeats one
+//! substring query for 5 s (for profiling); `TABLE_BENCH_SLOW=1` prints every
 //! substring query slower than 2 ms with the cost of `route()` for it.
 
 use std::time::{Duration, Instant, SystemTime};
@@ -139,6 +140,10 @@ fn main() {
         verdict(load.as_secs_f64() < 10.0)
     );
     println!(
+        "summaries: {} broad n-grams summarized (included in the load time and memory)",
+        st.summaries
+    );
+    println!(
         "memory: {:.1} MB used, budget 2 x value bytes + 16 x entries = {:.1} MB ({:.2} of budget, {:.1} B/entry); target <= budget: {}",
         st.approx_bytes as f64 / 1e6,
         formula as f64 / 1e6,
@@ -184,6 +189,21 @@ fn main() {
             found as f64 / n as f64,
         )
     };
+    // TABLE_BENCH_NEEDLE=text runs that substring query for 5 s (for profiling) and stops.
+    if let Ok(needle) = std::env::var("TABLE_BENCH_NEEDLE") {
+        let q = Query::parse(&format!("Author~\"{needle}\"")).unwrap_or_else(|e| panic!("{e}"));
+        let start = Instant::now();
+        let mut n = 0u32;
+        while start.elapsed() < Duration::from_secs(5) {
+            std::hint::black_box(table.query(&q, &opts));
+            n += 1;
+        }
+        println!(
+            "{needle:?}: {n} queries, {:.3} ms each",
+            start.elapsed().as_secs_f64() * 1e3 / f64::from(n)
+        );
+        return;
+    }
     // TABLE_BENCH_ONLY=exact|query|substring|replace runs one part (the data stay the same).
     let only = std::env::var("TABLE_BENCH_ONLY").ok();
     let run = |part: &str| only.as_deref().is_none_or(|o| o == part);

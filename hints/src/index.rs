@@ -39,6 +39,8 @@ use std::hash::{BuildHasher, Hasher};
 
 use memchr::memmem;
 
+use crate::summary::{Summaries, Summary, SummaryConfig};
+
 /// The seeded hasher of value bytes: `foldhash`, seeded randomly per table.
 pub(crate) type RandomState = foldhash::fast::RandomState;
 
@@ -89,6 +91,7 @@ pub(crate) struct Segment {
     entries: usize,
     value_bytes: usize,
     grams: GramIndex,
+    summaries: Summaries,
 }
 
 /// A value's record, decoded from its header.
@@ -491,6 +494,62 @@ impl Segment {
         self
     }
 
+    /// Adds the summaries of broad n-grams (see [`crate::summary`]).
+    pub(crate) fn summarize(mut self, cfg: &SummaryConfig) -> Self {
+        self.summaries = Summaries::build(&self, cfg);
+        self
+    }
+
+    /// The summary of the values holding `needle` (ASCII-lowercased) under `attr`, when
+    /// it is summarized.
+    #[inline]
+    pub(crate) fn summary(&self, needle: &[u8], attr: u32) -> Option<Summary<'_>> {
+        self.summaries.lookup(needle, attr)
+    }
+
+    /// Number of n-grams summarized.
+    pub(crate) fn summarized(&self) -> usize {
+        self.summaries.len()
+    }
+
+    /// `(trigram key, number of values holding it)` for every trigram.
+    pub(crate) fn gram_cards(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.grams
+            .keys
+            .iter()
+            .copied()
+            .zip(self.grams.cards.iter().copied())
+    }
+
+    /// Bytes of the records.
+    pub(crate) fn record_bytes(&self) -> usize {
+        self.recs.len()
+    }
+
+    /// The count `slot` reported under `attr` for the value whose record starts at
+    /// `start`.
+    pub(crate) fn count_at(&self, start: u32, attr: u32, slot: u32) -> Option<u64> {
+        let g = self.group_in(start, attr)?;
+        let (mut lo, mut hi) = (0, g.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let at = g.start + mid * POSTING;
+            match rd32(&self.recs, at).cmp(&slot) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => {
+                    let raw = rd32(&self.recs, at + 4);
+                    return Some(if raw == BIG {
+                        self.big_count(at + 4)
+                    } else {
+                        u64::from(raw)
+                    });
+                }
+            }
+        }
+        None
+    }
+
     /// Number of distinct values.
     pub(crate) fn len(&self) -> usize {
         self.starts.len()
@@ -852,7 +911,7 @@ impl Segment {
     /// Puts in `out` (empty) the ids of the values holding every trigram of `needle` (at
     /// least three bytes) that narrows the search; false when some trigram occurs nowhere.
     fn trigram_candidates(&self, needle: &[u8], out: &mut Vec<u32>) -> bool {
-        let mut lists: [&[u8]; 16] = [&[]; 16];
+        let mut lists: [(GramList<'_>, u32); 16] = [(GramList::Ids(&[]), 0); 16];
         let mut count = 0;
         let mut grams = [0u32; 16];
         // The first and last few trigrams narrow as well as all of them would, nearly always;
@@ -877,17 +936,48 @@ impl Segment {
             }
         }
         let lists = &mut lists[..count];
-        lists.sort_unstable_by_key(|l| l.len());
-        let first = 0;
-        out.extend(Ids::new(lists[0]));
-        for list in lists.iter().skip(1) {
-            let len = out.len() - first;
-            // Decoding a list costs about a byte's work per entry; checking a candidate
-            // costs a cache miss or two. Stop once the candidates left are cheaper to check.
-            if len == 0 || list.len() > 8 * len {
-                break;
+        lists.sort_unstable_by_key(|l| l.1);
+        let bits = |i: usize| match lists.get(i) {
+            Some((GramList::Bits(b), _)) => Some(*b),
+            _ => None,
+        };
+        match lists.first() {
+            None => return true,
+            Some((GramList::Bits(first), _)) => {
+                // Every list is a bitmap: AND them a word at a time.
+                let rest: Vec<&[u64]> = (1..lists.len()).filter_map(bits).collect();
+                for (w, &word) in first.iter().enumerate() {
+                    let mut word = word;
+                    for r in &rest {
+                        word &= r.get(w).copied().unwrap_or(0);
+                    }
+                    while word != 0 {
+                        out.push((w * 64) as u32 + word.trailing_zeros());
+                        word &= word - 1;
+                    }
+                }
+                return true;
             }
-            intersect(out, first, list);
+            Some((GramList::Ids(first), _)) => out.extend(Ids::new(first)),
+        }
+        for (list, _) in lists.iter().skip(1) {
+            let len = out.len();
+            match list {
+                // A bit test per candidate.
+                GramList::Bits(b) => out.retain(|&id| {
+                    b.get(id as usize / 64)
+                        .is_some_and(|w| w & (1 << (id % 64)) != 0)
+                }),
+                // Decoding a list costs about a byte's work per entry; checking a
+                // candidate costs a cache miss or two. Stop once the candidates left are
+                // cheaper to check.
+                GramList::Ids(l) => {
+                    if len == 0 || l.len() > 8 * len {
+                        continue;
+                    }
+                    intersect(out, 0, l);
+                }
+            }
         }
         true
     }
@@ -958,6 +1048,7 @@ impl Segment {
             + 8 * self.table.capacity()
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
             + self.grams.heap_bytes()
+            + self.summaries.heap_bytes()
     }
 }
 
@@ -1085,6 +1176,7 @@ impl Builder {
             entries: self.entries,
             value_bytes: self.value_bytes,
             grams: GramIndex::default(),
+            summaries: Summaries::default(),
         };
         seg.recs.shrink_to_fit();
         seg.starts.shrink_to_fit();
@@ -1098,21 +1190,45 @@ fn gram_key(w: &[u8]) -> u32 {
         | u32::from(w[2].to_ascii_lowercase())
 }
 
-/// Trigram -> delta-varint list of the ids of the values containing it.
+/// Trigram -> the ids of the values containing it: a delta-varint list, or, for a trigram
+/// in at least one value of [`DENSE`], a bitmap (no bigger than the list would be, and
+/// intersected a word at a time).
 #[derive(Debug, Default)]
 struct GramIndex {
     keys: Vec<u32>,
+    /// Per key: end of its list in `lists` (bitmaps have an empty one).
     ends: Vec<usize>,
     lists: Vec<u8>,
+    /// Per key: how many values hold it.
+    cards: Vec<u32>,
+    /// Per key: the index of its bitmap in `bitmaps`, or `u32::MAX`.
+    bitmap_of: Vec<u32>,
+    /// The bitmaps, `words` words each; bit `id % 64` of word `id / 64` is value `id`.
+    bitmaps: Vec<u64>,
+    words: usize,
+}
+
+/// A trigram whose values are at least one in this many of the segment's gets a bitmap.
+const DENSE: usize = 8;
+
+/// One trigram's ids.
+#[derive(Debug, Clone, Copy)]
+enum GramList<'a> {
+    /// Delta-varint coded.
+    Ids(&'a [u8]),
+    /// A bitmap over the value ids.
+    Bits(&'a [u64]),
 }
 
 impl GramIndex {
     fn build(seg: &Segment) -> Self {
-        // Dense index per distinct trigram, then per trigram its list so far and last block.
+        // Dense index per distinct trigram, then per trigram its list so far, last id and
+        // number of ids.
         let mut dense: HashMap<u32, u32, BuildGramHasher> = HashMap::default();
-        let mut building: Vec<(u32, u32, Vec<u8>)> = Vec::new();
+        let mut building: Vec<(u32, u32, u32, Vec<u8>)> = Vec::new();
         let mut grams: Vec<u32> = Vec::new();
-        for id in 0..seg.len() as u32 {
+        let n = seg.len();
+        for id in 0..n as u32 {
             grams.clear();
             grams.extend(seg.folded_value(id).windows(3).map(gram_key));
             grams.sort_unstable();
@@ -1121,36 +1237,71 @@ impl GramIndex {
                 let next = building.len() as u32;
                 let k = *dense.entry(g).or_insert(next);
                 if k == next {
-                    building.push((g, id, Vec::new()));
-                    put_varint(&mut building[k as usize].2, id);
+                    building.push((g, id, 1, Vec::new()));
+                    put_varint(&mut building[k as usize].3, id);
                 } else {
                     let e = &mut building[k as usize];
-                    put_varint(&mut e.2, id - e.1);
+                    put_varint(&mut e.3, id - e.1);
                     e.1 = id;
+                    e.2 += 1;
                 }
             }
         }
         building.sort_unstable_by_key(|e| e.0);
-        let total = building.iter().map(|e| e.2.len()).sum();
-        let mut lists = Vec::with_capacity(total);
-        let mut ends = Vec::with_capacity(building.len());
-        let mut keys = Vec::with_capacity(building.len());
-        for (g, _, list) in building {
-            keys.push(g);
-            lists.extend_from_slice(&list);
-            ends.push(lists.len());
+        let words = n.div_ceil(64);
+        let is_dense = |card: u32| n >= 64 && card as usize * DENSE >= n;
+        let total = building
+            .iter()
+            .filter(|e| !is_dense(e.2))
+            .map(|e| e.3.len())
+            .sum();
+        let mut index = Self {
+            keys: Vec::with_capacity(building.len()),
+            ends: Vec::with_capacity(building.len()),
+            lists: Vec::with_capacity(total),
+            cards: Vec::with_capacity(building.len()),
+            bitmap_of: Vec::with_capacity(building.len()),
+            bitmaps: Vec::new(),
+            words,
+        };
+        for (g, _, card, list) in building {
+            index.keys.push(g);
+            index.cards.push(card);
+            if is_dense(card) {
+                let at = index.bitmaps.len();
+                index.bitmap_of.push((at / words) as u32);
+                index.bitmaps.resize(at + words, 0);
+                for id in Ids::new(&list) {
+                    index.bitmaps[at + id as usize / 64] |= 1 << (id % 64);
+                }
+            } else {
+                index.bitmap_of.push(u32::MAX);
+                index.lists.extend_from_slice(&list);
+            }
+            index.ends.push(index.lists.len());
         }
-        Self { keys, ends, lists }
+        index
     }
 
-    fn list(&self, gram: u32) -> Option<&[u8]> {
+    /// The ids holding `gram`, with how many there are.
+    fn list(&self, gram: u32) -> Option<(GramList<'_>, u32)> {
         let k = self.keys.binary_search(&gram).ok()?;
+        let card = self.cards[k];
+        let b = self.bitmap_of[k];
+        if b != u32::MAX {
+            let at = b as usize * self.words;
+            return Some((GramList::Bits(&self.bitmaps[at..at + self.words]), card));
+        }
         let start = if k == 0 { 0 } else { self.ends[k - 1] };
-        Some(&self.lists[start..self.ends[k]])
+        Some((GramList::Ids(&self.lists[start..self.ends[k]]), card))
     }
 
     fn heap_bytes(&self) -> usize {
-        4 * self.keys.capacity() + 8 * self.ends.capacity() + self.lists.capacity()
+        4 * self.keys.capacity()
+            + 8 * self.ends.capacity()
+            + self.lists.capacity()
+            + 8 * (self.cards.capacity() + self.bitmap_of.capacity()) / 2
+            + 8 * self.bitmaps.capacity()
     }
 }
 
@@ -1348,7 +1499,8 @@ mod tests {
     proptest! {
         #[test]
         fn substring_and_exact_match_brute_force(
-            values in prop::collection::vec("[abcAB ]{0,12}", 0..60),
+            // Up to 200 values, so that common trigrams get bitmaps (64 values or more).
+            values in prop::collection::vec("[abcAB ]{0,12}", 0..200),
             needle in "[abAB ]{1,4}|[abAB]{5,40}",
         ) {
             let h = RandomState::default();
@@ -1361,6 +1513,9 @@ mod tests {
                 .filter(|&id| contains_ignore_ascii_case(&s.value(id), needle.as_bytes()))
                 .collect();
             prop_assert_eq!(got, want);
+            if values.len() >= 150 {
+                prop_assert!(!s.grams.bitmaps.is_empty());
+            }
             for v in &values {
                 let lower = v.to_ascii_lowercase();
                 let id = s.find_exact(hash_folded(&h, v.as_bytes()), lower.as_bytes());

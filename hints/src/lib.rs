@@ -15,5 +15,6 @@ pub mod answer;
 mod index;
 pub mod query;
 pub mod rank;
+pub mod summary;
 pub mod table;
 pub mod thesaurus;

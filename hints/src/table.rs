@@ -80,6 +80,7 @@ use crate::rank::{
     Explanation, MatchedValue, QueryOptions, RankKey, Referral, TermExplanation, TermStatus,
     ValueBuf, rank_order,
 };
+use crate::summary::{SUMMARY_TOPS, SummaryConfig};
 use crate::thesaurus::AttrPattern;
 
 /// Name of the CIP-HINT attribute (with `-N` multi-value suffixes) that lists provenance
@@ -131,6 +132,8 @@ pub struct TableConfig {
     pub node: Option<Dsi>,
     /// Bounds.
     pub limits: TableLimits,
+    /// Summaries of broad substrings in big segments.
+    pub summaries: SummaryConfig,
 }
 
 /// What the node knows about a peer hint besides its payload.
@@ -193,6 +196,8 @@ pub struct TableStats {
     pub dead_entries: usize,
     /// Approximate heap bytes of the index and peer data.
     pub approx_bytes: usize,
+    /// Broad n-grams summarized (see [`crate::summary`]), summed over segments.
+    pub summaries: usize,
 }
 
 /// One row of [`RoutingTable::entries`].
@@ -553,7 +558,12 @@ impl Snapshot {
         }
     }
 
-    fn merge_range(&mut self, range: std::ops::Range<usize>, hasher: &RandomState) -> bool {
+    fn merge_range(
+        &mut self,
+        range: std::ops::Range<usize>,
+        hasher: &RandomState,
+        summaries: &SummaryConfig,
+    ) -> bool {
         let parts: Vec<&Segment> = self.segments[range.clone()].iter().map(|s| &**s).collect();
         let bytes: usize = parts.iter().map(|s| s.value_bytes()).sum();
         let entries: usize = parts.iter().map(|s| s.entries()).sum();
@@ -568,6 +578,7 @@ impl Snapshot {
         let live = |s: u32| slots.get(s as usize).is_some_and(Option::is_some);
         match Segment::merge(&parts, &live, hasher) {
             Ok(merged) => {
+                let merged = merged.summarize(summaries);
                 self.segments.splice(range, [Arc::new(merged)]);
                 true
             }
@@ -576,7 +587,7 @@ impl Snapshot {
     }
 
     /// Applies the merge policy of the module doc; `full` merges everything into one.
-    fn compact(&mut self, hasher: &RandomState, full: bool) {
+    fn compact(&mut self, hasher: &RandomState, summaries: &SummaryConfig, full: bool) {
         self.segments.retain(|s| s.entries() > 0);
         let dead = self
             .segments
@@ -584,7 +595,7 @@ impl Snapshot {
             .any(|s| self.live_entries(s) < s.entries() as u64);
         if full && (self.segments.len() > 1 || dead) {
             let n = self.segments.len();
-            self.merge_range(0..n, hasher);
+            self.merge_range(0..n, hasher, summaries);
         }
         loop {
             self.segments.retain(|s| s.entries() > 0);
@@ -592,7 +603,8 @@ impl Snapshot {
             if n >= 2 {
                 let older = self.live_entries(&self.segments[n - 2]);
                 let newer = self.live_entries(&self.segments[n - 1]);
-                if older <= newer.saturating_mul(2) && self.merge_range(n - 2..n, hasher) {
+                if older <= newer.saturating_mul(2) && self.merge_range(n - 2..n, hasher, summaries)
+                {
                     continue;
                 }
             }
@@ -602,8 +614,8 @@ impl Snapshot {
             });
             if let Some(i) = dirty {
                 let n = self.segments.len();
-                if (i + 1 < n && self.merge_range(i..i + 2, hasher))
-                    || self.merge_range(i..i + 1, hasher)
+                if (i + 1 < n && self.merge_range(i..i + 2, hasher, summaries))
+                    || self.merge_range(i..i + 1, hasher, summaries)
                 {
                     continue;
                 }
@@ -722,6 +734,8 @@ struct Scratch {
     tally: Tally,
     /// Rank keys of the peers matched by a single-term query.
     keys: Vec<u128>,
+    /// The segments whose summaries answered the current substring term.
+    summed: Vec<u32>,
 }
 
 /// What `Scratch::attrs` was resolved from. Holding the `Arc`s keeps their addresses from
@@ -760,6 +774,9 @@ struct Tally {
     tops: Vec<Top>,
     /// Per slot: how many of its `tops` are filled.
     top_len: Vec<u8>,
+    /// Per slot: the lowest count among its `tops` once they are full, else 0; a value
+    /// with a lower count cannot enter them.
+    floor: Vec<u64>,
     /// The current value's `(slot, count)` pairs.
     pairs: Vec<(u32, u64)>,
     k: usize,
@@ -793,6 +810,7 @@ impl Tally {
             self.counts.resize(slots, 0);
             self.matched.resize(slots, 0);
             self.top_len.resize(slots, 0);
+            self.floor.resize(slots, 0);
         }
         self.k = k;
         if self.tops.len() < slots * k {
@@ -836,18 +854,35 @@ impl Tally {
         }
     }
 
+    /// Counts `matched` values summing to `sum` for `slot` (from a summary).
+    fn add_summed(&mut self, slot: u32, sum: u64, matched: u32) {
+        let s = slot as usize;
+        let Some(c) = self.counts.get_mut(s) else {
+            return;
+        };
+        if *c == 0 {
+            self.touched.push(slot);
+        }
+        *c = c.saturating_add(sum).max(1);
+        self.matched[s] += matched;
+    }
+
     /// Counts value `id` of segment `si` for `slot` with `count`.
     #[inline]
     fn bump(&mut self, segs: &[Arc<Segment>], si: u32, id: u32, start: u32, slot: u32, count: u64) {
         let s = slot as usize;
-        let c = &mut self.counts[s];
+        let Some(c) = self.counts.get_mut(s) else {
+            return;
+        };
         if *c == 0 {
             self.touched.push(slot);
         }
         // Stored counts are at least 1, so a touched slot never reads 0.
         *c = c.saturating_add(count).max(1);
         self.matched[s] += 1;
-        if self.k > 0 {
+        // Most values of a broad match cannot enter a slot's best values: one comparison
+        // settles them.
+        if self.k > 0 && count >= self.floor[s] {
             self.offer(
                 segs,
                 s,
@@ -869,9 +904,12 @@ impl Tally {
         if len < k {
             tops[len] = t;
             self.top_len[s] += 1;
+            if len + 1 == k {
+                self.floor[s] = tops.iter().map(|t| t.count).min().unwrap_or(0);
+            }
             return;
         }
-        let min = tops.iter().map(|t| t.count).min().unwrap_or(0);
+        let min = self.floor[s];
         if t.count < min {
             return;
         }
@@ -887,6 +925,7 @@ impl Tally {
             && value_before(segs, t, *w)
         {
             *w = t;
+            self.floor[s] = tops.iter().map(|t| t.count).min().unwrap_or(0);
         }
     }
 
@@ -909,6 +948,7 @@ impl Tally {
     fn clear_tops(&mut self) {
         for &slot in &self.touched {
             self.top_len[slot as usize] = 0;
+            self.floor[slot as usize] = 0;
         }
         self.touched.clear();
     }
@@ -1017,12 +1057,13 @@ impl RoutingTable {
         let mut next = (*self.current.load_full()).clone();
         let (slot, mut entry, entries) = self.prepare(&mut next, peer, hint)?;
         let segment = Segment::from_entries(entries, slot, &self.hasher)
-            .map_err(|_| ImportError::TooLarge)?;
+            .map_err(|_| ImportError::TooLarge)?
+            .summarize(&self.config.summaries);
         entry.distinct_values = segment.len();
         entry.entries = segment.entries();
         let outcome = install(&mut next, slot, entry);
         next.segments.push(Arc::new(segment));
-        next.compact(&self.hasher, false);
+        next.compact(&self.hasher, &self.config.summaries, false);
         next.rerank();
         self.current.store(Arc::new(next));
         Ok(outcome)
@@ -1050,7 +1091,8 @@ impl RoutingTable {
                         let full = std::mem::take(&mut bulk);
                         let segment = full
                             .finish(&self.hasher)
-                            .map_err(|_| ImportError::TooLarge)?;
+                            .map_err(|_| ImportError::TooLarge)?
+                            .summarize(&self.config.summaries);
                         next.segments.push(Arc::new(segment));
                         (bulk_bytes, bulk_entries) = (0, 0);
                     }
@@ -1067,7 +1109,9 @@ impl RoutingTable {
             results.push(result);
         }
         match bulk.finish(&self.hasher) {
-            Ok(segment) => next.segments.push(Arc::new(segment)),
+            Ok(segment) => next
+                .segments
+                .push(Arc::new(segment.summarize(&self.config.summaries))),
             // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
             // rather than keep hints that no segment holds.
             Err(_) => {
@@ -1077,7 +1121,7 @@ impl RoutingTable {
                     .collect();
             }
         }
-        next.compact(&self.hasher, false);
+        next.compact(&self.hasher, &self.config.summaries, false);
         next.rerank();
         self.current.store(Arc::new(next));
         results
@@ -1202,7 +1246,7 @@ impl RoutingTable {
         if !next.kill(dsi) {
             return false;
         }
-        next.compact(&self.hasher, false);
+        next.compact(&self.hasher, &self.config.summaries, false);
         next.rerank();
         self.current.store(Arc::new(next));
         true
@@ -1224,7 +1268,7 @@ impl RoutingTable {
         for d in &gone {
             next.kill(d);
         }
-        next.compact(&self.hasher, false);
+        next.compact(&self.hasher, &self.config.summaries, false);
         next.rerank();
         self.current.store(Arc::new(next));
         gone
@@ -1234,7 +1278,7 @@ impl RoutingTable {
     pub fn compact(&self) {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
-        next.compact(&self.hasher, true);
+        next.compact(&self.hasher, &self.config.summaries, true);
         next.rerank();
         self.current.store(Arc::new(next));
     }
@@ -1275,6 +1319,7 @@ impl RoutingTable {
             st.entries += live;
             st.dead_entries += seg.entries() - live;
             st.approx_bytes += seg.heap_bytes();
+            st.summaries += seg.summarized();
         }
         st.approx_bytes += snap.slots.capacity() * 8
             + snap.peers.len() * (std::mem::size_of::<PeerEntry>() + 64)
@@ -1425,6 +1470,7 @@ impl RoutingTable {
         scratch.lower.make_ascii_lowercase();
         let attrs = &scratch.attrs[..];
         let tally = &mut scratch.tally;
+        scratch.summed.clear();
         match term.op {
             MatchOp::Exact => {
                 let hash = hash_lower(&self.hasher, &scratch.lower);
@@ -1461,6 +1507,18 @@ impl RoutingTable {
             MatchOp::Substring => {
                 let finder = memchr::memmem::Finder::new(&scratch.lower);
                 for (si, seg) in segs.iter().enumerate() {
+                    // A broad needle under one attribute: the segment's summary has the
+                    // sums; the ranked slots' best values are read from it afterwards.
+                    if let &[attr] = attrs
+                        && k <= SUMMARY_TOPS
+                        && let Some(summary) = seg.summary(&scratch.lower, attr)
+                    {
+                        for (i, e) in summary.entries.iter().enumerate() {
+                            tally.add_summed(e.slot, summary.sum(i), e.matched);
+                        }
+                        scratch.summed.push(si as u32);
+                        continue;
+                    }
                     // One pipelined pass: each match's postings are read right after its
                     // bytes were checked, while the next batches load.
                     seg.for_each_substring(&finder, &mut scratch.ids, |id, start| {
@@ -1484,7 +1542,7 @@ impl RoutingTable {
             keys.push(rank_key(count, tie, slot));
         }
         rank_keys(keys, opts.limit);
-        let ranked = keys
+        let ranked: Vec<Ranked> = keys
             .iter()
             .map(|&key| {
                 let slot = key as u32;
@@ -1498,6 +1556,39 @@ impl RoutingTable {
             .collect();
         for &slot in &tally.touched {
             tally.matched[slot as usize] = 0;
+        }
+        if k > 0 && !scratch.summed.is_empty() {
+            // The ranked slots' best values in the summarized segments.
+            let (attr, lower) = (scratch.attrs[0], &scratch.lower[..]);
+            for &si in &scratch.summed {
+                let seg = &segs[si as usize];
+                let Some(summary) = seg.summary(lower, attr) else {
+                    continue;
+                };
+                let entries = summary.entries;
+                for r in &ranked {
+                    let Ok(e) = entries.binary_search_by_key(&r.slot, |e| e.slot) else {
+                        continue;
+                    };
+                    for &id in entries[e]
+                        .tops
+                        .iter()
+                        .take(k)
+                        .take_while(|&&id| id != u32::MAX)
+                    {
+                        let start = seg.start_of(id);
+                        if let Some(count) = seg.count_at(start, attr, r.slot) {
+                            let top = Top {
+                                seg: si,
+                                id,
+                                start,
+                                count,
+                            };
+                            tally.offer(segs, r.slot as usize, top);
+                        }
+                    }
+                }
+            }
         }
         ranked
     }
@@ -2260,6 +2351,118 @@ mod tests {
         );
     }
 
+    /// Summaries change only speed: with every n-gram summarized, bulk and incremental
+    /// segments answer every substring query as scanning does.
+    #[test]
+    fn summaries_answer_as_scanning_does() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        const SYL: [&str; 6] = ["an", "Ber", "cor", "dal", "EL", "tor"];
+        let value = |next: &mut dyn FnMut(u64) -> u64| {
+            let mut v = String::new();
+            for _ in 0..2 + next(3) {
+                v.push_str(SYL[next(SYL.len() as u64) as usize]);
+                if next(3) == 0 {
+                    v.push(' ');
+                }
+            }
+            v
+        };
+        let mut peers: Vec<Vec<(String, u64)>> = Vec::new();
+        for _ in 0..12 {
+            peers.push((0..40).map(|_| (value(&mut next), 1 + next(9))).collect());
+        }
+        let forced = SummaryConfig {
+            min_values: 1,
+            min_share_permille: 0,
+            min_matches: 2,
+            budget_divisor: 0,
+            threads: 2,
+        };
+        let off = SummaryConfig {
+            min_values: usize::MAX,
+            ..forced
+        };
+        let hints: Vec<CipHint> = peers
+            .iter()
+            .enumerate()
+            .map(|(p, list)| {
+                let es: Vec<(&str, u64)> = list.iter().map(|(v, c)| (v.as_str(), *c)).collect();
+                // Two attributes, so that lookups under one of them skip the other's sums.
+                let (a, b) = es.split_at(es.len() / 3);
+                hint(
+                    100 + p as u64,
+                    &[("DOCUMENT", "Author", b), ("DOCUMENT", "Title", a)],
+                )
+            })
+            .collect();
+        let build = |cfg: SummaryConfig, bulk: bool| {
+            let t = RoutingTable::new(TableConfig {
+                summaries: cfg,
+                ..TableConfig::default()
+            });
+            if bulk {
+                let r = t.replace_all(
+                    hints
+                        .iter()
+                        .enumerate()
+                        .map(|(p, h)| (meta(&format!("1.{p}")), h)),
+                );
+                assert!(r.iter().all(Result::is_ok));
+            } else {
+                for (p, h) in hints.iter().enumerate() {
+                    t.replace(meta(&format!("1.{p}")), h).unwrap();
+                }
+            }
+            t
+        };
+        let plain = build(off, true);
+        assert_eq!(plain.stats().summaries, 0);
+        for bulk in [true, false] {
+            let summed = build(forced, bulk);
+            assert!(summed.stats().summaries > 0);
+            let mut asked = 0;
+            for list in &peers {
+                for (v, _) in list.iter().take(6) {
+                    let lower = v.to_ascii_lowercase();
+                    for len in 3..=7.min(lower.len()) {
+                        for at in [0, lower.len() - len] {
+                            let needle = &lower[at..at + len];
+                            if needle.contains('"') {
+                                continue;
+                            }
+                            for (k, limit) in [(0, 3), (1, 100), (3, 5), (5, 100), (7, 2)] {
+                                let opts = QueryOptions {
+                                    limit,
+                                    max_values: k,
+                                    ..QueryOptions::default()
+                                };
+                                let text = format!("DOCUMENT:Author~\"{needle}\"");
+                                let want = plain.query(&q(&text), &opts);
+                                let got = summed.query(&q(&text), &opts);
+                                assert_eq!(got, want, "{text} k {k} limit {limit} bulk {bulk}");
+                                let routes = |t: &RoutingTable| -> Vec<(String, u64)> {
+                                    t.route(&q(&text), &opts)
+                                        .iter()
+                                        .map(|r| (r.meta.dsi.to_string(), r.count))
+                                        .collect()
+                                };
+                                assert_eq!(routes(&summed), routes(&plain), "{text}");
+                                asked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(asked > 500);
+        }
+    }
+
     #[test]
     fn possible_referrals_follow_definite_ones() {
         let t = sample();
@@ -2397,7 +2600,11 @@ mod tests {
             max_value_len: 3,
             ..TableLimits::default()
         };
-        let t = RoutingTable::new(TableConfig { node: None, limits });
+        let t = RoutingTable::new(TableConfig {
+            node: None,
+            limits,
+            ..TableConfig::default()
+        });
         t.replace(meta("1.1"), &hint(1, &[("D", "A", &[("abc", 1)])]))
             .unwrap();
         assert!(matches!(

@@ -12,6 +12,7 @@ use cip_proto::soif::attr::contains_ignore_ascii_case;
 use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
 use hints::query::{MatchOp, Query};
 use hints::rank::QueryOptions;
+use hints::summary::SummaryConfig;
 use hints::table::{PeerMeta, RoutingTable, TableConfig};
 use proptest::prelude::*;
 
@@ -189,12 +190,20 @@ proptest! {
         initial in prop::collection::vec(peer(), 1..8),
         updates in prop::collection::vec((0usize..10, prop::option::of(peer())), 0..12),
         bulk in any::<bool>(),
+        summarize in any::<bool>(),
         queries in prop::collection::vec(
             (prop::option::of(0..TEMPLATES.len()), any::<bool>(), 0..POOL.len(), 0usize..6, 1usize..5, 0usize..4),
             1..8,
         ),
     ) {
-        let table = RoutingTable::new(TableConfig::default());
+        // Summaries on every segment, for every n-gram in two values or more: answers
+        // must not change.
+        let summaries = if summarize {
+            SummaryConfig { min_values: 1, min_share_permille: 0, min_matches: 2, budget_divisor: 0, threads: 2 }
+        } else {
+            SummaryConfig::default()
+        };
+        let table = RoutingTable::new(TableConfig { summaries, ..TableConfig::default() });
         let mut peers: Vec<Option<Peer>> = initial.iter().cloned().map(Some).collect();
         if bulk {
             let results = table.replace_all(initial.iter().enumerate().map(|(i, p)| (meta(i), to_hint(p))));

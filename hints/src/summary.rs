@@ -1,0 +1,508 @@
+//! Summaries of broad substrings: per-peer sums precomputed for the short n-grams that a
+//! large share of a segment's values contain.
+//!
+//! A substring query must sum the counts of every value that holds the needle. For a
+//! needle such as `"son "` that can be a tenth of a million values, and the work is then
+//! bounded by the answer, not by any index: hundreds of thousands of postings to add. So a
+//! big segment mines, when it is built, the n-grams (3 to 7 bytes, ASCII-folded) held by at
+//! least [`SummaryConfig::min_share_permille`] of its values, and stores for each, per
+//! attribute and slot: the summed count, the number of values matched and the slot's best
+//! [`SUMMARY_TOPS`] values. A query for exactly such an n-gram under one attribute reads
+//! the summary (work proportional to the peers) instead of the values; every other needle
+//! matches fewer values than the threshold, which the trigram index finds quickly.
+//!
+//! Mining is level-wise (an n-gram is frequent only if both its (n-1)-grams are): one pass
+//! over the values per length counts the candidates, starting from the trigram index's
+//! counts. Summaries are then computed broadest first, on
+//! [`SummaryConfig::threads`] threads, until their bytes reach the segment's record bytes
+//! divided by [`SummaryConfig::budget_divisor`]. Which n-grams are summarized changes only
+//! speed: answers are the same either way.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::index::{RandomState, Segment};
+
+/// Best values kept per slot in a summary: queries asking for at most this many values
+/// per referral can use summaries.
+pub(crate) const SUMMARY_TOPS: usize = 5;
+
+/// Longest n-gram summarized (packed with its length into a `u64`).
+const MAX_GRAM: usize = 7;
+
+/// How big segments summarize their broad n-grams (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SummaryConfig {
+    /// Segments with fewer distinct values get no summaries: scanning them is cheap.
+    pub min_values: usize,
+    /// An n-gram is summarized when at least this many thousandths of the segment's values
+    /// hold it (and at least [`SummaryConfig::min_matches`]).
+    pub min_share_permille: usize,
+    /// Fewest values an n-gram must be in to be summarized.
+    pub min_matches: usize,
+    /// Summaries stop growing once their bytes pass the segment's record bytes divided by
+    /// this (0: no bound).
+    pub budget_divisor: usize,
+    /// Threads that compute summaries (1: the building thread alone).
+    pub threads: usize,
+}
+
+impl Default for SummaryConfig {
+    fn default() -> Self {
+        Self {
+            min_values: 100_000,
+            min_share_permille: 10,
+            min_matches: 256,
+            budget_divisor: 6,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+        }
+    }
+}
+
+/// One slot's aggregate for one n-gram under one attribute: 32 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SumEntry {
+    /// Table-wide slot.
+    pub slot: u32,
+    /// Values holding the n-gram that the slot reported.
+    pub matched: u32,
+    /// Their summed counts; [`BIG_SUM`] when the sum is kept in [`Summaries::big`].
+    sum: u32,
+    /// The slot's best values (highest count, then folded order), best first; `u32::MAX`
+    /// pads.
+    pub tops: [u32; SUMMARY_TOPS],
+}
+
+/// Marks a [`SumEntry`] whose sum does not fit its 32 bits.
+const BIG_SUM: u32 = u32::MAX;
+
+/// A segment's summaries.
+#[derive(Debug, Default)]
+pub(crate) struct Summaries {
+    /// Packed n-gram (see [`pack`]) -> its blocks, `blocks[start..end]`.
+    index: HashMap<u64, (u32, u32), RandomState>,
+    /// `(attribute, entries start, entries end)`, by attribute within an n-gram.
+    blocks: Vec<(u32, u32, u32)>,
+    /// By slot within a block.
+    entries: Vec<SumEntry>,
+    /// `(index in entries, sum)` of the sums of [`BIG_SUM`] or more, by index.
+    big: Vec<(u32, u64)>,
+}
+
+/// One summarized n-gram under one attribute: its entries by slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Summary<'a> {
+    all: &'a Summaries,
+    /// Index of `entries[0]` in `all.entries`.
+    start: u32,
+    /// By slot.
+    pub entries: &'a [SumEntry],
+}
+
+impl Summary<'_> {
+    /// The summed count of `entries[i]`.
+    pub(crate) fn sum(&self, i: usize) -> u64 {
+        let Some(e) = self.entries.get(i) else {
+            return 0;
+        };
+        if e.sum != BIG_SUM {
+            return u64::from(e.sum);
+        }
+        let at = self.start + i as u32;
+        match self.all.big.binary_search_by_key(&at, |b| b.0) {
+            Ok(k) => self.all.big[k].1,
+            Err(_) => u64::from(BIG_SUM),
+        }
+    }
+}
+
+/// An n-gram of 3 to [`MAX_GRAM`] bytes as one integer: its bytes little-endian, its
+/// length in the top byte.
+pub(crate) fn pack(gram: &[u8]) -> Option<u64> {
+    if !(3..=MAX_GRAM).contains(&gram.len()) {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    b[..gram.len()].copy_from_slice(gram);
+    b[7] = gram.len() as u8;
+    Some(u64::from_le_bytes(b))
+}
+
+fn unpack(key: u64) -> ([u8; 8], usize) {
+    let b = key.to_le_bytes();
+    (b, usize::from(b[7]).min(MAX_GRAM))
+}
+
+impl Summaries {
+    /// The per-slot aggregates (by slot) of the values holding `needle` (ASCII-lowercased)
+    /// under `attr`, if it is summarized; empty when no value holds it under `attr`.
+    pub(crate) fn lookup(&self, needle: &[u8], attr: u32) -> Option<Summary<'_>> {
+        if self.index.is_empty() {
+            return None;
+        }
+        let &(start, end) = self.index.get(&pack(needle)?)?;
+        let blocks = self.blocks.get(start as usize..end as usize)?;
+        let (s, e) = match blocks.binary_search_by_key(&attr, |b| b.0) {
+            Ok(k) => (blocks[k].1, blocks[k].2),
+            Err(_) => (0, 0),
+        };
+        Some(Summary {
+            all: self,
+            start: s,
+            entries: self.entries.get(s as usize..e as usize).unwrap_or(&[]),
+        })
+    }
+
+    /// Number of n-grams summarized.
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Approximate heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.index.capacity() * 24
+            + self.blocks.capacity() * 12
+            + self.entries.capacity() * std::mem::size_of::<SumEntry>()
+            + self.big.capacity() * 16
+    }
+
+    /// Mines and summarizes `seg`'s broad n-grams.
+    pub(crate) fn build(seg: &Segment, cfg: &SummaryConfig) -> Self {
+        let n = seg.len();
+        if n == 0 || n < cfg.min_values {
+            return Self::default();
+        }
+        let threshold = (n.saturating_mul(cfg.min_share_permille) / 1000)
+            .max(cfg.min_matches)
+            .max(1);
+        let grams = mine(seg, threshold);
+        if grams.is_empty() {
+            return Self::default();
+        }
+        let budget = match cfg.budget_divisor {
+            0 => usize::MAX,
+            d => seg.record_bytes() / d,
+        };
+        let done = aggregate(seg, &grams, budget, cfg.threads.max(1));
+        let mut out = Self {
+            index: HashMap::with_capacity_and_hasher(done.len(), RandomState::default()),
+            ..Self::default()
+        };
+        let mut bytes = 0usize;
+        // Broadest first, for as long as the budget lasts.
+        for (key, blocks) in grams.iter().map(|g| g.0).zip(done) {
+            let Some(blocks) = blocks else {
+                break;
+            };
+            let size: usize =
+                blocks.iter().map(|b| b.1.len()).sum::<usize>() * std::mem::size_of::<SumEntry>();
+            if bytes.saturating_add(size) > budget {
+                break;
+            }
+            bytes += size;
+            let first = out.blocks.len() as u32;
+            for (attr, entries) in blocks {
+                let start = out.entries.len() as u32;
+                for (mut e, sum) in entries {
+                    e.sum = match u32::try_from(sum) {
+                        Ok(s) if s != BIG_SUM => s,
+                        _ => {
+                            out.big.push((out.entries.len() as u32, sum));
+                            BIG_SUM
+                        }
+                    };
+                    out.entries.push(e);
+                }
+                out.blocks.push((attr, start, out.entries.len() as u32));
+            }
+            out.index.insert(key, (first, out.blocks.len() as u32));
+        }
+        out.blocks.shrink_to_fit();
+        out.entries.shrink_to_fit();
+        out
+    }
+}
+
+/// The n-grams (packed) held by at least `threshold` values, with their value counts,
+/// broadest first.
+fn mine(seg: &Segment, threshold: usize) -> Vec<(u64, u32)> {
+    let n = seg.len();
+    let mut found: Vec<(u64, u32)> = Vec::new();
+    // Level 3 from the trigram index; a bitmap over trigram keys (24 bits) to test them.
+    let mut tri = vec![0u64; 1 << 18];
+    for (key, card) in seg.gram_cards() {
+        if card as usize >= threshold {
+            tri[key as usize / 64] |= 1 << (key % 64);
+            let b = [(key >> 16) as u8, (key >> 8) as u8, key as u8];
+            if let Some(p) = pack(&b) {
+                found.push((p, card));
+            }
+        }
+    }
+    if found.is_empty() {
+        return found;
+    }
+    // Per value: bit `p` set when the n-gram of the current length at `p` is frequent
+    // (positions past 63 are not mined: long values only count less).
+    let mut masks: Vec<u64> = (0..n as u32)
+        .map(|id| {
+            let v = seg.folded_value(id);
+            let mut m = 0u64;
+            for (p, w) in v.windows(3).enumerate().take(64) {
+                let key = (u32::from(w[0]) << 16) | (u32::from(w[1]) << 8) | u32::from(w[2]);
+                if tri[key as usize / 64] & (1 << (key % 64)) != 0 {
+                    m |= 1 << p;
+                }
+            }
+            m
+        })
+        .collect();
+    let mut keys: Vec<u64> = Vec::new();
+    for len in 4..=MAX_GRAM {
+        // Both (len - 1)-grams of a frequent len-gram are frequent.
+        let mut counts: HashMap<u64, u32, RandomState> = HashMap::default();
+        for (id, &m) in masks.iter().enumerate() {
+            let m = m & (m >> 1);
+            if m == 0 {
+                continue;
+            }
+            let v = seg.folded_value(id as u32);
+            keys.clear();
+            keys.extend(
+                bits(m)
+                    .filter(|&p| p + len <= v.len())
+                    .filter_map(|p| pack(&v[p..p + len])),
+            );
+            keys.sort_unstable();
+            keys.dedup();
+            for &k in &keys {
+                *counts.entry(k).or_insert(0) += 1;
+            }
+        }
+        let level: HashSet<u64, RandomState> = counts
+            .iter()
+            .filter(|e| *e.1 as usize >= threshold)
+            .map(|e| *e.0)
+            .collect();
+        if level.is_empty() {
+            break;
+        }
+        found.extend(level.iter().map(|k| (*k, counts[k])));
+        for (id, m) in masks.iter_mut().enumerate() {
+            let cand = *m & (*m >> 1);
+            let mut next = 0u64;
+            if cand != 0 {
+                let v = seg.folded_value(id as u32);
+                for p in bits(cand).filter(|&p| p + len <= v.len()) {
+                    if pack(&v[p..p + len]).is_some_and(|k| level.contains(&k)) {
+                        next |= 1 << p;
+                    }
+                }
+            }
+            *m = next;
+        }
+    }
+    // Broadest first; ties by key, so that the choice is deterministic.
+    found.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    found
+}
+
+/// The set bit positions of `m`, ascending.
+fn bits(mut m: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if m == 0 {
+            return None;
+        }
+        let p = m.trailing_zeros() as usize;
+        m &= m - 1;
+        Some(p)
+    })
+}
+
+/// One n-gram's summary: per attribute, its entries by slot with their full sums.
+type Blocks = Vec<(u32, Vec<(SumEntry, u64)>)>;
+
+/// Summarizes `grams` in order on `threads` threads; stops taking new ones once the
+/// summaries made pass `budget` bytes. `None` for those not made.
+fn aggregate(
+    seg: &Segment,
+    grams: &[(u64, u32)],
+    budget: usize,
+    threads: usize,
+) -> Vec<Option<Blocks>> {
+    let next = AtomicUsize::new(0);
+    let bytes = AtomicUsize::new(0);
+    let work = || {
+        let mut acc = Accumulator::new(seg);
+        let mut ids = Vec::new();
+        let mut done: Vec<(usize, Blocks)> = Vec::new();
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            if k >= grams.len() || bytes.load(Ordering::Relaxed) > budget {
+                break;
+            }
+            let (b, len) = unpack(grams[k].0);
+            let finder = memchr::memmem::Finder::new(&b[..len]);
+            seg.for_each_substring(&finder, &mut ids, |id, start| acc.add(seg, id, start));
+            let blocks = acc.take();
+            let size: usize =
+                blocks.iter().map(|b| b.1.len()).sum::<usize>() * std::mem::size_of::<SumEntry>();
+            bytes.fetch_add(size, Ordering::Relaxed);
+            done.push((k, blocks));
+        }
+        done
+    };
+    let mut out: Vec<Option<Blocks>> = (0..grams.len()).map(|_| None).collect();
+    let parts: Vec<Vec<(usize, Blocks)>> = if threads <= 1 {
+        vec![work()]
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+            let mut parts = vec![work()];
+            // A worker that panicked leaves its n-grams unsummarized: only speed is lost.
+            parts.extend(handles.into_iter().filter_map(|h| h.join().ok()));
+            parts
+        })
+    };
+    for (k, blocks) in parts.into_iter().flatten() {
+        out[k] = Some(blocks);
+    }
+    out
+}
+
+/// Per `(attribute, slot)` sums of one n-gram while it is summarized.
+struct Accumulator {
+    /// Table-wide slot -> local index + 1 (0: not in this segment).
+    slot_local: Vec<u32>,
+    /// Local index -> table-wide slot.
+    slots: Vec<u32>,
+    /// Table-wide attribute -> local index + 1.
+    attr_local: Vec<u32>,
+    attrs: Vec<u32>,
+    /// `attrs.len() x slots.len()` cells.
+    cells: Vec<Cell>,
+    /// Cells touched since the last `take`.
+    touched: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cell {
+    sum: u64,
+    matched: u32,
+    /// Best values `(id, count)`, best first; `tops_len` of them filled.
+    tops: [(u32, u64); SUMMARY_TOPS],
+    tops_len: u8,
+}
+
+const EMPTY_CELL: Cell = Cell {
+    sum: 0,
+    matched: 0,
+    tops: [(u32::MAX, 0); SUMMARY_TOPS],
+    tops_len: 0,
+};
+
+impl Accumulator {
+    fn new(seg: &Segment) -> Self {
+        let slots: Vec<u32> = seg.slots().iter().map(|s| s.0).collect();
+        let mut slot_local = vec![0u32; slots.iter().max().map_or(0, |&m| m as usize + 1)];
+        for (i, &s) in slots.iter().enumerate() {
+            slot_local[s as usize] = i as u32 + 1;
+        }
+        Self {
+            slot_local,
+            slots,
+            attr_local: Vec::new(),
+            attrs: Vec::new(),
+            cells: Vec::new(),
+            touched: Vec::new(),
+        }
+    }
+
+    /// Adds value `id` (record at `start`) under each attribute it was reported under.
+    fn add(&mut self, seg: &Segment, id: u32, start: u32) {
+        for g in seg.groups_in(start) {
+            let a = self.attr(g.attr);
+            let base = a * self.slots.len();
+            for (slot, count) in seg.group_postings(g) {
+                let Some(l) = self
+                    .slot_local
+                    .get(slot as usize)
+                    .and_then(|&l| l.checked_sub(1))
+                else {
+                    continue;
+                };
+                let at = base + l as usize;
+                let cell = &mut self.cells[at];
+                if cell.matched == 0 {
+                    self.touched.push(at as u32);
+                }
+                cell.sum = cell.sum.saturating_add(count);
+                cell.matched += 1;
+                // Values come in folded order: an equal count ranks after those kept.
+                let len = usize::from(cell.tops_len);
+                if len == SUMMARY_TOPS && count <= cell.tops[len - 1].1 {
+                    continue;
+                }
+                let mut i = len.min(SUMMARY_TOPS - 1);
+                cell.tops[i] = (id, count);
+                while i > 0 && cell.tops[i - 1].1 < count {
+                    cell.tops.swap(i - 1, i);
+                    i -= 1;
+                }
+                cell.tops_len = (len + 1).min(SUMMARY_TOPS) as u8;
+            }
+        }
+    }
+
+    /// The local index of table-wide attribute `attr`, adding a row of cells when new.
+    fn attr(&mut self, attr: u32) -> usize {
+        let a = attr as usize;
+        if self.attr_local.len() <= a {
+            self.attr_local.resize(a + 1, 0);
+        }
+        if self.attr_local[a] == 0 {
+            self.attrs.push(attr);
+            self.attr_local[a] = self.attrs.len() as u32;
+            self.cells
+                .resize(self.attrs.len() * self.slots.len(), EMPTY_CELL);
+        }
+        self.attr_local[a] as usize - 1
+    }
+
+    /// The touched cells as blocks by attribute (entries by slot); resets them.
+    fn take(&mut self) -> Blocks {
+        let nslots = self.slots.len().max(1);
+        let mut touched = std::mem::take(&mut self.touched);
+        // Attribute order, then slot order: local slot order is table-wide slot order.
+        touched.sort_unstable_by_key(|&at| (self.attrs[at as usize / nslots], at));
+        let mut blocks: Blocks = Vec::new();
+        for &at in &touched {
+            let at = at as usize;
+            let attr = self.attrs[at / nslots];
+            let cell = std::mem::replace(&mut self.cells[at], EMPTY_CELL);
+            let mut tops = [u32::MAX; SUMMARY_TOPS];
+            for (t, &(id, _)) in tops
+                .iter_mut()
+                .zip(&cell.tops[..usize::from(cell.tops_len)])
+            {
+                *t = id;
+            }
+            let entry = (
+                SumEntry {
+                    slot: self.slots[at % nslots],
+                    matched: cell.matched,
+                    sum: 0,
+                    tops,
+                },
+                cell.sum,
+            );
+            match blocks.last_mut() {
+                Some((a, entries)) if *a == attr => entries.push(entry),
+                _ => blocks.push((attr, vec![entry])),
+            }
+        }
+        touched.clear();
+        self.touched = touched;
+        blocks
+    }
+}
