@@ -17,6 +17,7 @@ use std::time::Duration;
 use cip_proto::Dsi;
 use hints::builder::Thresholds;
 use hints::hint::AttrSpec;
+use hints::summary::SummaryConfig;
 use serde::Deserialize;
 
 /// The configuration file as written: every table and key the file may hold.
@@ -48,6 +49,9 @@ pub struct RawConfig {
     /// `[spool]`: persistence of in-bound hints.
     #[serde(default)]
     pub spool: RawSpool,
+    /// `[index]`: how the routing table indexes in-bound hints.
+    #[serde(default)]
+    pub index: RawIndex,
     /// `[log]`: log format and level.
     #[serde(default)]
     pub log: RawLog,
@@ -260,6 +264,16 @@ pub struct RawSpool {
     pub ttl: Option<String>,
 }
 
+/// `[index]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIndex {
+    /// Precompute per-peer sums for broad substrings in big index segments.
+    pub summaries: Option<bool>,
+    /// Threads that build those sums.
+    pub summary_threads: Option<usize>,
+}
+
 /// `[log]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -302,6 +316,8 @@ pub struct Config {
     pub limits: Limits,
     /// Time-to-live of in-bound hints.
     pub spool_ttl: Duration,
+    /// How the routing table summarizes broad substrings.
+    pub index: SummaryConfig,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter directive.
@@ -533,6 +549,8 @@ impl Default for Limits {
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// Default time-to-live of in-bound hints.
 pub const DEFAULT_SPOOL_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most `[index] summary_threads`.
+pub const MAX_SUMMARY_THREADS: usize = 64;
 /// Attributes exported when `[export] attributes` is not given.
 pub const DEFAULT_EXPORT: &[&str] = &[
     "DOCUMENT:Author",
@@ -804,6 +822,31 @@ impl Validator<'_> {
         }
     }
 
+    fn index(&mut self, raw: RawIndex) -> SummaryConfig {
+        let default = SummaryConfig::default();
+        let threads = self.positive(
+            "index.summary_threads",
+            raw.summary_threads,
+            default.threads,
+        );
+        if threads > MAX_SUMMARY_THREADS {
+            self.err(
+                "index.summary_threads",
+                format!("{threads} is more than {MAX_SUMMARY_THREADS}"),
+            );
+        }
+        SummaryConfig {
+            // Off: no segment is big enough.
+            min_values: if raw.summaries.unwrap_or(true) {
+                default.min_values
+            } else {
+                usize::MAX
+            },
+            threads: threads.min(MAX_SUMMARY_THREADS),
+            ..default
+        }
+    }
+
     fn positive(&mut self, key: &str, raw: Option<usize>, default: usize) -> usize {
         match raw {
             Some(0) => {
@@ -863,6 +906,7 @@ impl Validator<'_> {
         let thesaurus = raw.thesaurus.file.map(|f| self.path(f));
         let limits = self.limits(raw.limits);
         let spool_ttl = self.duration("spool.ttl", raw.spool.ttl, DEFAULT_SPOOL_TTL);
+        let index = self.index(raw.index);
         let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             self.err(
@@ -880,6 +924,7 @@ impl Validator<'_> {
             thesaurus,
             limits,
             spool_ttl,
+            index,
             log_format: raw.log.format.unwrap_or_default(),
             log_level,
         }
@@ -1566,6 +1611,26 @@ level = "=="
             ["limits.max_table_peers", "limits.max_query_terms"],
             "{err}"
         );
+    }
+
+    #[test]
+    fn index_section() {
+        let c = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.index, SummaryConfig::default());
+        let c = Config::from_toml(&format!(
+            "{MINIMAL}[index]\nsummaries = false\nsummary_threads = 3\n"
+        ))
+        .unwrap();
+        assert_eq!(c.index.min_values, usize::MAX);
+        assert_eq!(c.index.threads, 3);
+        for bad in [
+            "summary_threads = 0",
+            "summary_threads = 65",
+            "summaries = 1",
+        ] {
+            let err = Config::from_toml(&format!("{MINIMAL}[index]\n{bad}\n")).unwrap_err();
+            assert!(err.to_string().contains("index"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -472,7 +472,7 @@ impl Node {
         let table = RoutingTable::new(TableConfig {
             node: Some(config.node.dsi.clone()),
             limits: config.limits.table,
-            ..TableConfig::default()
+            summaries: config.index,
         });
         let peers = config
             .peers
@@ -1366,6 +1366,9 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     }
     if old.limits.table != new.limits.table {
         out.push("limits (routing table bounds)".to_owned());
+    }
+    if old.index != new.index {
+        out.push("index".to_owned());
     }
     if old.limits.admin != new.limits.admin {
         out.push("limits (admin socket bounds)".to_owned());

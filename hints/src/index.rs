@@ -47,6 +47,10 @@ pub(crate) type RandomState = foldhash::fast::RandomState;
 /// Most ids [`Segment::touch_postings`] takes at once.
 pub(crate) const TOUCH_BATCH: usize = 16;
 
+/// Segments with at least this many values build their exact table and trigram index on
+/// two threads.
+const PARALLEL_INDEX: usize = 65_536;
+
 /// Values per batch of the pipeline of [`Segment::for_each_substring`].
 const SCAN_BATCH: usize = 32;
 
@@ -475,6 +479,27 @@ impl Segment {
 
     /// Adds the exact-match table and the trigram index.
     fn index(mut self, hasher: &RandomState) -> Self {
+        // The two structures read only the records: build them side by side when the
+        // segment is big enough to be worth a thread.
+        if self.len() >= PARALLEL_INDEX {
+            let (table, grams) = std::thread::scope(|s| {
+                let grams = s.spawn(|| GramIndex::build(&self));
+                let table = self.exact_table(hasher);
+                // The thread only builds a value; if it panicked, build it here.
+                let grams = grams.join().unwrap_or_else(|_| GramIndex::build(&self));
+                (table, grams)
+            });
+            self.table = table;
+            self.grams = grams;
+        } else {
+            self.table = self.exact_table(hasher);
+            self.grams = GramIndex::build(&self);
+        }
+        self
+    }
+
+    /// The exact-match table (see [`Segment::table`]).
+    fn exact_table(&self, hasher: &RandomState) -> Vec<u64> {
         let n = self.len();
         // n < u32::MAX (Builder::push), so this cannot overflow usize.
         let size = (n + n / 2).max(4).next_power_of_two();
@@ -489,9 +514,7 @@ impl Segment {
             // Record starts are below u32::MAX (Builder::push): `+ 1` fits.
             table[at] = (h >> 32 << 32) | u64::from(self.starts[id as usize] + 1);
         }
-        self.table = table;
-        self.grams = GramIndex::build(&self);
-        self
+        table
     }
 
     /// Adds the summaries of broad n-grams (see [`crate::summary`]).
@@ -851,6 +874,17 @@ impl Segment {
                 }
             }
             at = (at + 1) & mask;
+        }
+    }
+
+    /// Loads the exact-table entry `hash` starts probing at and returns it (pass it to
+    /// [`std::hint::black_box`]): lookups in several segments then miss the cache together
+    /// instead of one after another.
+    #[inline]
+    pub(crate) fn touch_exact(&self, hash: u64) -> u64 {
+        match self.table.len() {
+            0 => 0,
+            n => self.table[hash as usize & (n - 1)],
         }
     }
 

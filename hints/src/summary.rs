@@ -25,7 +25,7 @@ use crate::index::{RandomState, Segment};
 
 /// Best values kept per slot in a summary: queries asking for at most this many values
 /// per referral can use summaries.
-pub(crate) const SUMMARY_TOPS: usize = 5;
+pub const SUMMARY_TOPS: usize = 5;
 
 /// Longest n-gram summarized (packed with its length into a `u64`).
 const MAX_GRAM: usize = 7;

@@ -3,7 +3,7 @@
 //!
 //! # Design
 //!
-//! The table is an immutable [`Snapshot`] behind an [`ArcSwap`]. A reader loads the current
+//! The table is an immutable `Snapshot` behind an [`ArcSwap`]. A reader loads the current
 //! snapshot (no lock, never waits for a writer) and answers from it alone, so it sees each
 //! peer's old hint or its new one, never a mix. Writers take a mutex, build the next
 //! snapshot off to the side and swap it in.
@@ -12,7 +12,7 @@
 //! * `slots`: one per imported hint, each with its peer's metadata; a peer's DSI maps to its
 //!   live slot. Replacing a peer's hint gives the new hint a new slot and marks the old one
 //!   dead, which hides every old posting at once;
-//! * `segments`: immutable value indexes ([`crate::index`]), shared between snapshots by
+//! * `segments`: immutable value indexes (the private `index` module), shared between snapshots by
 //!   `Arc`. Each import becomes a new small segment (cost proportional to the hint), and
 //!   segments are merged LSM-style: while the second-newest holds no more than twice the
 //!   newest's live entries, the two merge, and a segment whose dead entries outnumber its
@@ -37,17 +37,24 @@
 //! A single-term query (the common case; no possible referrals) needs nothing more: during
 //! that pass each slot also counts its distinct matched values and keeps its best
 //! [`QueryOptions::max_values`] values (up to 16; ties in case-insensitive value order,
-//! which within a segment is id order, so no value bytes are read). The peers are ranked
-//! without touching their entries: the snapshot keeps per slot a *tie position* (the order
-//! of the live peers by ratio, then DSI), so a peer's rank key is one integer, `count`
-//! descending then tie position, and a few keys are ranked by counting, without
-//! branches. Referrals share the peer's metadata (`Arc`; the reference counts are updated
-//! in one tight loop, apart from the referrals' writes) and one buffer
-//! holding every referral's values, so an answer costs a handful of allocations whatever
-//! its size. A referral with one short value (an exact query's) holds it inline: no shared
-//! buffer, no allocation. Substring matches are checked and their postings summed in one
-//! pipelined pass: record starts two batches ahead, whole records one batch ahead, so that
-//! cache misses overlap.
+//! which within a segment is id order, so no value bytes are read; a per-slot floor settles
+//! most values with one comparison). The peers are ranked without touching their entries:
+//! the snapshot keeps per slot a *tie position* (the order of the live peers by ratio, then
+//! DSI) and an expiry, so a peer's rank key is one integer, `count` descending then tie
+//! position, and a few keys are ranked by counting, without branches. An exact value found
+//! in one segment under one attribute skips the summing: each slot appears once among its
+//! postings, which rank as they stand.
+//!
+//! [`RoutingTable::answer`] returns an [`Answer`]: one reference to the snapshot, the
+//! ranked slots and one buffer holding every referral's values, so an answer costs a few
+//! allocations and no per-referral reference counts; the daemon serializes from its
+//! borrowed views. [`RoutingTable::query`] turns it into owned [`Referral`]s.
+//!
+//! Substring matches are checked and their postings summed in one pipelined pass: record
+//! starts two batches ahead, whole records one batch ahead, so that cache misses overlap.
+//! A needle held by a large share of a big segment's values reads that segment's
+//! precomputed sums instead ([`crate::summary`]): its cost would otherwise be bounded
+//! only by the number of postings to add.
 //!
 //! Other queries (several terms, possible referrals, many values) rank candidates over all
 //! terms, then a second pass collects the matched values of just the `limit` best.
@@ -1474,6 +1481,12 @@ impl RoutingTable {
         match term.op {
             MatchOp::Exact => {
                 let hash = hash_lower(&self.hasher, &scratch.lower);
+                if segs.len() > 1 {
+                    // Load every segment's table entry first, so that their cache misses
+                    // overlap.
+                    let entries = segs.iter().fold(0, |d, seg| d ^ seg.touch_exact(hash));
+                    std::hint::black_box(entries);
+                }
                 let mut first = None;
                 for (si, seg) in segs.iter().enumerate() {
                     if let Some((id, start)) = seg.find_exact_record(hash, &scratch.lower) {
