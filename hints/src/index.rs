@@ -36,9 +36,12 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, Hasher};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 
 use memchr::memmem;
 
+use crate::pages::Pages;
 use crate::summary::{Summaries, Summary, SummaryConfig};
 
 /// The seeded hasher of value bytes: `foldhash`, seeded randomly per table.
@@ -84,18 +87,22 @@ pub(crate) struct SegmentOverflow;
 /// by slot). Records follow one another in folded value order.
 #[derive(Debug, Default)]
 pub(crate) struct Segment {
-    recs: Vec<u8>,
+    recs: Pages,
     /// Per value id: where its record starts in `recs`.
     starts: Vec<u32>,
-    /// Exact-match table: `hash >> 32 << 32 | record start + 1`, 0 when empty.
-    table: Vec<u64>,
+    /// Exact-match table: `hash >> 32 << 32 | record start + 1`, 0 when empty; `u64`s,
+    /// little-endian.
+    table: Pages,
     /// `(position in recs of a posting's count, count)` for counts of [`BIG`] or more.
     big_counts: Vec<(u32, u64)>,
     slots: Vec<(u32, u64)>,
     entries: usize,
     value_bytes: usize,
     grams: GramIndex,
-    summaries: Summaries,
+    /// Built once, possibly after the segment is in use ([`Segment::summarize`]).
+    summaries: OnceLock<Summaries>,
+    /// Set by the first [`Segment::summarize`] call.
+    summarizing: AtomicBool,
 }
 
 /// A value's record, decoded from its header.
@@ -499,7 +506,7 @@ impl Segment {
     }
 
     /// The exact-match table (see [`Segment::table`]).
-    fn exact_table(&self, hasher: &RandomState) -> Vec<u64> {
+    fn exact_table(&self, hasher: &RandomState) -> Pages {
         let n = self.len();
         // n < u32::MAX (Builder::push), so this cannot overflow usize.
         let size = (n + n / 2).max(4).next_power_of_two();
@@ -514,25 +521,50 @@ impl Segment {
             // Record starts are below u32::MAX (Builder::push): `+ 1` fits.
             table[at] = (h >> 32 << 32) | u64::from(self.starts[id as usize] + 1);
         }
-        table
+        Pages::new(table.iter().flat_map(|e| e.to_le_bytes()).collect())
     }
 
-    /// Adds the summaries of broad n-grams (see [`crate::summary`]).
-    pub(crate) fn summarize(mut self, cfg: &SummaryConfig) -> Self {
-        self.summaries = Summaries::build(&self, cfg);
-        self
+    /// Entries in the exact-match table.
+    #[inline]
+    fn table_len(&self) -> usize {
+        self.table.len() / 8
+    }
+
+    /// Exact-match table entry `at`.
+    #[inline]
+    fn table_entry(&self, at: usize) -> u64 {
+        self.table
+            .get(at * 8..at * 8 + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    }
+
+    /// True when the segment is big enough for summaries under `cfg` and none were
+    /// started.
+    pub(crate) fn wants_summaries(&self, cfg: &SummaryConfig) -> bool {
+        self.len() >= cfg.min_values.max(1) && !self.summarizing.load(AtomicOrdering::Acquire)
+    }
+
+    /// Builds the summaries of broad n-grams (see [`crate::summary`]) unless another call
+    /// did or does; queries use them once built.
+    pub(crate) fn summarize(&self, cfg: &SummaryConfig) {
+        if self.summarizing.swap(true, AtomicOrdering::AcqRel) {
+            return;
+        }
+        // Only this call gets here: the cell is empty.
+        let _ = self.summaries.set(Summaries::build(self, cfg));
     }
 
     /// The summary of the values holding `needle` (ASCII-lowercased) under `attr`, when
     /// it is summarized.
     #[inline]
     pub(crate) fn summary(&self, needle: &[u8], attr: u32) -> Option<Summary<'_>> {
-        self.summaries.lookup(needle, attr)
+        self.summaries.get()?.lookup(needle, attr)
     }
 
     /// Number of n-grams summarized.
     pub(crate) fn summarized(&self) -> usize {
-        self.summaries.len()
+        self.summaries.get().map_or(0, Summaries::len)
     }
 
     /// `(trigram key, number of values holding it)` for every trigram.
@@ -855,11 +887,11 @@ impl Segment {
         if self.table.is_empty() {
             return None;
         }
-        let mask = self.table.len() - 1;
+        let mask = self.table_len() - 1;
         let tag = hash >> 32;
         let mut at = hash as usize & mask;
         loop {
-            let entry = self.table[at];
+            let entry = self.table_entry(at);
             if entry == 0 {
                 return None;
             }
@@ -882,9 +914,9 @@ impl Segment {
     /// instead of one after another.
     #[inline]
     pub(crate) fn touch_exact(&self, hash: u64) -> u64 {
-        match self.table.len() {
+        match self.table_len() {
             0 => 0,
-            n => self.table[hash as usize & (n - 1)],
+            n => self.table_entry(hash as usize & (n - 1)),
         }
     }
 
@@ -1077,12 +1109,12 @@ impl Segment {
 
     /// Approximate heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.recs.capacity()
+        self.recs.heap_bytes()
             + 4 * self.starts.capacity()
-            + 8 * self.table.capacity()
+            + self.table.heap_bytes()
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
             + self.grams.heap_bytes()
-            + self.summaries.heap_bytes()
+            + self.summaries.get().map_or(0, Summaries::heap_bytes)
     }
 }
 
@@ -1196,9 +1228,9 @@ impl Builder {
 
     fn finish(self) -> Segment {
         let mut seg = Segment {
-            recs: self.recs,
+            recs: Pages::new(self.recs),
             starts: self.starts,
-            table: Vec::new(),
+            table: Pages::default(),
             big_counts: self.big_counts,
             slots: self
                 .slot_entries
@@ -1210,9 +1242,9 @@ impl Builder {
             entries: self.entries,
             value_bytes: self.value_bytes,
             grams: GramIndex::default(),
-            summaries: Summaries::default(),
+            summaries: OnceLock::new(),
+            summarizing: AtomicBool::new(false),
         };
-        seg.recs.shrink_to_fit();
         seg.starts.shrink_to_fit();
         seg
     }

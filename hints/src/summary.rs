@@ -45,6 +45,9 @@ pub struct SummaryConfig {
     pub budget_divisor: usize,
     /// Threads that compute summaries (1: the building thread alone).
     pub threads: usize,
+    /// Build summaries on a thread of their own after the segment is in use, so that
+    /// imports are not held up by them; queries scan until they are ready.
+    pub background: bool,
 }
 
 impl Default for SummaryConfig {
@@ -55,6 +58,7 @@ impl Default for SummaryConfig {
             min_matches: 256,
             budget_divisor: 6,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            background: true,
         }
     }
 }

@@ -70,7 +70,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
@@ -205,6 +205,8 @@ pub struct TableStats {
     pub approx_bytes: usize,
     /// Broad n-grams summarized (see [`crate::summary`]), summed over segments.
     pub summaries: usize,
+    /// Summary builds still running in the background.
+    pub summaries_pending: usize,
 }
 
 /// One row of [`RoutingTable::entries`].
@@ -565,12 +567,7 @@ impl Snapshot {
         }
     }
 
-    fn merge_range(
-        &mut self,
-        range: std::ops::Range<usize>,
-        hasher: &RandomState,
-        summaries: &SummaryConfig,
-    ) -> bool {
+    fn merge_range(&mut self, range: std::ops::Range<usize>, hasher: &RandomState) -> bool {
         let parts: Vec<&Segment> = self.segments[range.clone()].iter().map(|s| &**s).collect();
         let bytes: usize = parts.iter().map(|s| s.value_bytes()).sum();
         let entries: usize = parts.iter().map(|s| s.entries()).sum();
@@ -585,7 +582,6 @@ impl Snapshot {
         let live = |s: u32| slots.get(s as usize).is_some_and(Option::is_some);
         match Segment::merge(&parts, &live, hasher) {
             Ok(merged) => {
-                let merged = merged.summarize(summaries);
                 self.segments.splice(range, [Arc::new(merged)]);
                 true
             }
@@ -594,7 +590,7 @@ impl Snapshot {
     }
 
     /// Applies the merge policy of the module doc; `full` merges everything into one.
-    fn compact(&mut self, hasher: &RandomState, summaries: &SummaryConfig, full: bool) {
+    fn compact(&mut self, hasher: &RandomState, full: bool) {
         self.segments.retain(|s| s.entries() > 0);
         let dead = self
             .segments
@@ -602,7 +598,7 @@ impl Snapshot {
             .any(|s| self.live_entries(s) < s.entries() as u64);
         if full && (self.segments.len() > 1 || dead) {
             let n = self.segments.len();
-            self.merge_range(0..n, hasher, summaries);
+            self.merge_range(0..n, hasher);
         }
         loop {
             self.segments.retain(|s| s.entries() > 0);
@@ -610,8 +606,7 @@ impl Snapshot {
             if n >= 2 {
                 let older = self.live_entries(&self.segments[n - 2]);
                 let newer = self.live_entries(&self.segments[n - 1]);
-                if older <= newer.saturating_mul(2) && self.merge_range(n - 2..n, hasher, summaries)
-                {
+                if older <= newer.saturating_mul(2) && self.merge_range(n - 2..n, hasher) {
                     continue;
                 }
             }
@@ -621,8 +616,8 @@ impl Snapshot {
             });
             if let Some(i) = dirty {
                 let n = self.segments.len();
-                if (i + 1 < n && self.merge_range(i..i + 2, hasher, summaries))
-                    || self.merge_range(i..i + 1, hasher, summaries)
+                if (i + 1 < n && self.merge_range(i..i + 2, hasher))
+                    || self.merge_range(i..i + 1, hasher)
                 {
                     continue;
                 }
@@ -656,6 +651,44 @@ pub struct RoutingTable {
     hasher: RandomState,
     current: ArcSwap<Snapshot>,
     writer: Mutex<()>,
+    /// Summaries being built in the background.
+    pending: Arc<Pending>,
+}
+
+/// A count of background summary builds, to wait on.
+#[derive(Debug, Default)]
+struct Pending {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Pending {
+    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
+        // A plain counter: a panic elsewhere leaves it consistent.
+        self.count
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Counts one background build from creation to drop (also when the build panics).
+struct PendingBuild(Arc<Pending>);
+
+impl PendingBuild {
+    fn new(pending: &Arc<Pending>) -> Self {
+        *pending.lock() += 1;
+        Self(pending.clone())
+    }
+}
+
+impl Drop for PendingBuild {
+    fn drop(&mut self) {
+        let mut n = self.0.lock();
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.0.done.notify_all();
+        }
+    }
 }
 
 impl Default for RoutingTable {
@@ -743,6 +776,9 @@ struct Scratch {
     keys: Vec<u128>,
     /// The segments whose summaries answered the current substring term.
     summed: Vec<u32>,
+    /// Set by [`rank_single`]: the one value every ranked slot matched (its `count` is
+    /// unused); their best values are then not kept in the tally.
+    single: Option<Top>,
 }
 
 /// What `Scratch::attrs` was resolved from. Holding the `Arc`s keeps their addresses from
@@ -1035,6 +1071,7 @@ impl RoutingTable {
             hasher: RandomState::default(),
             current: ArcSwap::from_pointee(Snapshot::default()),
             writer: Mutex::new(()),
+            pending: Arc::default(),
         }
     }
 
@@ -1045,6 +1082,44 @@ impl RoutingTable {
 
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         self.current.load_full()
+    }
+
+    /// Builds the summaries the segments of `snap` lack ([`crate::summary`]): in the
+    /// background when [`SummaryConfig::background`] is set (queries scan meanwhile), else
+    /// before returning.
+    fn summarize(&self, snap: &Snapshot) {
+        let cfg = self.config.summaries;
+        for seg in &snap.segments {
+            if !seg.wants_summaries(&cfg) {
+                continue;
+            }
+            if cfg.background {
+                let (seg, build) = (seg.clone(), PendingBuild::new(&self.pending));
+                let spawned = std::thread::Builder::new()
+                    .name("table-summaries".into())
+                    .spawn(move || {
+                        seg.summarize(&cfg);
+                        drop(build);
+                    });
+                if spawned.is_ok() {
+                    continue;
+                }
+            }
+            // Without a thread (or when none could be started) the caller builds them.
+            seg.summarize(&cfg);
+        }
+    }
+
+    /// Waits until no summaries are being built in the background.
+    pub fn wait_for_summaries(&self) {
+        let mut n = self.pending.lock();
+        while *n > 0 {
+            n = self
+                .pending
+                .done
+                .wait(n)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -1064,14 +1139,14 @@ impl RoutingTable {
         let mut next = (*self.current.load_full()).clone();
         let (slot, mut entry, entries) = self.prepare(&mut next, peer, hint)?;
         let segment = Segment::from_entries(entries, slot, &self.hasher)
-            .map_err(|_| ImportError::TooLarge)?
-            .summarize(&self.config.summaries);
+            .map_err(|_| ImportError::TooLarge)?;
         entry.distinct_values = segment.len();
         entry.entries = segment.entries();
         let outcome = install(&mut next, slot, entry);
         next.segments.push(Arc::new(segment));
-        next.compact(&self.hasher, &self.config.summaries, false);
+        next.compact(&self.hasher, false);
         next.rerank();
+        self.summarize(&next);
         self.current.store(Arc::new(next));
         Ok(outcome)
     }
@@ -1098,8 +1173,7 @@ impl RoutingTable {
                         let full = std::mem::take(&mut bulk);
                         let segment = full
                             .finish(&self.hasher)
-                            .map_err(|_| ImportError::TooLarge)?
-                            .summarize(&self.config.summaries);
+                            .map_err(|_| ImportError::TooLarge)?;
                         next.segments.push(Arc::new(segment));
                         (bulk_bytes, bulk_entries) = (0, 0);
                     }
@@ -1116,9 +1190,7 @@ impl RoutingTable {
             results.push(result);
         }
         match bulk.finish(&self.hasher) {
-            Ok(segment) => next
-                .segments
-                .push(Arc::new(segment.summarize(&self.config.summaries))),
+            Ok(segment) => next.segments.push(Arc::new(segment)),
             // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
             // rather than keep hints that no segment holds.
             Err(_) => {
@@ -1128,8 +1200,9 @@ impl RoutingTable {
                     .collect();
             }
         }
-        next.compact(&self.hasher, &self.config.summaries, false);
+        next.compact(&self.hasher, false);
         next.rerank();
+        self.summarize(&next);
         self.current.store(Arc::new(next));
         results
     }
@@ -1253,8 +1326,9 @@ impl RoutingTable {
         if !next.kill(dsi) {
             return false;
         }
-        next.compact(&self.hasher, &self.config.summaries, false);
+        next.compact(&self.hasher, false);
         next.rerank();
+        self.summarize(&next);
         self.current.store(Arc::new(next));
         true
     }
@@ -1275,8 +1349,9 @@ impl RoutingTable {
         for d in &gone {
             next.kill(d);
         }
-        next.compact(&self.hasher, &self.config.summaries, false);
+        next.compact(&self.hasher, false);
         next.rerank();
+        self.summarize(&next);
         self.current.store(Arc::new(next));
         gone
     }
@@ -1285,8 +1360,9 @@ impl RoutingTable {
     pub fn compact(&self) {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
-        next.compact(&self.hasher, &self.config.summaries, true);
+        next.compact(&self.hasher, true);
         next.rerank();
+        self.summarize(&next);
         self.current.store(Arc::new(next));
     }
 
@@ -1328,6 +1404,7 @@ impl RoutingTable {
             st.approx_bytes += seg.heap_bytes();
             st.summaries += seg.summarized();
         }
+        st.summaries_pending = *self.pending.lock();
         st.approx_bytes += snap.slots.capacity() * 8
             + snap.peers.len() * (std::mem::size_of::<PeerEntry>() + 64)
             + snap.attrs.infos.len() * 128;
@@ -1385,8 +1462,12 @@ impl RoutingTable {
                 let ranked = self.tally(&snap, term, opts, opts.max_values, scratch);
                 let mut out = ValuesOut::with_capacity(ranked.len().min(64));
                 let mut items = Vec::with_capacity(ranked.len());
+                let single = scratch.single.take();
                 for r in &ranked {
                     let start = out.len();
+                    if let Some(t) = single {
+                        out.push_value_at(&snap.segments[t.seg as usize], t.id, t.start, r.count);
+                    }
                     for t in scratch.tally.best(&snap.segments, r.slot as usize) {
                         out.push_value_at(&snap.segments[t.seg as usize], t.id, t.start, t.count);
                     }
@@ -1478,6 +1559,7 @@ impl RoutingTable {
         let attrs = &scratch.attrs[..];
         let tally = &mut scratch.tally;
         scratch.summed.clear();
+        scratch.single = None;
         match term.op {
             MatchOp::Exact => {
                 let hash = hash_lower(&self.hasher, &scratch.lower);
@@ -2093,28 +2175,23 @@ fn rank_single(
         }
     }
     rank_keys(keys, opts.limit);
-    let tally = &mut scratch.tally;
+    // Every ranked slot matched this one value, with its own count: the answer lists it
+    // without going through the slots' best values.
+    if k > 0 {
+        scratch.single = Some(Top {
+            seg: si,
+            id,
+            start,
+            count: 0,
+        });
+    }
     keys.iter()
         .map(|&key| {
             let slot = key as u32;
-            let count = !((key >> 64) as u64);
-            if k > 0 {
-                tally.offer(
-                    &snap.segments,
-                    slot as usize,
-                    Top {
-                        seg: si,
-                        id,
-                        start,
-                        count,
-                    },
-                );
-                tally.touched.push(slot);
-            }
             Ranked {
                 slot,
                 matched: 1,
-                count,
+                count: !((key >> 64) as u64),
                 total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
             }
         })
@@ -2396,6 +2473,7 @@ mod tests {
             min_matches: 2,
             budget_divisor: 0,
             threads: 2,
+            background: false,
         };
         let off = SummaryConfig {
             min_values: usize::MAX,
@@ -2436,9 +2514,19 @@ mod tests {
         };
         let plain = build(off, true);
         assert_eq!(plain.stats().summaries, 0);
-        for bulk in [true, false] {
-            let summed = build(forced, bulk);
-            assert!(summed.stats().summaries > 0);
+        for (bulk, background) in [(true, false), (false, false), (true, true)] {
+            let summed = build(
+                SummaryConfig {
+                    background,
+                    ..forced
+                },
+                bulk,
+            );
+            // In the background, queries scan until the summaries are ready.
+            summed.wait_for_summaries();
+            let st = summed.stats();
+            assert!(st.summaries > 0);
+            assert_eq!(st.summaries_pending, 0);
             let mut asked = 0;
             for list in &peers {
                 for (v, _) in list.iter().take(6) {
