@@ -33,6 +33,24 @@ pub struct Answer {
     snap: Option<Arc<Snapshot>>,
     items: Vec<Item>,
     values: ValueBuf,
+    /// The one value every referral lists, each with its own count (an exact query's
+    /// answer), when set: then the items list no values of their own.
+    single: Single,
+}
+
+/// Longest single value an [`Answer`] holds inline.
+const SINGLE_INLINE: usize = 46;
+
+#[derive(Debug, Default)]
+enum Single {
+    #[default]
+    None,
+    Inline {
+        len: u8,
+        bytes: [u8; SINGLE_INLINE],
+    },
+    /// Index in the answer's value buffer.
+    Buf(usize),
 }
 
 impl Answer {
@@ -44,6 +62,38 @@ impl Answer {
             snap: Some(snap),
             items,
             values,
+            single: Single::None,
+        }
+    }
+
+    /// Makes `value` the one value of every referral (with the referral's count).
+    pub(crate) fn set_single(&mut self, value: &[u8]) {
+        let mut bytes = [0u8; SINGLE_INLINE];
+        self.single = match bytes.get_mut(..value.len()) {
+            Some(b) => {
+                b.copy_from_slice(value);
+                Single::Inline {
+                    // value.len() <= SINGLE_INLINE < 256.
+                    len: value.len() as u8,
+                    bytes,
+                }
+            }
+            None => {
+                let at = self.values.len();
+                match self.values.push_with(0, |out| out.extend_from_slice(value)) {
+                    Ok(()) => Single::Buf(at),
+                    Err(_) => Single::None,
+                }
+            }
+        };
+    }
+
+    /// The single value every referral lists, if set.
+    fn single(&self) -> Option<&[u8]> {
+        match &self.single {
+            Single::None => None,
+            Single::Inline { len, bytes } => bytes.get(..usize::from(*len)),
+            Single::Buf(at) => self.values.get(*at).map(|(v, _)| v),
         }
     }
 
@@ -77,14 +127,25 @@ impl Answer {
             meta: self.meta(item.slot)?,
             item,
             values: &self.values,
+            single: self.single(),
         })
     }
 
     /// Owned referrals, sharing one buffer of values.
-    pub fn into_referrals(self) -> Vec<Referral> {
-        let Some(snap) = self.snap else {
+    pub fn into_referrals(mut self) -> Vec<Referral> {
+        let Some(snap) = self.snap.take() else {
             return Vec::new();
         };
+        if let Some(value) = self.single() {
+            return self
+                .items
+                .iter()
+                .filter_map(|item| {
+                    let meta = snap.meta(item.slot)?;
+                    Some(owned_with(meta, item, ValueList::single(value, item.count)))
+                })
+                .collect();
+        }
         let values = Arc::new(self.values);
         self.items
             .iter()
@@ -105,13 +166,18 @@ pub(crate) fn owned(meta: &Arc<PeerMeta>, item: &Item, values: &Arc<ValueBuf>) -
     };
     let list = list
         .unwrap_or_else(|| ValueList::new(values.clone(), item.start as usize..item.end as usize));
+    owned_with(meta, item, list)
+}
+
+/// The owned referral of `item` to the peer `meta`, listing `values`.
+fn owned_with(meta: &Arc<PeerMeta>, item: &Item, values: ValueList) -> Referral {
     Referral {
         dsi: PeerDsi::new(meta.clone()),
         count: item.count,
         total: item.total,
         definite: item.threshold.is_none(),
         threshold: item.threshold,
-        values: list,
+        values,
         matched_values: item.matched_values as usize,
     }
 }
@@ -122,6 +188,8 @@ pub struct ReferralView<'a> {
     meta: &'a Arc<PeerMeta>,
     item: &'a Item,
     values: &'a ValueBuf,
+    /// The answer's single value, if it has one.
+    single: Option<&'a [u8]>,
 }
 
 impl<'a> ReferralView<'a> {
@@ -173,8 +241,15 @@ impl<'a> ReferralView<'a> {
     /// Matched values with their counts, best first (at most
     /// [`crate::rank::QueryOptions::max_values`]).
     pub fn values(&self) -> impl ExactSizeIterator<Item = (&'a [u8], u64)> + 'a {
-        let values = self.values;
-        (self.item.start..self.item.end).map(move |i| values.get(i as usize).unwrap_or((&[], 0)))
+        let (values, single, count) = (self.values, self.single, self.item.count);
+        let range = match single {
+            Some(_) => 0..1,
+            None => self.item.start..self.item.end,
+        };
+        range.map(move |i| match single {
+            Some(v) => (v, count),
+            None => values.get(i as usize).unwrap_or((&[], 0)),
+        })
     }
 
     /// An owned copy.

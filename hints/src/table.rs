@@ -779,6 +779,9 @@ struct Scratch {
     /// Set by [`rank_single`]: the one value every ranked slot matched (its `count` is
     /// unused); their best values are then not kept in the tally.
     single: Option<Top>,
+    /// The ranked peers of the last single-term query (returned to [`Scratch`] after use,
+    /// so that its buffer is reused).
+    ranked: Vec<Ranked>,
 }
 
 /// What `Scratch::attrs` was resolved from. Holding the `Arc`s keeps their addresses from
@@ -1431,6 +1434,7 @@ impl RoutingTable {
                         threshold: None,
                     })
                 }));
+                scratch.ranked = ranked;
                 out
             });
         }
@@ -1460,14 +1464,11 @@ impl RoutingTable {
         if let Some(term) = single_term(q, opts).filter(|_| opts.max_values <= TALLY_MAX_VALUES) {
             return with_scratch(move |scratch| {
                 let ranked = self.tally(&snap, term, opts, opts.max_values, scratch);
-                let mut out = ValuesOut::with_capacity(ranked.len().min(64));
                 let mut items = Vec::with_capacity(ranked.len());
+                let mut out = ValuesOut::with_capacity(0);
                 let single = scratch.single.take();
                 for r in &ranked {
                     let start = out.len();
-                    if let Some(t) = single {
-                        out.push_value_at(&snap.segments[t.seg as usize], t.id, t.start, r.count);
-                    }
                     for t in scratch.tally.best(&snap.segments, r.slot as usize) {
                         out.push_value_at(&snap.segments[t.seg as usize], t.id, t.start, t.count);
                     }
@@ -1481,8 +1482,18 @@ impl RoutingTable {
                         end: out.len() as u32,
                     });
                 }
+                scratch.ranked = ranked;
                 scratch.tally.clear_tops();
-                Answer::new(snap, items, out.into_buf())
+                if let Some(t) = single {
+                    scratch.lower.clear();
+                    snap.segments[t.seg as usize].write_value_at(t.start, &mut scratch.lower);
+                }
+                let mut answer = Answer::new(snap, items, out.into_buf());
+                if single.is_some() {
+                    // Every referral lists this one value with its own count.
+                    answer.set_single(&scratch.lower);
+                }
+                answer
             });
         }
         let eval = self.evaluate(&snap, q, opts);
@@ -1637,18 +1648,17 @@ impl RoutingTable {
             keys.push(rank_key(count, tie, slot));
         }
         rank_keys(keys, opts.limit);
-        let ranked: Vec<Ranked> = keys
-            .iter()
-            .map(|&key| {
-                let slot = key as u32;
-                Ranked {
-                    slot,
-                    matched: tally.matched[slot as usize],
-                    count: !((key >> 64) as u64),
-                    total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
-                }
-            })
-            .collect();
+        let mut ranked = std::mem::take(&mut scratch.ranked);
+        ranked.clear();
+        ranked.extend(keys.iter().map(|&key| {
+            let slot = key as u32;
+            Ranked {
+                slot,
+                matched: tally.matched[slot as usize],
+                count: !((key >> 64) as u64),
+                total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
+            }
+        }));
         for &slot in &tally.touched {
             tally.matched[slot as usize] = 0;
         }
@@ -2185,17 +2195,18 @@ fn rank_single(
             count: 0,
         });
     }
-    keys.iter()
-        .map(|&key| {
-            let slot = key as u32;
-            Ranked {
-                slot,
-                matched: 1,
-                count: !((key >> 64) as u64),
-                total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
-            }
-        })
-        .collect()
+    let mut ranked = std::mem::take(&mut scratch.ranked);
+    ranked.clear();
+    ranked.extend(keys.iter().map(|&key| {
+        let slot = key as u32;
+        Ranked {
+            slot,
+            matched: 1,
+            count: !((key >> 64) as u64),
+            total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
+        }
+    }));
+    ranked
 }
 
 /// Keeps the `limit` smallest of `keys` (distinct), ascending.
@@ -2439,6 +2450,50 @@ mod tests {
             e[0].terms[1].matches[0].attribute,
             spec("DOCUMENT", "Author")
         );
+    }
+
+    /// An exact answer from one segment lists its one value for every referral, whether
+    /// the value is held inline (short) or in the answer's buffer (long).
+    #[test]
+    fn exact_answers_list_their_one_value() {
+        let long = "A value well over forty-six bytes long, to leave the inline slot";
+        for value in ["Garcia", long] {
+            let t = RoutingTable::default();
+            let hints = [
+                hint(10, &[("DOCUMENT", "Author", &[(value, 3), ("x", 1)])]),
+                hint(20, &[("DOCUMENT", "Author", &[(value, 5)])]),
+            ];
+            let r = t.replace_all(
+                hints
+                    .iter()
+                    .enumerate()
+                    .map(|(p, h)| (meta(&format!("1.{p}")), h)),
+            );
+            assert!(r.iter().all(Result::is_ok));
+            assert_eq!(t.stats().segments, 1);
+            let opts = QueryOptions::default();
+            let text = format!("DOCUMENT:Author=\"{}\"", value.to_ascii_uppercase());
+            let answer = t.answer(&q(&text), &opts);
+            type Listed = Vec<(String, Vec<(Vec<u8>, u64)>)>;
+            let got: Listed = answer
+                .iter()
+                .map(|r| {
+                    let values = r.values().map(|(v, c)| (v.to_vec(), c)).collect();
+                    (r.dsi().to_string(), values)
+                })
+                .collect();
+            let v = value.as_bytes().to_vec();
+            assert_eq!(
+                got,
+                [
+                    ("1.1".to_string(), vec![(v.clone(), 5)]),
+                    ("1.0".to_string(), vec![(v.clone(), 3)])
+                ]
+            );
+            let owned = t.query(&q(&text), &opts);
+            assert_eq!(owned[1].values, vec![(Bytes::from(v), 3)]);
+            assert_eq!(owned[1].matched_values, 1);
+        }
     }
 
     /// Summaries change only speed: with every n-gram summarized, bulk and incremental
