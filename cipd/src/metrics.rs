@@ -86,6 +86,10 @@ pub struct Gauges {
     pub table_entries: u64,
     /// Approximate bytes held by the table.
     pub table_bytes: u64,
+    /// Broad substrings summarized in the routing table's index.
+    pub table_summaries: u64,
+    /// Summary builds still running.
+    pub table_summaries_pending: u64,
     /// Objects in local collections.
     pub local_objects: u64,
     /// Seconds since the daemon started.
@@ -239,6 +243,18 @@ impl Metrics {
         );
         gauge(
             &mut out,
+            "cipd_table_summaries",
+            "Broad substrings with precomputed per-peer sums in the routing table.",
+            gauges.table_summaries as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_summaries_pending",
+            "Routing-table summary builds still running in the background.",
+            gauges.table_summaries_pending as f64,
+        );
+        gauge(
+            &mut out,
             "cipd_local_objects",
             "Objects in local collections.",
             gauges.local_objects as f64,
@@ -299,6 +315,7 @@ mod tests {
         m.query_latency.observe(Duration::from_secs(5));
         let text = m.render(&Gauges {
             table_entries: 7,
+            table_summaries: 3,
             ..Gauges::default()
         });
         assert!(text.contains("cipd_queries_total 2\n"));
@@ -311,6 +328,8 @@ mod tests {
         assert!(text.contains("cipd_query_duration_seconds_bucket{le=\"+Inf\"} 2\n"));
         assert!(text.contains("cipd_query_duration_seconds_count 2\n"));
         assert!(text.contains("cipd_table_entries 7\n"));
+        assert!(text.contains("cipd_table_summaries 3\n"));
+        assert!(text.contains("cipd_table_summaries_pending 0\n"));
         // Every sample line belongs to a declared metric.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();

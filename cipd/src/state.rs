@@ -524,6 +524,8 @@ impl Node {
             table_values: stats.distinct_values as u64,
             table_entries: stats.entries as u64,
             table_bytes: stats.approx_bytes as u64,
+            table_summaries: stats.summaries as u64,
+            table_summaries_pending: stats.summaries_pending as u64,
             local_objects: self.local_objects_count(),
             uptime_seconds: self.uptime().as_secs_f64(),
         })

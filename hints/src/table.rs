@@ -660,6 +660,9 @@ pub struct RoutingTable {
 struct Pending {
     count: Mutex<usize>,
     done: Condvar,
+    /// Held by the build running: builds take turns, so that a burst of big segments
+    /// does not start a crowd of threads.
+    turn: Mutex<()>,
 }
 
 impl Pending {
@@ -1101,7 +1104,12 @@ impl RoutingTable {
                 let spawned = std::thread::Builder::new()
                     .name("table-summaries".into())
                     .spawn(move || {
-                        seg.summarize(&cfg);
+                        let turn = build.0.turn.lock();
+                        // A segment merged away meanwhile is not worth summarizing.
+                        if Arc::strong_count(&seg) > 1 {
+                            seg.summarize(&cfg);
+                        }
+                        drop(turn);
                         drop(build);
                     });
                 if spawned.is_ok() {
