@@ -2585,44 +2585,50 @@ mod tests {
                 },
                 bulk,
             );
-            // In the background, queries scan until the summaries are ready.
-            summed.wait_for_summaries();
-            let st = summed.stats();
-            assert!(st.summaries > 0);
-            assert_eq!(st.summaries_pending, 0);
-            let mut asked = 0;
-            for list in &peers {
-                for (v, _) in list.iter().take(6) {
-                    let lower = v.to_ascii_lowercase();
-                    for len in 3..=7.min(lower.len()) {
-                        for at in [0, lower.len() - len] {
-                            let needle = &lower[at..at + len];
-                            if needle.contains('"') {
-                                continue;
-                            }
-                            for (k, limit) in [(0, 3), (1, 100), (3, 5), (5, 100), (7, 2)] {
-                                let opts = QueryOptions {
-                                    limit,
-                                    max_values: k,
-                                    ..QueryOptions::default()
-                                };
-                                let text = format!("DOCUMENT:Author~\"{needle}\"");
-                                let want = plain.query(&q(&text), &opts);
-                                let got = summed.query(&q(&text), &opts);
-                                assert_eq!(got, want, "{text} k {k} limit {limit} bulk {bulk}");
-                                let routes = |t: &RoutingTable| -> Vec<(String, u64)> {
-                                    t.route(&q(&text), &opts)
-                                        .iter()
-                                        .map(|r| (r.meta.dsi.to_string(), r.count))
-                                        .collect()
-                                };
-                                assert_eq!(routes(&summed), routes(&plain), "{text}");
-                                asked += 1;
+            // Queries while the summaries are being built (in the background case) and
+            // after: the answers never change.
+            let compare = |summed: &RoutingTable| {
+                let mut asked = 0;
+                for list in &peers {
+                    for (v, _) in list.iter().take(6) {
+                        let lower = v.to_ascii_lowercase();
+                        for len in 3..=7.min(lower.len()) {
+                            for at in [0, lower.len() - len] {
+                                let needle = &lower[at..at + len];
+                                for (k, limit) in [(0, 3), (1, 100), (3, 5), (5, 100), (7, 2)] {
+                                    let opts = QueryOptions {
+                                        limit,
+                                        max_values: k,
+                                        ..QueryOptions::default()
+                                    };
+                                    let text = format!("DOCUMENT:Author~\"{needle}\"");
+                                    let want = plain.query(&q(&text), &opts);
+                                    let got = summed.query(&q(&text), &opts);
+                                    assert_eq!(got, want, "{text} k {k} limit {limit} bulk {bulk}");
+                                    let routes = |t: &RoutingTable| -> Vec<(String, u64)> {
+                                        t.route(&q(&text), &opts)
+                                            .iter()
+                                            .map(|r| (r.meta.dsi.to_string(), r.count))
+                                            .collect()
+                                    };
+                                    assert_eq!(routes(summed), routes(&plain), "{text}");
+                                    asked += 1;
+                                }
                             }
                         }
                     }
                 }
-            }
+                asked
+            };
+            std::thread::scope(|s| {
+                let during = s.spawn(|| compare(&summed));
+                summed.wait_for_summaries();
+                assert!(during.join().is_ok_and(|n| n > 500));
+            });
+            let st = summed.stats();
+            assert!(st.summaries > 0);
+            assert_eq!(st.summaries_pending, 0);
+            let asked = compare(&summed);
             assert!(asked > 500);
         }
     }
