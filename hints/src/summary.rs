@@ -30,6 +30,12 @@ pub const SUMMARY_TOPS: usize = 5;
 /// Longest n-gram summarized (packed with its length into a `u64`).
 const MAX_GRAM: usize = 7;
 
+/// Most n-grams summarized in one segment.
+const MAX_SUMMARIES: usize = 4096;
+
+/// The values visited to build a segment's summaries, at most this many times its values.
+const MAX_WORK_PER_VALUE: usize = 48;
+
 /// How big segments summarize their broad n-grams (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SummaryConfig {
@@ -179,7 +185,20 @@ impl Summaries {
         let threshold = (n.saturating_mul(cfg.min_share_permille) / 1000)
             .max(cfg.min_matches)
             .max(1);
-        let grams = mine(seg, threshold);
+        let mut grams = mine(seg, threshold);
+        // Each summary costs a pass over the values holding its n-gram: bound the total,
+        // broadest first, so that values crafted to hold many frequent n-grams cannot make
+        // a build take minutes.
+        let mut work = 0usize;
+        let keep = grams
+            .iter()
+            .take_while(|g| {
+                work = work.saturating_add(g.1 as usize);
+                work <= n.saturating_mul(MAX_WORK_PER_VALUE)
+            })
+            .count()
+            .min(MAX_SUMMARIES);
+        grams.truncate(keep);
         if grams.is_empty() {
             return Self::default();
         }
@@ -508,5 +527,72 @@ impl Accumulator {
         touched.clear();
         self.touched = touched;
         blocks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::RandomState;
+
+    fn config() -> SummaryConfig {
+        SummaryConfig {
+            min_values: 1,
+            min_share_permille: 0,
+            min_matches: 2,
+            budget_divisor: 0,
+            threads: 2,
+            background: false,
+        }
+    }
+
+    /// Values that all share a long text hold hundreds of frequent n-grams: the build
+    /// stops at its work bound, and what it kept is exact.
+    #[test]
+    fn crafted_values_meet_the_work_bound() {
+        let common = "the quick brown fox jumps over the lazy dog, then naps a while";
+        let values: Vec<String> = (0..200).map(|i| format!("{common} {i:03}")).collect();
+        let entries = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.as_bytes(), (i % 2) as u32, 1 + (i % 7) as u64))
+            .collect();
+        let seg = Segment::from_entries(entries, 3, &RandomState::default()).unwrap();
+        seg.summarize(&config());
+        let n = seg.summarized();
+        assert!(n > 0 && n <= MAX_WORK_PER_VALUE, "{n} summaries");
+        // Every kept n-gram is in all 200 values: under attribute 0 (even values) the
+        // one slot matched 100 of them, summing their counts.
+        let want: u64 = (0..200).step_by(2).map(|i| 1 + (i % 7) as u64).sum();
+        let s = seg
+            .summary(b"the", 0)
+            .expect("the broadest trigram is summarized");
+        assert_eq!(s.entries.len(), 1);
+        assert_eq!((s.entries[0].slot, s.entries[0].matched), (3, 100));
+        assert_eq!(s.sum(0), want);
+        // Best values: highest count (6 + 1 = 7), then folded order.
+        let best: Vec<String> = s.entries[0]
+            .tops
+            .iter()
+            .take_while(|&&id| id != u32::MAX)
+            .map(|&id| String::from_utf8_lossy(&seg.value(id)).into_owned())
+            .collect();
+        let mut expected: Vec<String> = (0..200)
+            .step_by(2)
+            .filter(|i| i % 7 == 6)
+            .map(|i| format!("{common} {i:03}"))
+            .collect();
+        expected.truncate(SUMMARY_TOPS);
+        assert_eq!(best, expected);
+        // A needle held by no value is not summarized.
+        assert!(seg.summary(b"zzz", 0).is_none());
+    }
+
+    #[test]
+    fn pack_takes_three_to_seven_bytes() {
+        assert!(pack(b"ab").is_none());
+        assert!(pack(b"abcdefgh").is_none());
+        let (b, len) = unpack(pack(b"abc d").unwrap());
+        assert_eq!(&b[..len], b"abc d");
     }
 }
