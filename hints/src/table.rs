@@ -484,6 +484,8 @@ pub(crate) struct Snapshot {
     /// Per slot: when the live peer's hint expires, so that ranking checks liveness
     /// without reaching into the entries.
     pub expires: Vec<Option<SystemTime>>,
+    /// Per tie position: its slot.
+    pub by_tie: Vec<u32>,
 }
 
 impl Snapshot {
@@ -506,8 +508,10 @@ impl Snapshot {
             }
         }
         live.sort_by_key(|&(_, total)| (total == 0, total));
+        self.by_tie.clear();
         for (tie, &(slot, total)) in live.iter().enumerate() {
             self.rank_keys[slot as usize] = (total, tie as u32);
+            self.by_tie.push(slot);
         }
     }
 
@@ -776,7 +780,9 @@ struct Scratch {
     attr_cache: Option<AttrCache>,
     tally: Tally,
     /// Rank keys of the peers matched by a single-term query.
-    keys: Vec<u128>,
+    keys: RankKeys,
+    /// The live matches `(slot, count, tie position)` of a single-term query.
+    hits: Vec<(u32, u64, u32)>,
     /// The segments whose summaries answered the current substring term.
     summed: Vec<u32>,
     /// Set by [`rank_single`]: the one value every ranked slot matched (its `count` is
@@ -1641,32 +1647,25 @@ impl RoutingTable {
                 }
             }
         }
-        // Rank keys `!count << 64 | tie position << 32 | slot`: ascending is the order of
-        // `rank_order` for definite referrals (counts are at least 1 here, so between equal
-        // counts the higher ratio is the smaller non-zero total; see
-        // `Snapshot::rank_keys`). Plain integers sort fast.
-        let keys = &mut scratch.keys;
-        keys.clear();
+        // Ranked by `rank_hits` (counts are at least 1 here).
+        let hits = &mut scratch.hits;
+        hits.clear();
         for &slot in &tally.touched {
-            let s = slot as usize;
-            let count = std::mem::take(&mut tally.counts[s]);
-            let Some(tie) = snap.live_tie(slot, opts.now) else {
-                continue;
-            };
-            keys.push(rank_key(count, tie, slot));
+            let count = std::mem::take(&mut tally.counts[slot as usize]);
+            if let Some(tie) = snap.live_tie(slot, opts.now) {
+                hits.push((slot, count, tie));
+            }
         }
-        rank_keys(keys, opts.limit);
         let mut ranked = std::mem::take(&mut scratch.ranked);
         ranked.clear();
-        ranked.extend(keys.iter().map(|&key| {
-            let slot = key as u32;
-            Ranked {
+        rank_hits(snap, hits, opts.limit, &mut scratch.keys, |slot, count| {
+            ranked.push(Ranked {
                 slot,
                 matched: tally.matched[slot as usize],
-                count: !((key >> 64) as u64),
+                count,
                 total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
-            }
-        }));
+            });
+        });
         for &slot in &tally.touched {
             tally.matched[slot as usize] = 0;
         }
@@ -2183,16 +2182,15 @@ fn rank_single(
     scratch: &mut Scratch,
 ) -> Vec<Ranked> {
     let seg = &snap.segments[si as usize];
-    let keys = &mut scratch.keys;
-    keys.clear();
+    let hits = &mut scratch.hits;
+    hits.clear();
     if let Some(g) = seg.group_in(start, attr) {
         for (slot, count) in seg.group_postings(g) {
             if let Some(tie) = snap.live_tie(slot, opts.now) {
-                keys.push(rank_key(count, tie, slot));
+                hits.push((slot, count, tie));
             }
         }
     }
-    rank_keys(keys, opts.limit);
     // Every ranked slot matched this one value, with its own count: the answer lists it
     // without going through the slots' best values.
     if k > 0 {
@@ -2205,26 +2203,74 @@ fn rank_single(
     }
     let mut ranked = std::mem::take(&mut scratch.ranked);
     ranked.clear();
-    ranked.extend(keys.iter().map(|&key| {
-        let slot = key as u32;
-        Ranked {
+    rank_hits(snap, hits, opts.limit, &mut scratch.keys, |slot, count| {
+        ranked.push(Ranked {
             slot,
             matched: 1,
-            count: !((key >> 64) as u64),
+            count,
             total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
-        }
-    }));
+        });
+    });
     ranked
 }
 
+/// Ranks the live matches `(slot, count, tie position)` (counts at least 1) and hands the
+/// `limit` best, in rank order, to `out(slot, count)`.
+///
+/// Rank keys are plain integers, which sort fast: ascending is the order of `rank_order`
+/// for definite referrals (between equal counts the higher ratio is the smaller non-zero
+/// total, which the tie position orders; see `Snapshot::rank_keys`). When every count
+/// fits 32 bits (nearly always) a key is `!count << 32 | tie position` in a `u64`, and the
+/// slot comes back from the tie position; otherwise `!count << 64 | tie << 32 | slot`.
+fn rank_hits(
+    snap: &Snapshot,
+    hits: &[(u32, u64, u32)],
+    limit: usize,
+    keys: &mut RankKeys,
+    mut out: impl FnMut(u32, u64),
+) {
+    if hits.iter().all(|h| h.1 <= u64::from(u32::MAX)) {
+        let k = &mut keys.narrow;
+        k.clear();
+        k.extend(
+            hits.iter()
+                .map(|&(_, count, tie)| (u64::from(!(count as u32)) << 32) | u64::from(tie)),
+        );
+        rank_keys(k, limit);
+        for &key in k.iter() {
+            if let Some(&slot) = snap.by_tie.get((key as u32) as usize) {
+                out(slot, u64::from(!((key >> 32) as u32)));
+            }
+        }
+    } else {
+        let k = &mut keys.wide;
+        k.clear();
+        k.extend(
+            hits.iter()
+                .map(|&(slot, count, tie)| rank_key(count, tie, slot)),
+        );
+        rank_keys(k, limit);
+        for &key in k.iter() {
+            out(key as u32, !((key >> 64) as u64));
+        }
+    }
+}
+
+/// Buffers for [`rank_hits`].
+#[derive(Default)]
+struct RankKeys {
+    narrow: Vec<u64>,
+    wide: Vec<u128>,
+}
+
 /// Keeps the `limit` smallest of `keys` (distinct), ascending.
-fn rank_keys(keys: &mut Vec<u128>, limit: usize) {
+fn rank_keys<T: Copy + Ord + Default>(keys: &mut Vec<T>, limit: usize) {
     const SMALL: usize = 32;
     let n = keys.len();
     if n <= SMALL {
         // Few keys (the usual case): each one's position is the number of smaller keys,
         // counted without branches; cheaper than sorting with mispredicted comparisons.
-        let mut out = [0u128; SMALL];
+        let mut out = [T::default(); SMALL];
         for &k in keys.iter() {
             let below = keys.iter().map(|&x| usize::from(x < k)).sum::<usize>();
             if let Some(slot) = out.get_mut(below) {
@@ -2458,6 +2504,63 @@ mod tests {
             e[0].terms[1].matches[0].attribute,
             spec("DOCUMENT", "Author")
         );
+    }
+
+    /// Counts past 32 bits rank as exactly as small ones (the wide rank keys), in both the
+    /// direct exact path (one bulk segment) and the summing one.
+    #[test]
+    fn counts_past_32_bits_rank_exactly() {
+        let big = 5_000_000_000u64;
+        for bulk in [true, false] {
+            let t = RoutingTable::default();
+            let hints = [
+                hint(
+                    10,
+                    &[("DOCUMENT", "Author", &[("Garcia", big), ("Garcin", 7)])],
+                ),
+                hint(
+                    10,
+                    &[("DOCUMENT", "Author", &[("Garcia", u64::from(u32::MAX))])],
+                ),
+                hint(
+                    10,
+                    &[("DOCUMENT", "Author", &[("Garcia", 3), ("Garcin", big)])],
+                ),
+            ];
+            if bulk {
+                let r = t.replace_all(
+                    hints
+                        .iter()
+                        .enumerate()
+                        .map(|(p, h)| (meta(&format!("1.{p}")), h)),
+                );
+                assert!(r.iter().all(Result::is_ok));
+            } else {
+                for (p, h) in hints.iter().enumerate() {
+                    t.replace(meta(&format!("1.{p}")), h).unwrap();
+                }
+            }
+            let opts = QueryOptions::default();
+            assert_eq!(
+                summary(&t.query(&q("DOCUMENT:Author=garcia"), &opts)),
+                vec![
+                    ("1.0".into(), big, true),
+                    ("1.1".into(), u64::from(u32::MAX), true),
+                    ("1.2".into(), 3, true)
+                ],
+                "bulk {bulk}"
+            );
+            // Sums over two values: big + 7 for 1.0, big + 3 for 1.2.
+            assert_eq!(
+                summary(&t.query(&q("DOCUMENT:Author~garci"), &opts)),
+                vec![
+                    ("1.0".into(), big + 7, true),
+                    ("1.2".into(), big + 3, true),
+                    ("1.1".into(), u64::from(u32::MAX), true)
+                ],
+                "bulk {bulk}"
+            );
+        }
     }
 
     /// An exact answer from one segment lists its one value for every referral, whether
