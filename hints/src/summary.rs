@@ -56,6 +56,22 @@ pub struct SummaryConfig {
     pub background: bool,
 }
 
+impl SummaryConfig {
+    /// Summaries for every n-gram in two values or more, built before a segment is used:
+    /// for tests that compare answers with and without them.
+    #[cfg(test)]
+    pub(crate) fn everything() -> Self {
+        Self {
+            min_values: 1,
+            min_share_permille: 0,
+            min_matches: 2,
+            budget_divisor: 0,
+            threads: 2,
+            background: false,
+        }
+    }
+}
+
 impl Default for SummaryConfig {
     fn default() -> Self {
         Self {
@@ -535,17 +551,6 @@ mod tests {
     use super::*;
     use crate::index::RandomState;
 
-    fn config() -> SummaryConfig {
-        SummaryConfig {
-            min_values: 1,
-            min_share_permille: 0,
-            min_matches: 2,
-            budget_divisor: 0,
-            threads: 2,
-            background: false,
-        }
-    }
-
     /// Values that all share a long text hold hundreds of frequent n-grams: the build
     /// stops at its work bound, and what it kept is exact.
     #[test]
@@ -558,7 +563,7 @@ mod tests {
             .map(|(i, v)| (v.as_bytes(), (i % 2) as u32, 1 + (i % 7) as u64))
             .collect();
         let seg = Segment::from_entries(entries, 3, &RandomState::default()).unwrap();
-        seg.summarize(&config());
+        seg.summarize(&SummaryConfig::everything());
         let n = seg.summarized();
         assert!(n > 0 && n <= MAX_WORK_PER_VALUE, "{n} summaries");
         // Every kept n-gram is in all 200 values: under attribute 0 (even values) the

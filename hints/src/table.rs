@@ -2506,6 +2506,23 @@ mod tests {
         );
     }
 
+    /// Imports `hints` as peers `1.0`, `1.1`, ...: in one batch (one segment) or one by one.
+    fn load(t: &RoutingTable, hints: &[CipHint], bulk: bool) {
+        if bulk {
+            let r = t.replace_all(
+                hints
+                    .iter()
+                    .enumerate()
+                    .map(|(p, h)| (meta(&format!("1.{p}")), h)),
+            );
+            assert!(r.iter().all(Result::is_ok));
+        } else {
+            for (p, h) in hints.iter().enumerate() {
+                t.replace(meta(&format!("1.{p}")), h).unwrap();
+            }
+        }
+    }
+
     /// Counts past 32 bits rank as exactly as small ones (the wide rank keys), in both the
     /// direct exact path (one bulk segment) and the summing one.
     #[test]
@@ -2527,19 +2544,7 @@ mod tests {
                     &[("DOCUMENT", "Author", &[("Garcia", 3), ("Garcin", big)])],
                 ),
             ];
-            if bulk {
-                let r = t.replace_all(
-                    hints
-                        .iter()
-                        .enumerate()
-                        .map(|(p, h)| (meta(&format!("1.{p}")), h)),
-                );
-                assert!(r.iter().all(Result::is_ok));
-            } else {
-                for (p, h) in hints.iter().enumerate() {
-                    t.replace(meta(&format!("1.{p}")), h).unwrap();
-                }
-            }
+            load(&t, &hints, bulk);
             let opts = QueryOptions::default();
             assert_eq!(
                 summary(&t.query(&q("DOCUMENT:Author=garcia"), &opts)),
@@ -2574,13 +2579,7 @@ mod tests {
                 hint(10, &[("DOCUMENT", "Author", &[(value, 3), ("x", 1)])]),
                 hint(20, &[("DOCUMENT", "Author", &[(value, 5)])]),
             ];
-            let r = t.replace_all(
-                hints
-                    .iter()
-                    .enumerate()
-                    .map(|(p, h)| (meta(&format!("1.{p}")), h)),
-            );
-            assert!(r.iter().all(Result::is_ok));
+            load(&t, &hints, true);
             assert_eq!(t.stats().segments, 1);
             let opts = QueryOptions::default();
             let text = format!("DOCUMENT:Author=\"{}\"", value.to_ascii_uppercase());
@@ -2633,14 +2632,7 @@ mod tests {
         for _ in 0..12 {
             peers.push((0..40).map(|_| (value(&mut next), 1 + next(9))).collect());
         }
-        let forced = SummaryConfig {
-            min_values: 1,
-            min_share_permille: 0,
-            min_matches: 2,
-            budget_divisor: 0,
-            threads: 2,
-            background: false,
-        };
+        let forced = SummaryConfig::everything();
         let off = SummaryConfig {
             min_values: usize::MAX,
             ..forced
@@ -2663,19 +2655,7 @@ mod tests {
                 summaries: cfg,
                 ..TableConfig::default()
             });
-            if bulk {
-                let r = t.replace_all(
-                    hints
-                        .iter()
-                        .enumerate()
-                        .map(|(p, h)| (meta(&format!("1.{p}")), h)),
-                );
-                assert!(r.iter().all(Result::is_ok));
-            } else {
-                for (p, h) in hints.iter().enumerate() {
-                    t.replace(meta(&format!("1.{p}")), h).unwrap();
-                }
-            }
+            load(&t, &hints, bulk);
             t
         };
         let plain = build(off, true);
