@@ -78,7 +78,7 @@ impl Default for SummaryConfig {
             min_values: 100_000,
             min_share_permille: 10,
             min_matches: 256,
-            budget_divisor: 6,
+            budget_divisor: 5,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             background: true,
         }
