@@ -508,9 +508,9 @@ impl Segment {
     /// The exact-match table (see [`Segment::table`]).
     fn exact_table(&self, hasher: &RandomState) -> Pages {
         let n = self.len();
-        // n < u32::MAX (Builder::push), so this cannot overflow usize. A quarter empty:
-        // a hit probes about three entries, nearly always in one cache line.
-        let size = (n + n / 3).max(4);
+        // n < u32::MAX (Builder::push), so this cannot overflow usize. A third empty: a
+        // hit probes two entries on average, a miss five, nearly always in one cache line.
+        let size = (n + n / 2).max(4);
         let mut table = vec![0u64; size];
         for id in 0..n as u32 {
             let h = hash_lower(hasher, self.folded_value(id));
