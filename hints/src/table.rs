@@ -783,9 +783,13 @@ struct Scratch {
     keys: RankKeys,
     /// The live matches `(slot, count, tie position)` of a single-term query.
     hits: Vec<(u32, u64, u32)>,
+    /// The segments holding an exact value: `(segment, id, record start)`.
+    found: Vec<(u32, u32, u32)>,
+    /// Per slot: which of `found` its postings came from (read only for ranked slots).
+    seg_of: Vec<u32>,
     /// The segments whose summaries answered the current substring term.
     summed: Vec<u32>,
-    /// Set by [`rank_single`]: the one value every ranked slot matched (its `count` is
+    /// Set by [`rank_direct`]: the one value every ranked slot matched (its `count` is
     /// unused); their best values are then not kept in the tally.
     single: Option<Top>,
     /// The ranked peers of the last single-term query (returned to [`Scratch`] after use,
@@ -1594,35 +1598,24 @@ impl RoutingTable {
                     let entries = segs.iter().fold(0, |d, seg| d ^ seg.touch_exact(hash));
                     std::hint::black_box(entries);
                 }
-                let mut first = None;
+                let mut found = std::mem::take(&mut scratch.found);
+                found.clear();
                 for (si, seg) in segs.iter().enumerate() {
                     if let Some((id, start)) = seg.find_exact_record(hash, &scratch.lower) {
-                        let hit = (si as u32, id, start);
-                        match first {
-                            None => first = Some(hit),
-                            Some(f) => {
-                                // A second segment holds it too: tally both.
-                                if f.0 != u32::MAX {
-                                    tally.add_at(segs, f.0, f.1, f.2, attrs);
-                                    first = Some((u32::MAX, 0, 0));
-                                }
-                                tally.add_at(segs, hit.0, hit.1, hit.2, attrs);
-                            }
-                        }
+                        found.push((si as u32, id, start));
                     }
                 }
-                match (first, attrs) {
-                    (None, _) => return Vec::new(),
-                    // The usual case: one value under one attribute. Each slot appears
-                    // once among its postings, so they rank as they stand.
-                    (Some((si, id, start)), &[attr]) if si != u32::MAX => {
-                        return rank_single(snap, (si, id, start), attr, opts, k, scratch);
-                    }
-                    (Some((si, id, start)), _) if si != u32::MAX => {
-                        tally.add_at(segs, si, id, start, attrs);
-                    }
-                    _ => {}
+                if let (&[attr], false) = (attrs, found.is_empty()) {
+                    // The usual case: one value under one attribute. A slot's postings sit
+                    // in one segment and name it once there, so they rank as they stand.
+                    let ranked = rank_direct(snap, &found, attr, opts, k, scratch);
+                    scratch.found = found;
+                    return ranked;
                 }
+                for &(si, id, start) in &found {
+                    tally.add_at(segs, si, id, start, attrs);
+                }
+                scratch.found = found;
             }
             MatchOp::Substring => {
                 let finder = memchr::memmem::Finder::new(&scratch.lower);
@@ -2170,36 +2163,35 @@ fn rank_key(count: u64, tie: u32, slot: u32) -> u128 {
     (u128::from(!count) << 64) | (u128::from(tie) << 32) | u128::from(slot)
 }
 
-/// [`RoutingTable::tally`] of one value, `(segment, id, record start)`, matched under one
-/// attribute only: its postings name each slot once, so they rank without summing. Keeps
-/// the value as each ranked slot's best when `k > 0`.
-fn rank_single(
+/// [`RoutingTable::tally`] of one value found in the segments `found` (`(segment, id,
+/// record start)` each), matched under one attribute only: a slot's postings sit in one
+/// segment and name it once there, so they rank without summing. When `k > 0`, each ranked
+/// slot keeps the value as its best: through [`Scratch::single`] when one segment holds it.
+fn rank_direct(
     snap: &Snapshot,
-    (si, id, start): (u32, u32, u32),
+    found: &[(u32, u32, u32)],
     attr: u32,
     opts: &QueryOptions,
     k: usize,
     scratch: &mut Scratch,
 ) -> Vec<Ranked> {
-    let seg = &snap.segments[si as usize];
     let hits = &mut scratch.hits;
     hits.clear();
-    if let Some(g) = seg.group_in(start, attr) {
-        for (slot, count) in seg.group_postings(g) {
-            if let Some(tie) = snap.live_tie(slot, opts.now) {
-                hits.push((slot, count, tie));
+    if scratch.seg_of.len() < snap.slots.len() {
+        scratch.seg_of.resize(snap.slots.len(), 0);
+    }
+    for (h, &(si, _, start)) in found.iter().enumerate() {
+        let seg = &snap.segments[si as usize];
+        if let Some(g) = seg.group_in(start, attr) {
+            for (slot, count) in seg.group_postings(g) {
+                if let Some(tie) = snap.live_tie(slot, opts.now) {
+                    hits.push((slot, count, tie));
+                    if let Some(s) = scratch.seg_of.get_mut(slot as usize) {
+                        *s = h as u32;
+                    }
+                }
             }
         }
-    }
-    // Every ranked slot matched this one value, with its own count: the answer lists it
-    // without going through the slots' best values.
-    if k > 0 {
-        scratch.single = Some(Top {
-            seg: si,
-            id,
-            start,
-            count: 0,
-        });
     }
     let mut ranked = std::mem::take(&mut scratch.ranked);
     ranked.clear();
@@ -2211,6 +2203,32 @@ fn rank_single(
             total: snap.rank_keys.get(slot as usize).map_or(0, |k| k.0),
         });
     });
+    if k > 0 {
+        if let &[(seg, id, start)] = found {
+            // Every ranked slot matched this one value, with its own count: the answer
+            // lists it without going through the slots' best values.
+            scratch.single = Some(Top {
+                seg,
+                id,
+                start,
+                count: 0,
+            });
+        } else {
+            for r in &ranked {
+                let h = scratch.seg_of.get(r.slot as usize).copied().unwrap_or(0);
+                if let Some(&(seg, id, start)) = found.get(h as usize) {
+                    let top = Top {
+                        seg,
+                        id,
+                        start,
+                        count: r.count,
+                    };
+                    scratch.tally.offer(&snap.segments, r.slot as usize, top);
+                    scratch.tally.touched.push(r.slot);
+                }
+            }
+        }
+    }
     ranked
 }
 
@@ -2521,6 +2539,33 @@ mod tests {
                 t.replace(meta(&format!("1.{p}")), h).unwrap();
             }
         }
+    }
+
+    /// A value held in several segments lists, for each peer, the spelling of the segment
+    /// holding that peer's posting.
+    #[test]
+    fn exact_values_keep_each_segments_spelling() {
+        let t = RoutingTable::default();
+        // The first hint is more than twice the second, so the two segments stay apart.
+        let first: &[(&str, u64)] = &[("Garcia", 3), ("a", 1), ("b", 1), ("c", 1), ("d", 1)];
+        let hints = [
+            hint(10, &[("DOCUMENT", "Author", first)]),
+            hint(10, &[("DOCUMENT", "Author", &[("GARCIA", 5)])]),
+        ];
+        load(&t, &hints, false);
+        assert_eq!(t.stats().segments, 2);
+        let r = t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default());
+        let listed: Vec<(String, Vec<(Bytes, u64)>)> = r
+            .iter()
+            .map(|r| (r.dsi.to_string(), r.values.to_vec()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("1.1".to_string(), vec![(Bytes::from_static(b"GARCIA"), 5)]),
+                ("1.0".to_string(), vec![(Bytes::from_static(b"Garcia"), 3)])
+            ]
+        );
     }
 
     /// Counts past 32 bits rank as exactly as small ones (the wide rank keys), in both the
