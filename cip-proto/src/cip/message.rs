@@ -236,6 +236,14 @@ pub struct IndexObject {
     pub payload: Bytes,
 }
 
+/// The entity's `Content-Type`, which every CIP message must have.
+fn content_type(entity: &Entity) -> Result<ContentType, MessageError> {
+    entity
+        .headers
+        .content_type()?
+        .ok_or(MessageError::MissingContentType)
+}
+
 impl IndexObject {
     /// Reads an index object from a parsed entity whose content type is
     /// `application/index.obj.<facet>`.
@@ -246,10 +254,7 @@ impl IndexObject {
     /// # Errors
     /// [`MessageError`] as described.
     pub fn from_entity(entity: &Entity) -> Result<Self, MessageError> {
-        let ct = entity
-            .headers
-            .content_type()?
-            .ok_or(MessageError::MissingContentType)?;
+        let ct = content_type(entity)?;
         let Some(facet) = ct.mime_type().strip_prefix(OBJ_PREFIX) else {
             return Err(MessageError::NotARequest {
                 mime_type: ct.mime_type().to_owned(),
@@ -360,10 +365,7 @@ impl Request {
     /// [`MessageError`]; answer with [`MessageError::code`].
     pub fn from_mime(message: &Bytes, limits: &Limits) -> Result<Self, MessageError> {
         let entity = Entity::parse(message, limits)?;
-        let ct = entity
-            .headers
-            .content_type()?
-            .ok_or(MessageError::MissingContentType)?;
+        let ct = content_type(&entity)?;
         let mime_type = ct.mime_type();
         if mime_type.starts_with(OBJ_PREFIX) {
             return Ok(Self::IndexObject(IndexObject::from_entity(&entity)?));
@@ -500,10 +502,7 @@ impl IndexResponse {
     /// # Errors
     /// 502-class errors when `code` is missing or not a CIP code; MIME errors.
     pub fn from_entity(entity: &Entity) -> Result<Self, MessageError> {
-        let ct = entity
-            .headers
-            .content_type()?
-            .ok_or(MessageError::MissingContentType)?;
+        let ct = content_type(entity)?;
         let raw = ct
             .param("code")
             .ok_or(MessageError::MissingParameter { name: "code" })?;
@@ -624,10 +623,7 @@ impl PollResult {
     /// top-level type that is neither multipart nor an index object.
     pub fn from_mime(message: &Bytes, limits: &Limits) -> Result<Self, MessageError> {
         let entity = Entity::parse(message, limits)?;
-        let ct = entity
-            .headers
-            .content_type()?
-            .ok_or(MessageError::MissingContentType)?;
+        let ct = content_type(&entity)?;
         if ct.mime_type().starts_with(OBJ_PREFIX) {
             return Ok(Self {
                 objects: vec![IndexObject::from_entity(&entity)?],
