@@ -272,6 +272,12 @@ pub struct RawIndex {
     pub summaries: Option<bool>,
     /// Threads that build those sums.
     pub summary_threads: Option<usize>,
+    /// The sums of a segment take at most its record bytes divided by this.
+    pub summary_memory_divisor: Option<usize>,
+    /// Most substrings summarized per segment.
+    pub summary_max_ngrams: Option<usize>,
+    /// Values visited to build a segment's sums, at most this many times its values.
+    pub summary_work_per_value: Option<usize>,
 }
 
 /// `[log]`.
@@ -843,6 +849,21 @@ impl Validator<'_> {
                 usize::MAX
             },
             threads: threads.min(MAX_SUMMARY_THREADS),
+            budget_divisor: self.positive(
+                "index.summary_memory_divisor",
+                raw.summary_memory_divisor,
+                default.budget_divisor,
+            ),
+            max_ngrams: self.positive(
+                "index.summary_max_ngrams",
+                raw.summary_max_ngrams,
+                default.max_ngrams,
+            ),
+            max_work_per_value: self.positive(
+                "index.summary_work_per_value",
+                raw.summary_work_per_value,
+                default.max_work_per_value,
+            ),
             ..default
         }
     }
@@ -1618,15 +1639,27 @@ level = "=="
         let c = Config::from_toml(MINIMAL).unwrap();
         assert_eq!(c.index, SummaryConfig::default());
         let c = Config::from_toml(&format!(
-            "{MINIMAL}[index]\nsummaries = false\nsummary_threads = 3\n"
+            "{MINIMAL}[index]\nsummaries = false\nsummary_threads = 3\n\
+             summary_memory_divisor = 8\nsummary_max_ngrams = 100\nsummary_work_per_value = 9\n"
         ))
         .unwrap();
         assert_eq!(c.index.min_values, usize::MAX);
         assert_eq!(c.index.threads, 3);
+        assert_eq!(
+            (
+                c.index.budget_divisor,
+                c.index.max_ngrams,
+                c.index.max_work_per_value
+            ),
+            (8, 100, 9)
+        );
         for bad in [
             "summary_threads = 0",
             "summary_threads = 65",
             "summaries = 1",
+            "summary_memory_divisor = 0",
+            "summary_max_ngrams = 0",
+            "summary_work_per_value = 0",
         ] {
             let err = Config::from_toml(&format!("{MINIMAL}[index]\n{bad}\n")).unwrap_err();
             assert!(err.to_string().contains("index"), "{bad}: {err}");

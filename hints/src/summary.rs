@@ -30,12 +30,6 @@ pub const SUMMARY_TOPS: usize = 5;
 /// Longest n-gram summarized (packed with its length into a `u64`).
 const MAX_GRAM: usize = 7;
 
-/// Most n-grams summarized in one segment.
-const MAX_SUMMARIES: usize = 4096;
-
-/// The values visited to build a segment's summaries, at most this many times its values.
-const MAX_WORK_PER_VALUE: usize = 48;
-
 /// How big segments summarize their broad n-grams (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SummaryConfig {
@@ -49,6 +43,12 @@ pub struct SummaryConfig {
     /// Summaries stop growing once their bytes pass the segment's record bytes divided by
     /// this (0: no bound).
     pub budget_divisor: usize,
+    /// Most n-grams summarized in one segment.
+    pub max_ngrams: usize,
+    /// Each summary costs a pass over the values holding its n-gram: the values visited
+    /// to build a segment's summaries are at most this many times its values, so that
+    /// values crafted to hold many frequent n-grams cannot make a build take minutes.
+    pub max_work_per_value: usize,
     /// Threads that compute summaries (1: the building thread alone).
     pub threads: usize,
     /// Build summaries on a thread of their own after the segment is in use, so that
@@ -66,6 +66,8 @@ impl SummaryConfig {
             min_share_permille: 0,
             min_matches: 2,
             budget_divisor: 0,
+            max_ngrams: usize::MAX,
+            max_work_per_value: usize::MAX,
             threads: 2,
             background: false,
         }
@@ -79,6 +81,8 @@ impl Default for SummaryConfig {
             min_share_permille: 10,
             min_matches: 256,
             budget_divisor: 5,
+            max_ngrams: 4096,
+            max_work_per_value: 48,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             background: true,
         }
@@ -202,18 +206,16 @@ impl Summaries {
             .max(cfg.min_matches)
             .max(1);
         let mut grams = mine(seg, threshold);
-        // Each summary costs a pass over the values holding its n-gram: bound the total,
-        // broadest first, so that values crafted to hold many frequent n-grams cannot make
-        // a build take minutes.
+        // Bound the work (see `max_work_per_value`), keeping the broadest n-grams.
         let mut work = 0usize;
         let keep = grams
             .iter()
             .take_while(|g| {
                 work = work.saturating_add(g.1 as usize);
-                work <= n.saturating_mul(MAX_WORK_PER_VALUE)
+                work <= n.saturating_mul(cfg.max_work_per_value)
             })
             .count()
-            .min(MAX_SUMMARIES);
+            .min(cfg.max_ngrams);
         grams.truncate(keep);
         if grams.is_empty() {
             return Self::default();
@@ -563,9 +565,24 @@ mod tests {
             .map(|(i, v)| (v.as_bytes(), (i % 2) as u32, 1 + (i % 7) as u64))
             .collect();
         let seg = Segment::from_entries(entries, 3, &RandomState::default()).unwrap();
-        seg.summarize(&SummaryConfig::everything());
+        let bounded = SummaryConfig {
+            max_work_per_value: 48,
+            ..SummaryConfig::everything()
+        };
+        seg.summarize(&bounded);
         let n = seg.summarized();
-        assert!(n > 0 && n <= MAX_WORK_PER_VALUE, "{n} summaries");
+        assert!(n > 0 && n <= 48, "{n} summaries");
+        let few = Segment::from_entries(
+            values.iter().map(|v| (v.as_bytes(), 0, 1)).collect(),
+            3,
+            &RandomState::default(),
+        )
+        .unwrap();
+        few.summarize(&SummaryConfig {
+            max_ngrams: 5,
+            ..SummaryConfig::everything()
+        });
+        assert_eq!(few.summarized(), 5);
         // Every kept n-gram is in all 200 values: under attribute 0 (even values) the
         // one slot matched 100 of them, summing their counts.
         let want: u64 = (0..200).step_by(2).map(|i| 1 + (i % 7) as u64).sum();

@@ -199,7 +199,7 @@ proptest! {
         // Summaries on every segment, for every n-gram in two values or more: answers
         // must not change.
         let summaries = if summarize {
-            SummaryConfig { min_values: 1, min_share_permille: 0, min_matches: 2, budget_divisor: 0, threads: 2, background: false }
+            SummaryConfig { min_values: 1, min_share_permille: 0, min_matches: 2, budget_divisor: 0, max_ngrams: usize::MAX, max_work_per_value: usize::MAX, threads: 2, background: false }
         } else {
             SummaryConfig::default()
         };
