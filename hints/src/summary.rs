@@ -610,6 +610,28 @@ mod tests {
         assert!(seg.summary(b"zzz", 0).is_none());
     }
 
+    /// Sums past 32 bits are kept apart and read back exactly.
+    #[test]
+    fn big_sums_survive() {
+        let big = 3_000_000_000u64;
+        let entries = vec![
+            (&b"abc one"[..], 0, big),
+            (&b"abc two"[..], 0, big),
+            (&b"abc six"[..], 0, big),
+            (&b"xyz one"[..], 0, 5),
+            (&b"xyz two"[..], 0, 6),
+        ];
+        let seg = Segment::from_entries(entries, 7, &RandomState::default()).unwrap();
+        seg.summarize(&SummaryConfig::everything());
+        let abc = seg.summary(b"abc", 0).expect("abc is summarized");
+        assert_eq!((abc.entries.len(), abc.sum(0)), (1, 3 * big));
+        let xyz = seg.summary(b"xyz", 0).expect("xyz is summarized");
+        assert_eq!(xyz.sum(0), 11);
+        assert_eq!(xyz.sum(1), 0);
+        // Under an attribute no value has, a summarized n-gram has no entries.
+        assert!(seg.summary(b"xyz", 1).is_some_and(|s| s.entries.is_empty()));
+    }
+
     #[test]
     fn pack_takes_three_to_seven_bytes() {
         assert!(pack(b"ab").is_none());
