@@ -154,9 +154,10 @@ fn main() {
         verdict(load.as_secs_f64() < 10.0)
     );
     println!(
-        "summaries: {} broad n-grams summarized in the background, ready {:.2} s after the load (memory below includes them)",
+        "summaries: {} broad n-grams summarized in the background, ready {:.2} s after the load; {:.1} MB (memory below includes them)",
         st.summaries,
-        summarized.as_secs_f64()
+        summarized.as_secs_f64(),
+        st.summary_bytes as f64 / 1e6
     );
     println!(
         "memory: {:.1} MB used, budget 2 x value bytes + 16 x entries = {:.1} MB ({:.2} of budget, {:.1} B/entry); target <= budget: {}",

@@ -567,6 +567,11 @@ impl Segment {
         self.summaries.get().map_or(0, Summaries::len)
     }
 
+    /// Approximate heap bytes of the summaries.
+    pub(crate) fn summary_bytes(&self) -> usize {
+        self.summaries.get().map_or(0, Summaries::heap_bytes)
+    }
+
     /// `(trigram key, number of values holding it)` for every trigram.
     pub(crate) fn gram_cards(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         self.grams
@@ -1114,7 +1119,7 @@ impl Segment {
             + self.table.heap_bytes()
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
             + self.grams.heap_bytes()
-            + self.summaries.get().map_or(0, Summaries::heap_bytes)
+            + self.summary_bytes()
     }
 }
 

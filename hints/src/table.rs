@@ -207,6 +207,8 @@ pub struct TableStats {
     pub summaries: usize,
     /// Summary builds still running in the background.
     pub summaries_pending: usize,
+    /// Approximate heap bytes of the summaries (included in `approx_bytes`).
+    pub summary_bytes: usize,
 }
 
 /// One row of [`RoutingTable::entries`].
@@ -1424,6 +1426,7 @@ impl RoutingTable {
             st.dead_entries += seg.entries() - live;
             st.approx_bytes += seg.heap_bytes();
             st.summaries += seg.summarized();
+            st.summary_bytes += seg.summary_bytes();
         }
         st.summaries_pending = *self.pending.lock();
         st.approx_bytes += snap.slots.capacity() * 8
