@@ -34,23 +34,9 @@ pub struct Answer {
     items: Vec<Item>,
     values: ValueBuf,
     /// The one value every referral lists, each with its own count (an exact query's
-    /// answer), when set: then the items list no values of their own.
-    single: Single,
-}
-
-/// Longest single value an [`Answer`] holds inline.
-const SINGLE_INLINE: usize = 46;
-
-#[derive(Debug, Default)]
-enum Single {
-    #[default]
-    None,
-    Inline {
-        len: u8,
-        bytes: [u8; SINGLE_INLINE],
-    },
-    /// Index in the answer's value buffer.
-    Buf(usize),
+    /// answer), when set: then the items list no values of their own. Held as a list of
+    /// one (inline when short); its count is unused.
+    single: Option<ValueList>,
 }
 
 impl Answer {
@@ -62,39 +48,18 @@ impl Answer {
             snap: Some(snap),
             items,
             values,
-            single: Single::None,
+            single: None,
         }
     }
 
     /// Makes `value` the one value of every referral (with the referral's count).
     pub(crate) fn set_single(&mut self, value: &[u8]) {
-        let mut bytes = [0u8; SINGLE_INLINE];
-        self.single = match bytes.get_mut(..value.len()) {
-            Some(b) => {
-                b.copy_from_slice(value);
-                Single::Inline {
-                    // value.len() <= SINGLE_INLINE < 256.
-                    len: value.len() as u8,
-                    bytes,
-                }
-            }
-            None => {
-                let at = self.values.len();
-                match self.values.push_with(0, |out| out.extend_from_slice(value)) {
-                    Ok(()) => Single::Buf(at),
-                    Err(_) => Single::None,
-                }
-            }
-        };
+        self.single = Some(ValueList::single(value, 0));
     }
 
     /// The single value every referral lists, if set.
     fn single(&self) -> Option<&[u8]> {
-        match &self.single {
-            Single::None => None,
-            Single::Inline { len, bytes } => bytes.get(..usize::from(*len)),
-            Single::Buf(at) => self.values.get(*at).map(|(v, _)| v),
-        }
+        self.single.as_ref()?.get(0).map(|(v, _)| v)
     }
 
     /// Number of referrals.
