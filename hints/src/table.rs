@@ -2544,6 +2544,22 @@ mod tests {
         }
     }
 
+    /// A background build that panics still counts itself done: waiting for the
+    /// summaries never hangs on it.
+    #[test]
+    fn a_failed_summary_build_is_not_waited_for() {
+        let t = RoutingTable::default();
+        let build = PendingBuild::new(&t.pending);
+        assert_eq!(t.stats().summaries_pending, 1);
+        let thread = std::thread::spawn(move || {
+            let _build = build;
+            panic!("summary build failed (on purpose, in a test)");
+        });
+        assert!(thread.join().is_err());
+        t.wait_for_summaries();
+        assert_eq!(t.stats().summaries_pending, 0);
+    }
+
     /// A value held in several segments lists, for each peer, the spelling of the segment
     /// holding that peer's posting.
     #[test]
