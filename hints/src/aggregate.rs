@@ -17,13 +17,14 @@
 //!   2651 §3.2.3 allows aggregation only of objects covering the same protocols; such
 //!   objects may still be passed on unchanged).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::soif::Attribute;
 
 use crate::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
+use crate::index::cmp_folded;
 use crate::table::{PROVENANCE_ATTRIBUTE, RoutingTable, attr_key, provenance};
 
 /// This node, as its out-bound hints name it.
@@ -61,51 +62,55 @@ pub struct Aggregate {
     pub included: Vec<Dsi>,
     /// Peers left out, and why.
     pub skipped: Vec<(Dsi, SkipReason)>,
+    /// The routing table generation it was computed from
+    /// ([`RoutingTable::generation`]).
+    pub generation: u64,
 }
 
+/// One out-bound attribute: its spelling, whether any input lists it, its threshold, and
+/// its summed values as `(arena offset, length, count)` in folded value order.
 #[derive(Default)]
 struct AttrAcc {
     spelling: Option<AttrSpec>,
     listed: bool,
     threshold: Option<u64>,
-    /// Folded value -> (smallest spelling, summed count).
-    values: HashMap<Vec<u8>, (Bytes, u64)>,
-}
-
-impl AttrAcc {
-    fn add(&mut self, value: &[u8], count: u64) {
-        if count == 0 {
-            return;
-        }
-        let slot = self
-            .values
-            .entry(value.to_ascii_lowercase())
-            .or_insert_with(|| (Bytes::copy_from_slice(value), 0));
-        if value < &slot.0[..] {
-            slot.0 = Bytes::copy_from_slice(value);
-        }
-        slot.1 = slot.1.saturating_add(count);
-    }
+    values: Vec<(usize, usize, u64)>,
 }
 
 #[derive(Default)]
 struct Acc {
-    attrs: HashMap<(String, String), AttrAcc>,
+    /// Attribute index by [`attr_key`].
+    index: HashMap<(String, String), usize>,
+    attrs: Vec<AttrAcc>,
     sources: Vec<String>,
     total: u64,
     provenance: BTreeSet<Dsi>,
+    /// Every out-bound value spelling, back to back; the weightlists slice it.
+    arena: Vec<u8>,
 }
 
 impl Acc {
-    fn attr(&mut self, spec: &AttrSpec) -> &mut AttrAcc {
-        let acc = self.attrs.entry(attr_key(spec)).or_default();
-        if acc.spelling.is_none() {
-            acc.spelling = Some(AttrSpec {
+    /// The index of `spec`'s attribute, added on first sight.
+    fn attr_index(&mut self, spec: &AttrSpec) -> usize {
+        let key = attr_key(spec);
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        let i = self.attrs.len();
+        self.attrs.push(AttrAcc {
+            spelling: Some(AttrSpec {
                 template: spec.template.clone(),
                 attribute: cip_proto::soif::attr::base_name(&spec.attribute).to_owned(),
-            });
-        }
-        acc
+            }),
+            ..AttrAcc::default()
+        });
+        self.index.insert(key, i);
+        i
+    }
+
+    fn attr(&mut self, spec: &AttrSpec) -> &mut AttrAcc {
+        let i = self.attr_index(spec);
+        &mut self.attrs[i]
     }
 
     fn threshold(&mut self, spec: &AttrSpec, t: u64) {
@@ -117,6 +122,82 @@ impl Acc {
         if !self.sources.iter().any(|x| x == s) {
             self.sources.push(s.to_owned());
         }
+    }
+}
+
+/// Where one folded value comes from in the merge: a segment's value, or a local entry.
+#[derive(Clone, Copy)]
+enum From {
+    Segment { seg: usize, id: u32 },
+    Local { pos: usize },
+}
+
+/// A merge cursor: the next value of one input, by folded order.
+struct Cursor<'a> {
+    key: &'a [u8],
+    order: usize,
+    from: From,
+}
+
+impl PartialEq for Cursor<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for Cursor<'_> {}
+impl PartialOrd for Cursor<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Cursor<'_> {
+    // Reversed: `BinaryHeap` is a max-heap and the smallest folded value comes first.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        cmp_folded(other.key, self.key).then(other.order.cmp(&self.order))
+    }
+}
+
+/// The folded value being merged: its sums per out-bound attribute, and the smallest
+/// spelling among the inputs that contributed (one spelling for all its attributes, as in
+/// the table's segments).
+#[derive(Default)]
+struct Group {
+    sums: Vec<(usize, u64)>,
+    spelling: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl Group {
+    /// Adds `count` under `attr`; `spell` writes this input's spelling.
+    fn add(&mut self, attr: usize, count: u64, spell: impl FnOnce(&mut Vec<u8>)) {
+        if count == 0 {
+            return;
+        }
+        let first = self.sums.is_empty();
+        match self.sums.iter_mut().find(|p| p.0 == attr) {
+            Some(p) => p.1 = p.1.saturating_add(count),
+            None => self.sums.push((attr, count)),
+        }
+        self.scratch.clear();
+        spell(&mut self.scratch);
+        if first || self.scratch < self.spelling {
+            std::mem::swap(&mut self.spelling, &mut self.scratch);
+        }
+    }
+
+    /// Moves the sums into their attributes' value lists and starts the next value.
+    fn flush(&mut self, acc: &mut Acc) {
+        if self.sums.is_empty() {
+            return;
+        }
+        let at = acc.arena.len();
+        acc.arena.extend_from_slice(&self.spelling);
+        for (attr, count) in self.sums.drain(..) {
+            acc.attrs[attr]
+                .values
+                .push((at, self.spelling.len(), count));
+        }
+        self.spelling.clear();
     }
 }
 
@@ -150,12 +231,6 @@ pub fn aggregate(
     if let Some(h) = local {
         for spec in &h.attributes {
             acc.attr(spec).listed = true;
-        }
-        for (spec, list) in &h.weightlists {
-            let a = acc.attr(spec);
-            for e in &list.entries {
-                a.add(&e.value, e.count);
-            }
         }
         for (spec, t) in &h.thresholds {
             acc.threshold(spec, *t);
@@ -207,40 +282,108 @@ pub fn aggregate(
         acc.provenance.insert(dsi.clone());
         acc.provenance.extend(entry.provenance.iter().cloned());
     }
-    let specs: Vec<AttrSpec> = snap
+    // Table attribute id -> out-bound attribute.
+    let table_attrs: Vec<usize> = snap
         .attrs
         .infos
         .iter()
-        .map(|i| i.spelling.clone())
+        .map(|i| acc.attr_index(&i.spelling))
         .collect();
-    for seg in &snap.segments {
-        for id in 0..seg.len() as u32 {
-            let value = seg.value(id);
-            for (slot, attr, count) in seg.postings(id) {
-                if included_slots.get(slot as usize).copied().unwrap_or(false) {
-                    acc.attr(&specs[attr as usize]).add(&value, count);
+    // The local entries, in folded order like the segments' values.
+    let mut local_entries: Vec<(&[u8], usize, u64)> = Vec::new();
+    if let Some(h) = local {
+        for (spec, list) in &h.weightlists {
+            let attr = acc.attr_index(spec);
+            local_entries.extend(
+                list.entries
+                    .iter()
+                    .filter(|e| e.count > 0)
+                    .map(|e| (&e.value[..], attr, e.count)),
+            );
+        }
+        local_entries.sort_by(|x, y| cmp_folded(x.0, y.0));
+    }
+    let segments = &snap.segments;
+    let mut heap = BinaryHeap::with_capacity(segments.len() + 1);
+    for (seg, s) in segments.iter().enumerate() {
+        if s.len() > 0 {
+            heap.push(Cursor {
+                key: s.folded_value(0),
+                order: seg,
+                from: From::Segment { seg, id: 0 },
+            });
+        }
+    }
+    if let Some(first) = local_entries.first() {
+        heap.push(Cursor {
+            key: first.0,
+            order: segments.len(),
+            from: From::Local { pos: 0 },
+        });
+    }
+    let mut group = Group::default();
+    let mut group_key: Vec<u8> = Vec::new();
+    while let Some(top) = heap.pop() {
+        if cmp_folded(top.key, &group_key).is_ne() {
+            group.flush(&mut acc);
+            group_key.clear();
+            group_key.extend_from_slice(top.key);
+        }
+        match top.from {
+            From::Segment { seg, id } => {
+                let s = &segments[seg];
+                for g in s.groups(id) {
+                    let mut sum = 0u64;
+                    for (slot, count) in s.group_postings(g) {
+                        if included_slots.get(slot as usize).copied().unwrap_or(false) {
+                            sum = sum.saturating_add(count);
+                        }
+                    }
+                    let attr = table_attrs[g.attr as usize];
+                    group.add(attr, sum, |out| s.write_value(id, out));
+                }
+                if id + 1 < s.len() as u32 {
+                    heap.push(Cursor {
+                        key: s.folded_value(id + 1),
+                        order: seg,
+                        from: From::Segment { seg, id: id + 1 },
+                    });
+                }
+            }
+            From::Local { pos } => {
+                let (value, attr, count) = local_entries[pos];
+                group.add(attr, count, |out| out.extend_from_slice(value));
+                if let Some(next) = local_entries.get(pos + 1) {
+                    heap.push(Cursor {
+                        key: next.0,
+                        order: top.order,
+                        from: From::Local { pos: pos + 1 },
+                    });
                 }
             }
         }
     }
+    group.flush(&mut acc);
     Aggregate {
         hint: finish(acc, &node.url),
         included,
         skipped,
+        generation: snap.generation,
     }
 }
 
-fn finish(acc: Acc, url: &str) -> CipHint {
-    let mut attrs: Vec<(AttrSpec, AttrAcc)> = acc
-        .attrs
-        .into_values()
+fn finish(mut acc: Acc, url: &str) -> CipHint {
+    let arena = Bytes::from(std::mem::take(&mut acc.arena));
+    let total = acc.total;
+    let mut attrs: Vec<(AttrSpec, AttrAcc)> = std::mem::take(&mut acc.attrs)
+        .into_iter()
         .filter_map(|mut a| Some((a.spelling.take()?, a)))
         .collect();
     attrs.sort_by_key(|a| attr_key(&a.0));
     let mut hint = CipHint {
         url: url.to_owned(),
-        sources: acc.sources,
-        total_object_count: acc.total,
+        sources: std::mem::take(&mut acc.sources),
+        total_object_count: total,
         ..CipHint::default()
     };
     for (spec, a) in attrs {
@@ -248,18 +391,18 @@ fn finish(acc: Acc, url: &str) -> CipHint {
             hint.attributes.push(spec.clone());
         }
         if !a.values.is_empty() {
+            // No count can exceed the objects counted: values that fold together (one
+            // peer's "Garcia" and "garcia" on the same objects) may sum past it.
             let mut entries: Vec<WeightEntry> = a
                 .values
-                .into_values()
-                .map(|(value, count)| WeightEntry { value, count })
-                .collect();
-            entries.sort_by(|x, y| {
-                y.count.cmp(&x.count).then_with(|| {
-                    x.value
-                        .to_ascii_lowercase()
-                        .cmp(&y.value.to_ascii_lowercase())
+                .iter()
+                .map(|&(at, len, count)| WeightEntry {
+                    value: arena.slice(at..at + len),
+                    count: count.min(total),
                 })
-            });
+                .collect();
+            // Values arrive in folded order; a stable sort keeps it between equal counts.
+            entries.sort_by_key(|e| std::cmp::Reverse(e.count));
             hint.weightlists
                 .push((spec.clone(), Weightlist { entries }));
         }
@@ -450,5 +593,153 @@ mod tests {
         let from_b = aggregate(Some(&b_local), &b, &node("1.2"), Some(&dsi("1.1"))).hint;
         a.replace(meta("1.2", "cip://b/"), &from_b).unwrap();
         assert_eq!(counts(&from_b), vec![("y".into(), 2)]);
+    }
+
+    /// The aggregate's weightlists computed the obvious way: a map per folded value, and
+    /// the smallest spelling over every attribute and input.
+    fn brute_force(local: &CipHint, peers: &[CipHint]) -> Vec<(String, Vec<(String, u64)>)> {
+        let mut spelling: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        for h in peers.iter().chain([local]) {
+            for e in h.weightlists.iter().flat_map(|(_, l)| &l.entries) {
+                let s = spelling
+                    .entry(e.value.to_ascii_lowercase())
+                    .or_insert_with(|| e.value.to_vec());
+                if e.value[..] < s[..] {
+                    *s = e.value.to_vec();
+                }
+            }
+        }
+        type Sums = HashMap<Vec<u8>, (Vec<u8>, u64)>;
+        let mut by_attr: std::collections::BTreeMap<(String, String), Sums> = Default::default();
+        let total: u64 = peers
+            .iter()
+            .chain([local])
+            .map(|h| h.total_object_count)
+            .sum();
+        for h in peers.iter().chain([local]) {
+            for (spec, list) in &h.weightlists {
+                let m = by_attr.entry(attr_key(spec)).or_default();
+                for e in &list.entries {
+                    let slot = m
+                        .entry(e.value.to_ascii_lowercase())
+                        .or_insert_with(|| (e.value.to_vec(), 0));
+                    if e.value[..] < slot.0[..] {
+                        slot.0 = e.value.to_vec();
+                    }
+                    slot.1 += e.count;
+                }
+            }
+        }
+        by_attr
+            .into_iter()
+            .map(|((_, a), m)| {
+                let mut v: Vec<(Vec<u8>, u64)> = m.into_values().collect();
+                v.sort_by(|x, y| {
+                    y.1.cmp(&x.1)
+                        .then_with(|| x.0.to_ascii_lowercase().cmp(&y.0.to_ascii_lowercase()))
+                });
+                let v = v
+                    .into_iter()
+                    .map(|(k, c)| {
+                        let k = spelling[&k.to_ascii_lowercase()].clone();
+                        (String::from_utf8(k).unwrap(), c.min(total))
+                    })
+                    .collect();
+                (a, v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn merge_matches_brute_force() {
+        // Deterministic pseudo-random hints over a small alphabet so that values collide
+        // across peers, across segments and in case.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let words = [
+            "garcia", "GARCIA", "Garcia", "smith", "Smith", "li", "LI", "o'brien", "zed", "a",
+        ];
+        let attrs = ["Author", "Title", "author-2"];
+        let mut make = |n: usize| -> CipHint {
+            let mut h = CipHint {
+                url: "-".into(),
+                total_object_count: 1000,
+                ..CipHint::default()
+            };
+            for a in attrs {
+                let spec = AttrSpec {
+                    template: if next(2) == 0 { "DOCUMENT" } else { "document" }.into(),
+                    attribute: a.into(),
+                };
+                let mut seen = std::collections::HashSet::new();
+                let mut entries = Vec::new();
+                for _ in 0..n {
+                    let w = words[next(words.len() as u64) as usize];
+                    let w = format!("{w}{}", next(3));
+                    if seen.insert(w.clone()) {
+                        entries.push(WeightEntry {
+                            value: Bytes::from(w),
+                            count: 1 + next(50),
+                        });
+                    }
+                }
+                h.attributes.push(spec.clone());
+                h.weightlists.push((spec, Weightlist { entries }));
+            }
+            h
+        };
+        for round in 0..8 {
+            let table = RoutingTable::default();
+            let peers: Vec<CipHint> = (0..6).map(|_| make(12)).collect();
+            // Some one by one (several segments), some in one batch.
+            for (i, h) in peers.iter().enumerate().take(3) {
+                table
+                    .replace(meta(&format!("1.{i}"), "cip://p/"), h)
+                    .unwrap();
+            }
+            let batch: Vec<_> = peers
+                .iter()
+                .enumerate()
+                .skip(3)
+                .map(|(i, h)| (meta(&format!("1.{i}"), "cip://p/"), h))
+                .collect();
+            assert!(table.replace_all(batch).iter().all(Result::is_ok));
+            let local = make(8);
+            let agg = aggregate(Some(&local), &table, &node("9.9"), None);
+            let got: Vec<(String, Vec<(String, u64)>)> = agg
+                .hint
+                .weightlists
+                .iter()
+                .map(|(spec, w)| {
+                    (
+                        spec.attribute.to_ascii_lowercase(),
+                        w.entries
+                            .iter()
+                            .map(|e| (String::from_utf8(e.value.to_vec()).unwrap(), e.count))
+                            .collect(),
+                    )
+                })
+                .collect();
+            assert_eq!(got, brute_force(&local, &peers), "round {round}");
+            assert_eq!(agg.generation, table.generation());
+        }
+    }
+
+    #[test]
+    fn folded_sums_never_exceed_the_total() {
+        let table = RoutingTable::default();
+        table
+            .replace(
+                meta("1.1", "cip://a/"),
+                &hint(10, "s", &[("Garcia", 8), ("garcia", 7)], None),
+            )
+            .unwrap();
+        let agg = aggregate(None, &table, &node("9.9"), None);
+        assert_eq!(counts(&agg.hint), vec![("Garcia".into(), 10)]);
     }
 }

@@ -104,6 +104,9 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 4096;
 pub const DEFAULT_MAX_PROVENANCE: usize = 256;
 /// Default for [`TableLimits::max_attributes`].
 pub const DEFAULT_MAX_ATTRIBUTES: usize = 65_536;
+/// Default for [`TableLimits::max_total_objects`]: a trillion objects, far above any real
+/// collection or aggregate, far below the sums that would crowd out honest peers.
+pub const DEFAULT_MAX_TOTAL_OBJECTS: u64 = 1_000_000_000_000;
 
 /// Bounds on what the table accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +121,9 @@ pub struct TableLimits {
     pub max_provenance: usize,
     /// Most distinct `Template:Attribute` keys in the table.
     pub max_attributes: usize,
+    /// Largest `Total-Object-Count` a hint may claim; a larger one cannot be true and would
+    /// outrank every honest peer, so the hint is refused.
+    pub max_total_objects: u64,
 }
 
 impl Default for TableLimits {
@@ -128,6 +134,7 @@ impl Default for TableLimits {
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             max_provenance: DEFAULT_MAX_PROVENANCE,
             max_attributes: DEFAULT_MAX_ATTRIBUTES,
+            max_total_objects: DEFAULT_MAX_TOTAL_OBJECTS,
         }
     }
 }
@@ -304,6 +311,30 @@ pub enum ImportError {
     /// The hint's index would exceed 32-bit offsets.
     #[error("hint too large to index")]
     TooLarge,
+    /// `Total-Object-Count` above [`TableLimits::max_total_objects`].
+    #[error("Total-Object-Count {total} is above the plausible maximum {max}")]
+    ImplausibleTotal {
+        /// The claimed total.
+        total: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A weightlist count above the hint's own `Total-Object-Count`: more objects hold the
+    /// value than the collection has (a missing total counts as 0).
+    #[error(
+        "value {index} of weightlist {attribute} has a count of {count}, above the hint's \
+         Total-Object-Count {total}"
+    )]
+    CountAboveTotal {
+        /// The weightlist's attribute, as spelled.
+        attribute: String,
+        /// Position of the value in its weightlist.
+        index: usize,
+        /// The count.
+        count: u64,
+        /// The hint's total.
+        total: u64,
+    },
 }
 
 /// The DSIs a hint's `Provenance` / `Provenance-N` attributes list (values may also hold
@@ -339,7 +370,7 @@ pub fn provenance(hint: &CipHint) -> Result<Vec<Dsi>, ImportError> {
 }
 
 /// A peer's hint as the table keeps it (values live in the segments).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PeerEntry {
     pub meta: Arc<PeerMeta>,
     pub total: u64,
@@ -470,6 +501,8 @@ impl AttrTable {
 /// One consistent state of the table.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Snapshot {
+    /// Bumped by every published change ([`RoutingTable::generation`]).
+    pub generation: u64,
     pub peers: BTreeMap<Dsi, u32>,
     pub slots: Vec<Option<Arc<PeerEntry>>>,
     free: Vec<u32>,
@@ -1145,6 +1178,21 @@ impl RoutingTable {
         }
     }
 
+    /// Publishes `next` as the new current snapshot with the next generation. Callers hold
+    /// the writer lock, so generations are published in order.
+    fn publish(&self, mut next: Snapshot) {
+        next.generation = self.current.load().generation + 1;
+        self.current.store(Arc::new(next));
+    }
+
+    /// The generation of the current contents: 0 for a new table, bumped by every import,
+    /// removal and expiry (not by [`RoutingTable::compact`] or [`RoutingTable::refresh`],
+    /// which change no contents). Whatever is derived from the table (the out-bound
+    /// hint) records the generation it was computed from.
+    pub fn generation(&self) -> u64 {
+        self.current.load().generation
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
         // The guarded data is `()`: a panic in another writer leaves nothing inconsistent.
         self.writer
@@ -1170,7 +1218,7 @@ impl RoutingTable {
         next.compact(&self.hasher, false);
         next.rerank();
         self.summarize(&next);
-        self.current.store(Arc::new(next));
+        self.publish(next);
         Ok(outcome)
     }
 
@@ -1212,6 +1260,10 @@ impl RoutingTable {
             );
             results.push(result);
         }
+        if results.iter().all(Result::is_err) {
+            // Nothing to publish: the table, and its generation, stay as they were.
+            return results;
+        }
         match bulk.finish(&self.hasher) {
             Ok(segment) => next.segments.push(Arc::new(segment)),
             // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
@@ -1226,7 +1278,7 @@ impl RoutingTable {
         next.compact(&self.hasher, false);
         next.rerank();
         self.summarize(&next);
-        self.current.store(Arc::new(next));
+        self.publish(next);
         results
     }
 
@@ -1270,7 +1322,26 @@ impl RoutingTable {
                 max: limits.max_entries_per_hint,
             });
         }
+        if hint.total_object_count > limits.max_total_objects {
+            return Err(ImportError::ImplausibleTotal {
+                total: hint.total_object_count,
+                max: limits.max_total_objects,
+            });
+        }
         for (spec, w) in &hint.weightlists {
+            if let Some((index, e)) = w
+                .entries
+                .iter()
+                .enumerate()
+                .find(|(_, e)| e.count > hint.total_object_count)
+            {
+                return Err(ImportError::CountAboveTotal {
+                    attribute: format!("{}:{}", spec.template, spec.attribute),
+                    index,
+                    count: e.count,
+                    total: hint.total_object_count,
+                });
+            }
             if let Some((index, e)) = w
                 .entries
                 .iter()
@@ -1352,7 +1423,7 @@ impl RoutingTable {
         next.compact(&self.hasher, false);
         next.rerank();
         self.summarize(&next);
-        self.current.store(Arc::new(next));
+        self.publish(next);
         true
     }
 
@@ -1375,7 +1446,7 @@ impl RoutingTable {
         next.compact(&self.hasher, false);
         next.rerank();
         self.summarize(&next);
-        self.current.store(Arc::new(next));
+        self.publish(next);
         gone
     }
 
@@ -1386,7 +1457,34 @@ impl RoutingTable {
         next.compact(&self.hasher, true);
         next.rerank();
         self.summarize(&next);
+        // The same contents, laid out anew: the generation stays.
         self.current.store(Arc::new(next));
+    }
+
+    /// Replaces the metadata (arrival, expiry, base-uris) of the hint held for `meta.dsi`
+    /// without indexing it again: the path for a peer that re-serves an unchanged hint.
+    /// Queries see the new expiry at once; the generation stays, as the contents do.
+    /// False when the table holds no hint for that DSI.
+    pub fn refresh(&self, meta: PeerMeta) -> bool {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        let Some(&slot) = next.peers.get(&meta.dsi) else {
+            return false;
+        };
+        let Some(entry) = next.entry(slot) else {
+            return false;
+        };
+        let mut entry = (**entry).clone();
+        entry.meta = Arc::new(meta);
+        next.slots[slot as usize] = Some(Arc::new(entry));
+        next.rerank();
+        self.current.store(Arc::new(next));
+        true
+    }
+
+    /// True when the table holds a hint for `dsi`.
+    pub fn contains(&self, dsi: &Dsi) -> bool {
+        self.current.load().peers.contains_key(dsi)
     }
 
     /// The peers, by DSI.
@@ -2480,15 +2578,16 @@ mod tests {
 
     #[test]
     fn single_term_order_matches_rank_order() {
-        // Equal counts: higher ratio (smaller non-zero total) first, a total of 0 last,
-        // then DSI; the fast path must agree with `rank_order` (the general path).
+        // Equal counts: higher ratio (smaller total) first, then DSI; the fast path must
+        // agree with `rank_order` (the general path). (A total of 0 ranks last, but a hint
+        // with counts and no total is refused, so none is here.)
         let t = RoutingTable::new(TableConfig::default());
         for (d, total, count) in [
-            ("1.5", 0, 5),
+            ("1.5", 20, 5),
             ("1.4", 10, 5),
             ("1.3", 5, 5),
             ("1.2", 5, 5),
-            ("1.1", 0, 9),
+            ("1.1", 9, 9),
             ("1.6", 1, 1),
         ] {
             let lists: &Lists<'_> = &[("DOCUMENT", "Author", &[("Smith", count)])];
@@ -2594,17 +2693,18 @@ mod tests {
         let big = 5_000_000_000u64;
         for bulk in [true, false] {
             let t = RoutingTable::default();
+            let total = 2 * big;
             let hints = [
                 hint(
-                    10,
+                    total,
                     &[("DOCUMENT", "Author", &[("Garcia", big), ("Garcin", 7)])],
                 ),
                 hint(
-                    10,
+                    total,
                     &[("DOCUMENT", "Author", &[("Garcia", u64::from(u32::MAX))])],
                 ),
                 hint(
-                    10,
+                    total,
                     &[("DOCUMENT", "Author", &[("Garcia", 3), ("Garcin", big)])],
                 ),
             ];
@@ -2939,6 +3039,90 @@ mod tests {
         );
         // The refused replacement left the old hint in place.
         assert_eq!(t.query(&q("A=abc"), &QueryOptions::default()).len(), 1);
+    }
+
+    #[test]
+    fn implausible_counts_are_refused_and_the_old_hint_stays() {
+        let t = RoutingTable::new(TableConfig {
+            limits: TableLimits {
+                max_total_objects: 1000,
+                ..TableLimits::default()
+            },
+            ..TableConfig::default()
+        });
+        t.replace(meta("1.1"), &hint(10, &[("D", "A", &[("abc", 4)])]))
+            .unwrap();
+        let generation = t.generation();
+        // A count above the hint's own total.
+        assert_eq!(
+            t.replace(
+                meta("1.1"),
+                &hint(10, &[("D", "A", &[("abc", 3), ("x", 11)])])
+            ),
+            Err(ImportError::CountAboveTotal {
+                attribute: "D:A".into(),
+                index: 1,
+                count: 11,
+                total: 10
+            })
+        );
+        // Counts without a total cannot be true either.
+        assert!(matches!(
+            t.replace(meta("1.1"), &hint(0, &[("D", "A", &[("abc", 1)])])),
+            Err(ImportError::CountAboveTotal { total: 0, .. })
+        ));
+        // A total above the ceiling, however consistent its counts.
+        assert_eq!(
+            t.replace(meta("1.1"), &hint(u64::MAX, &[("D", "A", &[("abc", 9)])])),
+            Err(ImportError::ImplausibleTotal {
+                total: u64::MAX,
+                max: 1000
+            })
+        );
+        let refused = t.replace_all([(meta("1.2"), hint(1001, &[("D", "A", &[("abc", 1)])]))]);
+        assert!(matches!(
+            refused[0],
+            Err(ImportError::ImplausibleTotal { .. })
+        ));
+        // Nothing changed: the honest hint still answers, nothing was published.
+        let r = t.query(&q("A=abc"), &QueryOptions::default());
+        assert_eq!(summary(&r), vec![("1.1".into(), 4, true)]);
+        assert_eq!(t.peers().len(), 1);
+        assert_eq!(t.generation(), generation);
+    }
+
+    #[test]
+    fn generation_counts_changes() {
+        let t = RoutingTable::default();
+        assert_eq!(t.generation(), 0);
+        t.replace(meta("1.1"), &hint(5, &[("D", "A", &[("abc", 4)])]))
+            .unwrap();
+        assert_eq!(t.generation(), 1);
+        t.replace_all([(meta("1.2"), hint(5, &[("D", "A", &[("x", 1)])]))]);
+        assert_eq!(t.generation(), 2);
+        assert!(t.remove(&dsi("1.1")));
+        assert_eq!(t.generation(), 3);
+        assert!(!t.remove(&dsi("1.1")), "nothing removed, nothing published");
+        assert_eq!(t.generation(), 3);
+        // Same contents: new expiry, same generation.
+        let mut m = meta("1.2");
+        m.expires = Some(SystemTime::UNIX_EPOCH);
+        assert!(t.refresh(m));
+        assert_eq!(t.generation(), 3);
+        assert!(
+            t.query(
+                &q("A=x"),
+                &QueryOptions {
+                    now: Some(SystemTime::now()),
+                    ..QueryOptions::default()
+                }
+            )
+            .is_empty(),
+            "the new expiry counts"
+        );
+        assert!(!t.refresh(meta("1.7")));
+        t.compact();
+        assert_eq!(t.generation(), 3);
     }
 
     #[test]
