@@ -50,6 +50,9 @@ pub enum StartError {
     /// The admin socket could not be created.
     #[error("admin socket: {0}")]
     Admin(#[from] crate::admin::BindError),
+    /// A worker thread (the import thread) could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Thread(std::io::Error),
 }
 
 /// Options beside the configuration.
@@ -117,12 +120,9 @@ impl Daemon {
         };
 
         let grace = config.limits.shutdown_grace;
-        let node = Arc::new(Node::new(
-            config,
-            options.config_path,
-            options.log,
-            token.clone(),
-        )?);
+        let node = Arc::new(
+            Node::new(config, options.config_path, options.log, token.clone()).map_err(|e| *e)?,
+        );
         node.set_listeners(bound.clone());
         {
             let n = node.clone();
@@ -132,6 +132,13 @@ impl Daemon {
             }
         }
         node.load_thesaurus();
+        // The out-bound builder first: the local rebuild below requests a build.
+        node.tracker
+            .spawn(crate::outbound::run(node.clone(), node.token.child_token()));
+        node.tracker.spawn(crate::outbound::watchdog(
+            node.clone(),
+            node.token.child_token(),
+        ));
         node.rebuild_local(true).await;
         node.resolve_peers().await;
 
@@ -199,6 +206,7 @@ impl Daemon {
         crate::peer::restart(&node);
         node.tracker.spawn(watch_collections(node.clone()));
         node.tracker.spawn(expire_loop(node.clone()));
+        node.tracker.spawn(import_progress(node.clone()));
         node.update_status(|s| s.ready = true);
         tracing::info!(dsi = %node.identity().dsi, "cipd ready");
         let status = node.subscribe();
@@ -408,7 +416,32 @@ async fn expire_loop(node: Arc<Node>) {
             () = token.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        node.expire();
+        // Expiry writes the table (a merge can take a while): off the async workers.
+        let n = node.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || n.expire()).await {
+            tracing::error!(error = %e, "expiry task failed");
+        }
+    }
+}
+
+/// Logs, every few seconds until the table holds every configured peer's hint for the
+/// first time, how many it holds (cold start progress; `cipctl status` shows it too).
+async fn import_progress(node: Arc<Node>) {
+    let token = node.token.child_token();
+    let mut last = None;
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        let (expected, imported) = node.import_progress();
+        if imported >= expected {
+            return;
+        }
+        if last != Some(imported) {
+            tracing::info!(imported, expected, "importing peers' hints");
+            last = Some(imported);
+        }
     }
 }
 

@@ -4,13 +4,16 @@
 //! * [`ctl`]: the `cipctl` subcommands.
 
 pub mod admin;
+pub mod binding;
 pub mod collection;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod http;
+pub mod import;
 pub mod local;
 pub mod metrics;
+pub mod outbound;
 pub mod peer;
 pub mod sample;
 pub mod service;

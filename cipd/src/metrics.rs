@@ -64,6 +64,12 @@ pub struct Metrics {
     pub index_objects_received: AtomicU64,
     /// In-bound index objects refused (invalid, loop, unknown peer).
     pub index_objects_rejected: AtomicU64,
+    /// In-bound index objects refused because their DSI is not their peer's (also counted
+    /// in `index_objects_rejected`).
+    pub index_objects_forged: AtomicU64,
+    /// In-bound index objects refused for counts that cannot be true (also counted in
+    /// `index_objects_rejected`).
+    pub index_objects_implausible: AtomicU64,
     /// CIP connections accepted.
     pub cip_connections: AtomicU64,
     /// CIP connections open now.
@@ -94,6 +100,20 @@ pub struct Gauges {
     pub local_objects: u64,
     /// Seconds since the daemon started.
     pub uptime_seconds: f64,
+    /// The routing table's generation.
+    pub table_generation: u64,
+    /// The table generation the out-bound hint was built from.
+    pub outbound_table_generation: u64,
+    /// Out-bound builds done.
+    pub outbound_builds: u64,
+    /// Seconds the out-bound hint has lagged the changes requested (0 when current).
+    pub outbound_lag_seconds: f64,
+    /// Seconds the last out-bound build took.
+    pub outbound_build_seconds: f64,
+    /// Configured peers that deliver hints.
+    pub peers_expected: u64,
+    /// Of those, the ones whose hint the table holds.
+    pub peers_imported: u64,
 }
 
 impl Metrics {
@@ -152,6 +172,60 @@ impl Metrics {
             "cipd_index_objects_rejected_total",
             "In-bound index objects refused.",
             load(&self.index_objects_rejected),
+        );
+        counter(
+            &mut out,
+            "cipd_index_objects_forged_total",
+            "In-bound index objects refused because their DSI is not their peer's.",
+            load(&self.index_objects_forged),
+        );
+        counter(
+            &mut out,
+            "cipd_index_objects_implausible_total",
+            "In-bound index objects refused for counts that cannot be true.",
+            load(&self.index_objects_implausible),
+        );
+        counter(
+            &mut out,
+            "cipd_outbound_builds_total",
+            "Out-bound hint builds.",
+            gauges.outbound_builds,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_generation",
+            "The routing table's generation (bumped by every change).",
+            gauges.table_generation as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_outbound_table_generation",
+            "The routing table generation the out-bound hint was built from.",
+            gauges.outbound_table_generation as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_outbound_lag_seconds",
+            "How long the out-bound hint has lagged the changes requested (0 when current).",
+            gauges.outbound_lag_seconds,
+        );
+        gauge(
+            &mut out,
+            "cipd_outbound_build_seconds",
+            "How long the last out-bound build took.",
+            gauges.outbound_build_seconds,
+        );
+        gauge(
+            &mut out,
+            "cipd_peers_expected",
+            "Configured peers that deliver hints (role poll or pusher).",
+            gauges.peers_expected as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_peers_imported",
+            "Configured peers whose hint the routing table holds.",
+            gauges.peers_imported as f64,
         );
         counter(
             &mut out,

@@ -298,7 +298,7 @@ async fn push_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
 pub async fn push_once(node: &Node, peer: &PeerConfig) -> Result<(), PeerError> {
     let config = node.config();
     let exclude: Option<Dsi> = node.peer_dsi(&peer.name);
-    let object = node.outbound_object(exclude.as_ref());
+    let object = node.outbound_object(exclude.as_ref()).await;
     let changed = Request::DataChanged {
         index_type: hint_type(),
         dsi: object.dsi.clone(),

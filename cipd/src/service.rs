@@ -70,7 +70,7 @@ impl RequestHandler for CipService {
                 });
                 tracing::debug!(remote = %peer.remote, poller = ?poller.as_ref().map(Dsi::as_str), "poll");
                 Reply::result(PollResult {
-                    objects: vec![node.outbound_object(poller.as_ref())],
+                    objects: vec![node.outbound_object(poller.as_ref()).await],
                 })
             }
             Request::DataChanged { dsi, .. } => {

@@ -36,6 +36,8 @@ use cip_proto::Dsi;
 const MAGIC: &str = "cipd-spool 1\n";
 const SUFFIX: &str = ".spool";
 const TMP_MARK: &str = ".tmp.";
+/// Suffix of entries set aside at start (their peer or DSI no longer match).
+const SET_ASIDE: &str = ".set-aside";
 /// Largest header we read before giving up on a file.
 const MAX_HEADER: usize = 64 << 10;
 
@@ -186,6 +188,28 @@ impl Spool {
         match fs::remove_file(&path) {
             Ok(()) => sync_dir(&self.dir).map_err(|source| SpoolError::Io { path, source }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(SpoolError::Io { path, source }),
+        }
+    }
+
+    /// Moves the object stored for (peer, dsi) aside (`*.set-aside`): it is kept for the
+    /// operator to inspect but never loaded again. Returns the new path.
+    ///
+    /// # Errors
+    /// When the file exists and cannot be renamed.
+    pub fn set_aside(&self, peer: &str, dsi: &Dsi) -> Result<PathBuf, SpoolError> {
+        let path = self.path_for(peer, dsi);
+        let mut aside = path.clone().into_os_string();
+        aside.push(SET_ASIDE);
+        let aside = PathBuf::from(aside);
+        match fs::rename(&path, &aside) {
+            Ok(()) => {
+                sync_dir(&self.dir).map_err(|source| SpoolError::Io {
+                    path: self.dir.clone(),
+                    source,
+                })?;
+                Ok(aside)
+            }
             Err(source) => Err(SpoolError::Io { path, source }),
         }
     }
@@ -513,6 +537,24 @@ mod tests {
         let out = spool.load_all(late, Duration::from_secs(3600)).unwrap();
         assert_eq!((out.entries.len(), out.expired), (0, 1));
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn set_aside_entries_are_not_loaded_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        spool.store(&entry("evil", "1.1", b"x")).unwrap();
+        spool.store(&entry("good", "1.1", b"y")).unwrap();
+        let aside = spool.set_aside("evil", &Dsi::new("1.1").unwrap()).unwrap();
+        assert!(aside.exists());
+        let out = spool.load_all(SystemTime::now(), Duration::MAX).unwrap();
+        assert_eq!(out.entries.len(), 1);
+        assert_eq!(out.entries[0].peer, "good");
+        assert!(
+            spool
+                .set_aside("nobody", &Dsi::new("1.1").unwrap())
+                .is_err()
+        );
     }
 
     #[test]

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher as _;
-use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -30,10 +29,13 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::binding::{Bindings, Claim};
 use crate::collection::{self, CollectionSource, Fingerprint, LoadReport};
 use crate::config::{Config, PeerRole, read_config};
+use crate::import::{Digests, Importer, QueueError};
 use crate::local::CollectionStore;
 use crate::metrics::{Gauges, Metrics};
+use crate::outbound::{BuildInput, Pipeline};
 use crate::spool::{Spool, SpoolEntry};
 use crate::telemetry::LogHandle;
 
@@ -76,6 +78,22 @@ pub struct Status {
     pub reload_failures: u64,
     /// Hints dropped by TTL.
     pub expired: u64,
+    /// The routing table's generation (bumped by every change to it).
+    pub table_generation: u64,
+    /// The table generation the out-bound hint was last built from.
+    pub outbound_table_generation: u64,
+    /// Out-bound builds done.
+    pub outbound_builds: u64,
+    /// Configured peers that deliver hints (role `poll` or `pusher`).
+    pub peers_expected: u64,
+    /// Of those, the ones whose hint the table holds.
+    pub peers_imported: u64,
+    /// In-bound index objects refused because their DSI is not their peer's.
+    pub dsi_refusals: u64,
+    /// In-bound index objects refused for counts that cannot be true.
+    pub implausible_refusals: u64,
+    /// Spool entries set aside at start (peer or DSI no longer matching).
+    pub spool_set_aside: u64,
 }
 
 /// What the node knows about one configured peer (shown by the admin socket).
@@ -198,37 +216,6 @@ pub struct Identity {
     pub base_uris: Vec<String>,
     /// DSI-description.
     pub description: Option<String>,
-}
-
-/// The out-bound hint and its change counter.
-#[derive(Debug)]
-struct Outbound {
-    generation: u64,
-    digest: u64,
-    hint: Arc<CipHint>,
-    /// The hint's provenance: excluding a poller whose DSI is not here changes nothing, so
-    /// it gets the shared payload.
-    contributors: Vec<Dsi>,
-    /// Encoded payloads of this generation, by excluded poller (`None`: nobody excluded).
-    /// Polls between two changes reuse them instead of aggregating and encoding again.
-    payloads: Mutex<HashMap<Option<Dsi>, Bytes>>,
-}
-
-/// Most per-poller payloads cached for one out-bound generation.
-const MAX_CACHED_PAYLOADS: usize = 1024;
-
-impl Outbound {
-    fn new(generation: u64, digest: u64, hint: Arc<CipHint>) -> Self {
-        // The aggregate writes valid provenance; an unreadable one only costs the sharing.
-        let contributors = hints::table::provenance(&hint).unwrap_or_default();
-        Self {
-            generation,
-            digest,
-            hint,
-            contributors,
-            payloads: Mutex::new(HashMap::new()),
-        }
-    }
 }
 
 /// Addresses the daemon's listeners are bound to.
@@ -368,6 +355,9 @@ pub enum Rejection {
     /// It could not be stored.
     #[error("cannot store the hint: {0}")]
     Storage(String),
+    /// Its DSI is not the sending peer's (see [`crate::binding`]).
+    #[error("{0}")]
+    Binding(#[from] crate::binding::BindingError),
 }
 
 impl Rejection {
@@ -383,6 +373,8 @@ impl Rejection {
             }
             Self::Refused(_) => C::UnknownRequest,
             Self::Storage(_) => C::TemporarilyUnable,
+            // Refused on authentication grounds: RFC 2652 §4.2 wants the 530 series.
+            Self::Binding(_) => C::SignatureRequired,
         }
     }
 }
@@ -413,16 +405,22 @@ pub struct Node {
     config_path: Option<PathBuf>,
     identity: ArcSwap<Identity>,
     local: ArcSwap<LocalIndex>,
-    /// Shared with blocking-pool tasks: an import that merges index segments can take a
-    /// second on a large table and must not hold an async worker.
+    /// Shared with the import thread ([`crate::import`]) and the out-bound builds
+    /// ([`crate::outbound`]), which run off the async workers.
     table: Arc<RoutingTable>,
-    outbound: ArcSwap<Outbound>,
+    /// The out-bound hint and its builder's request sequence.
+    outbound: Arc<Pipeline>,
+    /// Which DSI each peer may deliver.
+    bindings: Bindings,
+    /// The queue to the import thread.
+    importer: Importer,
+    /// Bounds the in-bound hints being parsed at once (on the blocking pool).
+    parsing: tokio::sync::Semaphore,
     thesaurus: ArcSwapOption<Thesaurus>,
     peers: Mutex<BTreeMap<String, PeerState>>,
     poll_now: Mutex<HashMap<String, Arc<Notify>>>,
     spool: Arc<Spool>,
     status: watch::Sender<Status>,
-    outbound_changed: watch::Sender<u64>,
     listeners: Mutex<Listeners>,
     rebuild: tokio::sync::Mutex<()>,
     pub(crate) token: CancellationToken,
@@ -435,7 +433,7 @@ pub struct Node {
     /// hint re-polled still refreshes its expiry, but the out-bound aggregate is not
     /// recomputed. Changed only together with the table, under this lock, so an entry
     /// always describes what the table holds for that DSI.
-    imported: Arc<Mutex<HashMap<Dsi, u64>>>,
+    imported: Digests,
     payload_hasher: std::hash::RandomState,
 }
 
@@ -462,18 +460,21 @@ impl Node {
         config_path: Option<PathBuf>,
         log: Option<LogHandle>,
         token: CancellationToken,
-    ) -> Result<Self, crate::spool::SpoolError> {
-        let spool = Arc::new(Spool::open(&config.data_dir)?);
+    ) -> Result<Self, Box<crate::daemon::StartError>> {
+        let spool = Arc::new(
+            Spool::open(&config.data_dir)
+                .map_err(|e| Box::new(crate::daemon::StartError::Spool(e)))?,
+        );
         let identity = Identity {
             dsi: config.node.dsi.clone(),
             base_uris: config.node.base_uris.clone(),
             description: config.node.description.clone(),
         };
-        let table = RoutingTable::new(TableConfig {
+        let table = Arc::new(RoutingTable::new(TableConfig {
             node: Some(config.node.dsi.clone()),
             limits: config.limits.table,
             summaries: config.index,
-        });
+        }));
         let peers = config
             .peers
             .iter()
@@ -481,23 +482,35 @@ impl Node {
             .collect();
         let empty = Arc::new(CipHint::default());
         let peer_token = token.child_token();
+        let outbound = Arc::new(Pipeline::new());
+        let imported = Digests::default();
+        let importer = Importer::start(
+            config.import,
+            table.clone(),
+            imported.clone(),
+            outbound.clone(),
+        )
+        .map_err(|e| Box::new(crate::daemon::StartError::Thread(e)))?;
+        let parallel = std::thread::available_parallelism().map_or(2, usize::from);
         Ok(Self {
+            bindings: Bindings::new(&config),
             config: ArcSwap::from_pointee(config),
             config_path,
             identity: ArcSwap::from_pointee(identity),
             local: ArcSwap::from_pointee(LocalIndex {
                 collections: Vec::new(),
-                hint: empty.clone(),
+                hint: empty,
                 generation: 0,
             }),
-            table: Arc::new(table),
-            outbound: ArcSwap::from_pointee(Outbound::new(0, 0, empty)),
+            table,
+            outbound,
+            importer,
+            parsing: tokio::sync::Semaphore::new(parallel),
             thesaurus: ArcSwapOption::empty(),
             peers: Mutex::new(peers),
             poll_now: Mutex::new(HashMap::new()),
             spool,
             status: watch::Sender::new(Status::default()),
-            outbound_changed: watch::Sender::new(0),
             listeners: Mutex::new(Listeners::default()),
             rebuild: tokio::sync::Mutex::new(()),
             token,
@@ -506,7 +519,7 @@ impl Node {
             log,
             started: Instant::now(),
             metrics: Metrics::default(),
-            imported: Arc::new(Mutex::new(HashMap::new())),
+            imported,
             payload_hasher: std::hash::RandomState::new(),
         })
     }
@@ -519,6 +532,8 @@ impl Node {
     /// Every metric in the Prometheus text format, table gauges read now.
     pub fn render_metrics(&self) -> String {
         let stats = self.table.stats();
+        let outbound = self.outbound.stats();
+        let (expected, imported) = self.import_progress();
         self.metrics.render(&Gauges {
             table_peers: stats.peers as u64,
             table_values: stats.distinct_values as u64,
@@ -528,6 +543,13 @@ impl Node {
             table_summaries_pending: stats.summaries_pending as u64,
             local_objects: self.local_objects_count(),
             uptime_seconds: self.uptime().as_secs_f64(),
+            table_generation: self.table.generation(),
+            outbound_table_generation: outbound.table_generation,
+            outbound_builds: outbound.builds,
+            outbound_lag_seconds: outbound.lag.as_secs_f64(),
+            outbound_build_seconds: outbound.last_build.as_secs_f64(),
+            peers_expected: expected,
+            peers_imported: imported,
         })
     }
 
@@ -549,6 +571,21 @@ impl Node {
     /// The routing table.
     pub fn table(&self) -> &RoutingTable {
         &self.table
+    }
+
+    /// The routing table, shared (for work on the blocking pool).
+    pub fn table_handle(&self) -> Arc<RoutingTable> {
+        self.table.clone()
+    }
+
+    /// The out-bound pipeline.
+    pub fn outbound(&self) -> &Arc<Pipeline> {
+        &self.outbound
+    }
+
+    /// The peers' DSI bindings.
+    pub fn bindings(&self) -> &Bindings {
+        &self.bindings
     }
 
     /// The local collections and hint.
@@ -583,7 +620,7 @@ impl Node {
 
     /// A receiver of out-bound hint generations (the peer notifier waits on it).
     pub(crate) fn outbound_changes(&self) -> watch::Receiver<u64> {
-        self.outbound_changed.subscribe()
+        self.outbound.changes()
     }
 
     /// Every configured peer's state.
@@ -649,14 +686,7 @@ impl Node {
 
     /// The peer's DSI: configured, else learned.
     pub fn peer_dsi(&self, name: &str) -> Option<Dsi> {
-        let config = self.config();
-        if let Some(d) = config.peer(name).and_then(|p| p.dsi.clone()) {
-            return Some(d);
-        }
-        lock(&self.peers)
-            .get(name)
-            .and_then(|p| p.dsi.as_deref())
-            .and_then(|d| Dsi::new(d).ok())
+        self.bindings.get(name).map(|b| b.dsi)
     }
 
     /// Finds the configured peer a connection from `remote` belongs to: one of `roles`, whose
@@ -682,14 +712,7 @@ impl Node {
                 resolved.contains(&remote) || p.host.parse::<IpAddr>().is_ok_and(|ip| ip == remote)
             })
             .collect();
-        let known = |p: &crate::config::PeerConfig| {
-            p.dsi.clone().or_else(|| {
-                states
-                    .get(&p.name)
-                    .and_then(|s| s.dsi.as_deref())
-                    .and_then(|d| Dsi::new(d).ok())
-            })
-        };
+        let known = |p: &crate::config::PeerConfig| self.bindings.get(&p.name).map(|b| b.dsi);
         if let Some(d) = dsi {
             if let Some(p) = candidates.iter().find(|p| known(p).as_ref() == Some(d)) {
                 return Some(p.name.clone());
@@ -853,52 +876,41 @@ impl Node {
             s.local_generation = generation;
         });
         tracing::info!(objects, index_bytes = memory, generation, reloaded = ?reloaded, "local hint rebuilt");
-        self.refresh_outbound();
+        self.outbound.request();
         reloaded
     }
 
     // ---- out-bound hint ----------------------------------------------------------------
 
-    /// The out-bound hint with `exclude`'s contribution left out (the poller's own data must
-    /// not come back to it, digest A21).
-    pub fn outbound_hint(&self, exclude: Option<&Dsi>) -> CipHint {
+    /// What an out-bound build reads besides the table: the local hint and this node.
+    pub fn outbound_input(&self) -> BuildInput {
         let local = self.local.load();
         let identity = self.identity.load();
-        let node = hints::aggregate::NodeIdentity {
-            dsi: identity.dsi.clone(),
-            base_uris: identity.base_uris.clone(),
-            url: identity
-                .base_uris
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "-".to_owned()),
-        };
-        let mut hint =
-            hints::aggregate::aggregate(Some(&local.hint), &self.table, &node, exclude).hint;
-        hint.date = local.hint.date.clone();
-        hint
+        BuildInput {
+            local: local.hint.clone(),
+            local_generation: local.generation,
+            node: hints::aggregate::NodeIdentity {
+                dsi: identity.dsi.clone(),
+                base_uris: identity.base_uris.clone(),
+                url: identity
+                    .base_uris
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "-".to_owned()),
+            },
+        }
     }
 
-    /// The out-bound index object for a poller (`exclude` = its DSI, when known).
-    pub fn outbound_object(&self, exclude: Option<&Dsi>) -> IndexObject {
-        let out = self.outbound.load_full();
-        let key = exclude.filter(|d| out.contributors.contains(d)).cloned();
-        let cached = lock(&out.payloads).get(&key).cloned();
-        let payload = match cached {
-            Some(p) => p,
-            None => {
-                let hint = match &key {
-                    None => out.hint.clone(),
-                    Some(d) => Arc::new(self.outbound_hint(Some(d))),
-                };
-                let p = Bytes::from(hint.to_soif().to_bytes());
-                let mut payloads = lock(&out.payloads);
-                if payloads.len() < MAX_CACHED_PAYLOADS {
-                    payloads.insert(key, p.clone());
-                }
-                p
-            }
-        };
+    /// The out-bound index object for a poller (`exclude` = its DSI, when known), built
+    /// from a state at least as new as the call (waiting at most `[outbound] max_wait`).
+    pub async fn outbound_object(&self, exclude: Option<&Dsi>) -> IndexObject {
+        let out = self.outbound.fresh(self.config().outbound.max_wait).await;
+        let payload = self
+            .outbound
+            .payload_for(&out, exclude, || {
+                (self.outbound_input(), self.table.clone())
+            })
+            .await;
         let identity = self.identity.load();
         IndexObject {
             index_type: hint_type(),
@@ -909,44 +921,29 @@ impl Node {
         }
     }
 
-    /// The out-bound hint as it was last computed (no peer excluded), for `export`.
-    pub fn current_outbound(&self) -> Arc<CipHint> {
-        self.outbound.load().hint.clone()
+    /// The encoded out-bound hint (no peer excluded), up to date, for `export`.
+    pub async fn current_outbound(&self) -> Bytes {
+        self.outbound
+            .fresh(self.config().outbound.max_wait)
+            .await
+            .payload
+            .clone()
     }
 
-    /// The current out-bound hint generation.
+    /// The current out-bound hint change counter.
     pub fn outbound_generation(&self) -> u64 {
-        self.outbound.load().generation
-    }
-
-    /// Recomputes the out-bound hint; when it changed, bumps the generation (which makes the
-    /// notifier send `datachanged` upstream and push to push targets).
-    pub fn refresh_outbound(&self) {
-        let hint = self.outbound_hint(None);
-        // One serialization serves both the change check and the shared payload.
-        let soif = hint.to_soif();
-        let digest = soif_digest(&soif);
-        let cur = self.outbound.load();
-        if cur.digest == digest && cur.generation > 0 {
-            return;
-        }
-        let generation = cur.generation + 1;
-        let out = Outbound::new(generation, digest, Arc::new(hint));
-        lock(&out.payloads).insert(None, Bytes::from(soif.to_bytes()));
-        self.outbound.store(Arc::new(out));
-        self.update_status(|s| s.outbound_generation = generation);
-        self.outbound_changed.send_replace(generation);
-        tracing::debug!(generation, "out-bound hint changed");
+        self.outbound.current().generation
     }
 
     // ---- in-bound index objects ---------------------------------------------------------
 
     /// Validates an index object from configured peer `peer`, puts it in the table and the
-    /// spool, and refreshes the out-bound hint.
+    /// spool, and asks for an out-bound rebuild when it changed the table.
     ///
     /// # Errors
     /// [`Rejection`] saying why it was refused (the table and spool are then unchanged).
     pub async fn accept_index(&self, peer: &str, obj: IndexObject) -> Result<(), Rejection> {
+        let dsi = obj.dsi.clone();
         let result = self.accept_index_inner(peer, obj).await;
         match &result {
             Ok(()) => {
@@ -954,7 +951,36 @@ impl Node {
                 self.update_status(|s| s.hints_accepted += 1);
             }
             Err(e) => {
-                tracing::warn!(%peer, error = %e, "index object refused");
+                match e {
+                    Rejection::Binding(b) => {
+                        let owner = match b {
+                            crate::binding::BindingError::NotItsDsi { bound, .. } => {
+                                Some(bound.to_string())
+                            }
+                            crate::binding::BindingError::Taken { owner, .. } => {
+                                Some(owner.clone())
+                            }
+                            _ => None,
+                        };
+                        tracing::warn!(
+                            %peer,
+                            %dsi,
+                            bound = owner.as_deref().unwrap_or("-"),
+                            error = %e,
+                            "index object refused: not the peer's dsi"
+                        );
+                        Metrics::inc(&self.metrics.index_objects_forged);
+                        self.update_status(|s| s.dsi_refusals += 1);
+                    }
+                    Rejection::Refused(
+                        ImportError::ImplausibleTotal { .. } | ImportError::CountAboveTotal { .. },
+                    ) => {
+                        tracing::warn!(%peer, %dsi, error = %e, "index object refused: implausible counts");
+                        Metrics::inc(&self.metrics.index_objects_implausible);
+                        self.update_status(|s| s.implausible_refusals += 1);
+                    }
+                    _ => tracing::warn!(%peer, %dsi, error = %e, "index object refused"),
+                }
                 Metrics::inc(&self.metrics.index_objects_rejected);
                 self.update_status(|s| s.hints_rejected += 1);
             }
@@ -968,8 +994,51 @@ impl Node {
                 obj.index_type.as_str().to_owned(),
             ));
         }
+        // Identity first: an object for somebody else's DSI costs no parsing, and never
+        // reaches the table or the spool.
+        let dsi = obj.dsi.clone();
+        let claim = self.bindings.claim(peer, &dsi)?;
+        let result = self.import_object(peer, obj).await;
+        if claim == Claim::New {
+            match &result {
+                Ok(()) => {
+                    tracing::info!(%peer, %dsi, "peer bound to the dsi of its first index object");
+                    self.update_peer(peer, |s| s.dsi = Some(dsi.to_string()));
+                }
+                Err(_) => self.bindings.release(peer, &dsi),
+            }
+        }
+        result
+    }
+
+    /// Parses `obj` (on the blocking pool), imports it through the import queue and
+    /// spools it.
+    async fn import_object(&self, peer: &str, obj: IndexObject) -> Result<(), Rejection> {
         let config = self.config();
-        let hint = parse_hint(&obj.payload, soif_limits(&config))?;
+        let limits = soif_limits(&config);
+        let (hint, digest) = {
+            let _permit = self
+                .parsing
+                .acquire()
+                .await
+                .map_err(|_| Rejection::Storage("shutting down".into()))?;
+            let (payload, base_uris, description) = (
+                obj.payload.clone(),
+                obj.base_uris.clone(),
+                obj.dsi_description.clone(),
+            );
+            let hasher = self.payload_hasher.clone();
+            tokio::task::spawn_blocking(move || {
+                let hint = parse_hint(&payload, limits)?;
+                // Everything the out-bound aggregate reads from this object: the payload,
+                // and the base-uris (their schemes decide whether it is aggregated) and
+                // description.
+                let digest = hasher.hash_one((&payload[..], &base_uris, &description));
+                Ok::<_, Rejection>((hint, digest))
+            })
+            .await
+            .map_err(|e| Rejection::Storage(format!("parse task failed: {e}")))??
+        };
         let received = SystemTime::now();
         let meta = PeerMeta {
             dsi: obj.dsi.clone(),
@@ -979,39 +1048,27 @@ impl Node {
             expires: Some(received + config.spool_ttl),
             via: Some(peer.to_owned()),
         };
+        let objects = hint.total_object_count;
+        // The table refuses our own DSI, loops (provenance) and implausible counts; a
+        // refused hint never reaches the spool.
+        self.importer
+            .import(meta, hint, digest)
+            .await
+            .map_err(|e| match e {
+                QueueError::Refused(r) => Rejection::Refused(r),
+                other => Rejection::Storage(other.to_string()),
+            })?;
         let entry = SpoolEntry {
             peer: peer.to_owned(),
-            dsi: obj.dsi.clone(),
+            dsi: obj.dsi,
             index_type: obj.index_type.as_str().to_owned(),
             base_uris: obj.base_uris,
             description: obj.dsi_description,
             received,
             payload: obj.payload,
         };
-        let objects = hint.total_object_count;
-        // Everything the out-bound aggregate reads from this object: the payload, and the
-        // base-uris (their schemes decide whether it is aggregated) and description.
-        let digest = self.payload_hasher.hash_one((
-            &entry.payload[..],
-            &entry.base_uris,
-            &entry.description,
-        ));
-        // The table refuses our own DSI and loops (provenance); a refused hint never
-        // reaches the spool.
-        let (table, imported) = (self.table.clone(), self.imported.clone());
-        let changed = tokio::task::spawn_blocking(move || {
-            let mut imported = lock(&imported);
-            let dsi = meta.dsi.clone();
-            table.replace(meta, &hint)?;
-            Ok::<_, ImportError>(imported.insert(dsi, digest) != Some(digest))
-        })
-        .await
-        .map_err(|e| Rejection::Storage(format!("import task failed: {e}")))??;
         let spool = self.spool.clone();
-        let (dsi, stored) = (
-            entry.dsi.clone(),
-            tokio::task::spawn_blocking(move || spool.store(&entry)).await,
-        );
+        let stored = tokio::task::spawn_blocking(move || spool.store(&entry)).await;
         if let Err(e) = stored
             .map_err(|e| e.to_string())
             .and_then(|r| r.map_err(|e| e.to_string()))
@@ -1019,15 +1076,55 @@ impl Node {
             tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
         }
         self.update_peer(peer, |s| {
-            s.dsi = Some(dsi.to_string());
             s.hint_received = Some(received);
             s.hint_objects = Some(objects);
         });
-        self.update_status(|s| s.table_peers = self.table.stats().peers as u64);
-        if changed {
-            self.refresh_outbound();
-        }
+        self.note_table_change();
         Ok(())
+    }
+
+    /// Configured peers that deliver hints, and how many of them the table holds.
+    pub fn import_progress(&self) -> (u64, u64) {
+        let config = self.config();
+        let mut expected = 0;
+        let mut imported = 0;
+        for p in config
+            .peers
+            .iter()
+            .filter(|p| p.has_role(PeerRole::Poll) || p.has_role(PeerRole::Pusher))
+        {
+            expected += 1;
+            if self
+                .bindings
+                .get(&p.name)
+                .is_some_and(|b| self.table.contains(&b.dsi))
+            {
+                imported += 1;
+            }
+        }
+        (expected, imported)
+    }
+
+    /// Publishes the table's figures after a change.
+    fn note_table_change(&self) {
+        let (expected, imported) = self.import_progress();
+        let generation = self.table.generation();
+        let peers = self.table.stats().peers as u64;
+        let mut completed = false;
+        self.update_status(|s| {
+            completed = s.peers_imported < expected && imported == expected && expected > 0;
+            s.table_peers = peers;
+            s.table_generation = s.table_generation.max(generation);
+            s.peers_expected = expected;
+            s.peers_imported = imported;
+        });
+        if completed {
+            tracing::info!(
+                peers = expected,
+                after = ?self.uptime(),
+                "the routing table holds every configured peer's hint"
+            );
+        }
     }
 
     /// Restores the table from the spool (at start, before any peer is contacted).
@@ -1045,58 +1142,94 @@ impl Node {
         for e in &outcome.corrupt {
             tracing::warn!(error = %e, "skipped a spool file");
         }
-        let mut batch = Vec::new();
-        let mut learned = Vec::new();
-        for e in outcome.entries {
-            match parse_hint(&e.payload, soif_limits(&config)) {
-                Ok(hint) => {
-                    learned.push((
-                        e.peer.clone(),
-                        e.dsi.clone(),
-                        e.received,
-                        hint.total_object_count,
-                    ));
+        // Only entries whose peer and DSI still match the configuration come back.
+        let (admitted, aside) = self.bindings.admit_spooled(&config, outcome.entries);
+        let set_aside = aside.len() as u64;
+        for (e, why) in aside {
+            match self.spool.set_aside(&e.peer, &e.dsi) {
+                Ok(path) => tracing::warn!(
+                    peer = %e.peer, dsi = %e.dsi, reason = %why, file = %path.display(),
+                    "spool entry set aside, not loaded"
+                ),
+                Err(err) => tracing::warn!(
+                    peer = %e.peer, dsi = %e.dsi, reason = %why, error = %err,
+                    "spool entry not loaded and cannot be set aside"
+                ),
+            }
+        }
+        // Parse on every core: a hub restores hundreds of hints.
+        let limits = soif_limits(&config);
+        let parsed = parse_spooled(admitted, limits, &self.payload_hasher);
+        let mut batch = Vec::with_capacity(parsed.len());
+        let mut restored_from = Vec::with_capacity(parsed.len());
+        for (e, result) in parsed {
+            match result {
+                Ok((hint, digest)) => {
                     batch.push((
                         PeerMeta {
-                            dsi: e.dsi,
-                            base_uris: e.base_uris,
-                            dsi_description: e.description,
+                            dsi: e.dsi.clone(),
+                            base_uris: e.base_uris.clone(),
+                            dsi_description: e.description.clone(),
                             received: e.received,
                             expires: Some(e.received + config.spool_ttl),
-                            via: Some(e.peer),
+                            via: Some(e.peer.clone()),
                         },
                         hint,
                     ));
+                    restored_from.push((e, digest));
                 }
                 Err(err) => {
                     corrupt += 1;
                     tracing::warn!(peer = %e.peer, dsi = %e.dsi, error = %err, "skipped a spooled hint");
+                    self.bindings.release(&e.peer, &e.dsi);
                 }
             }
         }
-        let results = self.table.replace_all(batch);
-        let restored = results.iter().filter(|r| r.is_ok()).count() as u64;
-        for r in results.iter().filter_map(|r| r.as_ref().err()) {
-            tracing::warn!(error = %r, "spooled hint refused by the table");
+        let objects: Vec<u64> = batch.iter().map(|(_, h)| h.total_object_count).collect();
+        let results = {
+            let mut imported = lock(&self.imported);
+            let results = self.table.replace_all(batch);
+            for (r, (e, digest)) in results.iter().zip(&restored_from) {
+                if r.is_ok() {
+                    imported.insert(e.dsi.clone(), *digest);
+                }
+            }
+            results
+        };
+        let mut restored = 0u64;
+        for ((r, (e, _)), objects) in results.iter().zip(&restored_from).zip(objects) {
+            match r {
+                Ok(_) => {
+                    restored += 1;
+                    self.update_peer(&e.peer, |s| {
+                        s.dsi = Some(e.dsi.to_string());
+                        s.hint_received = Some(e.received);
+                        s.hint_objects = Some(objects);
+                    });
+                }
+                Err(err) => {
+                    tracing::warn!(peer = %e.peer, dsi = %e.dsi, error = %err, "spooled hint refused by the table; set aside");
+                    self.bindings.release(&e.peer, &e.dsi);
+                    if let Err(err) = self.spool.set_aside(&e.peer, &e.dsi) {
+                        tracing::warn!(error = %err, "cannot set a spool entry aside");
+                    }
+                }
+            }
         }
-        for (peer, dsi, received, objects) in learned {
-            self.update_peer(&peer, |s| {
-                s.dsi.get_or_insert_with(|| dsi.to_string());
-                s.hint_received = Some(received);
-                s.hint_objects = Some(objects);
-            });
-        }
+        self.outbound.request();
         tracing::info!(
             restored,
             corrupt,
+            set_aside,
             expired = outcome.expired,
             "routing table restored from the spool"
         );
         self.update_status(|s| {
             s.spool_restored = restored;
             s.spool_corrupt = corrupt;
-            s.table_peers = self.table.stats().peers as u64;
+            s.spool_set_aside = set_aside;
         });
+        self.note_table_change();
     }
 
     /// Drops hints older than the TTL from the table and the spool.
@@ -1120,16 +1253,20 @@ impl Node {
             }
         }
         let n = gone.len();
-        self.update_status(|s| {
-            s.expired += n as u64;
-            s.table_peers = self.table.stats().peers as u64;
-        });
-        self.refresh_outbound();
+        self.update_status(|s| s.expired += n as u64);
+        self.note_table_change();
+        self.outbound.request();
         n
     }
 
-    /// Forgets the hint of dataset `dsi` (table and spool) until the next poll or push.
+    /// Forgets the hint of dataset `dsi` (table and spool) until the next poll or push, and
+    /// the learned binding of the peer that delivered it (its next answer binds it anew).
+    /// Writes the table: call it off the async workers.
     pub fn drop_dataset(&self, dsi: &Dsi) -> bool {
+        if let Some(peer) = self.bindings.forget_dsi(dsi) {
+            tracing::info!(%peer, %dsi, "peer's learned dsi forgotten");
+            self.update_peer(&peer, |s| s.dsi = None);
+        }
         let removed = {
             // A later import of the same payload must rebuild the out-bound hint again.
             let mut imported = lock(&self.imported);
@@ -1143,8 +1280,8 @@ impl Node {
             }
         }
         if removed {
-            self.update_status(|s| s.table_peers = self.table.stats().peers as u64);
-            self.refresh_outbound();
+            self.note_table_change();
+            self.outbound.request();
         }
         removed
     }
@@ -1325,7 +1462,26 @@ impl Node {
             {
                 tracing::warn!(error = %e, "cannot apply the new log level");
             }
+            let ended = self.bindings.reconfigure(&new);
             self.config.store(Arc::new(new));
+            for (peer, dsi) in ended {
+                // The hint that binding vouched for is nobody's now.
+                let via_peer = self
+                    .table
+                    .peers()
+                    .iter()
+                    .any(|p| p.dsi == dsi && p.via.as_deref() == Some(peer.as_str()));
+                tracing::info!(%peer, %dsi, dropped = via_peer, "peer's dsi binding ended by the reload");
+                if via_peer {
+                    let node = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || node.drop_dataset(&dsi)).await;
+                }
+            }
+            for p in self.config().peers.iter() {
+                let bound = self.bindings.get(&p.name).map(|b| b.dsi.to_string());
+                self.update_peer(&p.name, |s| s.dsi = bound);
+            }
+            self.note_table_change();
             self.load_thesaurus();
             report.config_reloaded = true;
             self.resolve_peers().await;
@@ -1412,6 +1568,48 @@ fn collection_status(
     }
 }
 
+/// Parses spooled entries on up to every core; each entry with its hint and payload digest.
+#[allow(clippy::type_complexity)]
+fn parse_spooled(
+    entries: Vec<SpoolEntry>,
+    limits: cip_proto::soif::Limits,
+    hasher: &std::hash::RandomState,
+) -> Vec<(SpoolEntry, Result<(CipHint, u64), Rejection>)> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, 8);
+    let chunk = entries.len().div_ceil(threads).max(1);
+    let mut entries = entries;
+    let mut chunks = Vec::new();
+    while entries.len() > chunk {
+        let rest = entries.split_off(chunk);
+        chunks.push(std::mem::replace(&mut entries, rest));
+    }
+    chunks.push(entries);
+    let parse = |chunk: Vec<SpoolEntry>| -> Vec<_> {
+        chunk
+            .into_iter()
+            .map(|e| {
+                let r = parse_hint(&e.payload, limits).map(|h| {
+                    let digest = hasher.hash_one((&e.payload[..], &e.base_uris, &e.description));
+                    (h, digest)
+                });
+                (e, r)
+            })
+            .collect()
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|c| scope.spawn(move || parse(c)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
 /// SOIF parser limits from the configuration.
 pub fn soif_limits(config: &Config) -> cip_proto::soif::Limits {
     cip_proto::soif::Limits {
@@ -1440,21 +1638,6 @@ pub fn parse_hint(payload: &Bytes, limits: cip_proto::soif::Limits) -> Result<Ci
         tracing::debug!(warning = ?w, "hint accepted with a warning");
     }
     Ok(hint)
-}
-
-fn soif_digest(hint: &SoifObject) -> u64 {
-    // The date changes on every rebuild; leave it out so only content changes count.
-    let mut hasher = std::hash::DefaultHasher::new();
-    hint.url().hash(&mut hasher);
-    for a in hint
-        .attributes
-        .iter()
-        .filter(|a| !a.name.as_str().eq_ignore_ascii_case("Date"))
-    {
-        a.name.as_bytes().hash(&mut hasher);
-        a.value.hash(&mut hasher);
-    }
-    hasher.finish()
 }
 
 /// True when local object `o` matches every term of `q` (RFC 2655 §4 attribute matching;

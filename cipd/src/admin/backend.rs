@@ -8,7 +8,8 @@ use hints::hint::AttrSpec;
 use serde_json::{Value, json};
 
 use super::protocol::{
-    ExplainInfo, ExplainTerm, ListenerInfo, PeerInfo, StatusInfo, TableRowInfo, TableSize,
+    ExplainInfo, ExplainTerm, ImportProgress, ListenerInfo, OutboundInfo, PeerInfo, StatusInfo,
+    TableRowInfo, TableSize,
 };
 use super::{AdminBackend, AdminError, AdminRequest};
 use crate::state::{Node, display_addr};
@@ -162,7 +163,11 @@ impl AdminBackend for NodeAdmin {
             AdminRequest::DropPeer { dsi } => {
                 let parsed = Dsi::new(&dsi)
                     .map_err(|e| AdminError::InvalidArgument(format!("dsi {dsi:?}: {e}")))?;
-                if node.drop_dataset(&parsed) {
+                let n = node.clone();
+                let dropped = tokio::task::spawn_blocking(move || n.drop_dataset(&parsed))
+                    .await
+                    .map_err(|e| AdminError::Failed(format!("drop-peer failed: {e}")))?;
+                if dropped {
                     Ok(json!({ "message": format!("dropped the hint of {dsi}") }))
                 } else {
                     Err(AdminError::UnknownPeer(dsi))
@@ -178,8 +183,7 @@ impl AdminBackend for NodeAdmin {
                 Ok(json!({ "message": format!("log level is now {}", handle.current()) }))
             }
             AdminRequest::Export => {
-                let hint = node.current_outbound();
-                let soif = hint.to_soif().to_bytes();
+                let soif = node.current_outbound().await;
                 Ok(json!({ "soif": lossy(&soif) }))
             }
             AdminRequest::Metrics => Ok(json!({ "text": node.render_metrics() })),
@@ -212,6 +216,8 @@ fn status(node: &Node) -> StatusInfo {
         add("admin", p.display().to_string());
     }
     let stats = node.table().stats();
+    let outbound = node.outbound().stats();
+    let (expected, imported) = node.import_progress();
     StatusInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         uptime_seconds: node.uptime().as_secs(),
@@ -225,6 +231,15 @@ fn status(node: &Node) -> StatusInfo {
             values: stats.distinct_values as u64,
             entries: stats.entries as u64,
             bytes: stats.approx_bytes as u64,
+        },
+        import: ImportProgress { expected, imported },
+        outbound: OutboundInfo {
+            table_generation: node.table().generation(),
+            built_from: outbound.table_generation,
+            generation: outbound.generation,
+            builds: outbound.builds,
+            last_build_seconds: outbound.last_build.as_secs_f64(),
+            lag_seconds: outbound.lag.as_secs_f64(),
         },
     }
 }

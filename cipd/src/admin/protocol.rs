@@ -189,6 +189,38 @@ pub struct StatusInfo {
     pub peers: usize,
     /// Routing table size.
     pub table: TableSize,
+    /// Configured peers that deliver hints, and how many of them the table holds.
+    #[serde(default)]
+    pub import: ImportProgress,
+    /// The out-bound hint against the table it derives from.
+    #[serde(default)]
+    pub outbound: OutboundInfo,
+}
+
+/// Cold-start progress: configured peers that deliver hints (role `poll` or `pusher`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportProgress {
+    /// Peers expected.
+    pub expected: u64,
+    /// Of those, peers whose hint the table holds.
+    pub imported: u64,
+}
+
+/// The out-bound hint's freshness.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutboundInfo {
+    /// The routing table's generation now.
+    pub table_generation: u64,
+    /// The table generation the out-bound hint was built from.
+    pub built_from: u64,
+    /// The hint's change counter.
+    pub generation: u64,
+    /// Builds done.
+    pub builds: u64,
+    /// Seconds the last build took.
+    pub last_build_seconds: f64,
+    /// Seconds it has lagged the changes made since (0 when current).
+    pub lag_seconds: f64,
 }
 
 /// A bound listener.

@@ -20,6 +20,12 @@ use hints::hint::AttrSpec;
 use hints::summary::SummaryConfig;
 use serde::Deserialize;
 
+mod pipeline;
+
+pub use crate::import::ImportConfig;
+pub use crate::outbound::OutboundConfig;
+pub use pipeline::{RawImport, RawOutbound};
+
 /// The configuration file as written: every table and key the file may hold.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,6 +61,12 @@ pub struct RawConfig {
     /// `[log]`: log format and level.
     #[serde(default)]
     pub log: RawLog,
+    /// `[outbound]`: how the out-bound hint is rebuilt.
+    #[serde(default)]
+    pub outbound: RawOutbound,
+    /// `[import]`: how in-bound hints reach the routing table.
+    #[serde(default)]
+    pub import: RawImport,
 }
 
 /// `[node]`.
@@ -244,6 +256,8 @@ pub struct RawLimits {
     pub max_provenance: Option<usize>,
     /// Most distinct `Template:Attribute` keys in the routing table.
     pub max_table_attributes: Option<usize>,
+    /// Largest `Total-Object-Count` an in-bound hint may claim.
+    pub max_total_objects: Option<u64>,
     /// Most `&`-joined terms in one query.
     pub max_query_terms: Option<usize>,
     /// Longest query, bytes.
@@ -328,6 +342,10 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Log filter directive.
     pub log_level: String,
+    /// The out-bound pipeline's timing.
+    pub outbound: OutboundConfig,
+    /// The import queue's bounds.
+    pub import: ImportConfig,
 }
 
 /// This node's identity.
@@ -928,6 +946,8 @@ impl Validator<'_> {
         let limits = self.limits(raw.limits);
         let spool_ttl = self.duration("spool.ttl", raw.spool.ttl, DEFAULT_SPOOL_TTL);
         let index = self.index(raw.index);
+        let outbound = self.outbound(raw.outbound);
+        let import = self.import(raw.import);
         let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             self.err(
@@ -948,6 +968,8 @@ impl Validator<'_> {
             index,
             log_format: raw.log.format.unwrap_or_default(),
             log_level,
+            outbound,
+            import,
         }
     }
 
@@ -1350,6 +1372,14 @@ impl Validator<'_> {
                     raw.max_table_attributes,
                     d.table.max_attributes,
                 ),
+                max_total_objects: match raw.max_total_objects {
+                    Some(0) => {
+                        self.err("limits.max_total_objects", "must be at least 1");
+                        d.table.max_total_objects
+                    }
+                    Some(n) => n,
+                    None => d.table.max_total_objects,
+                },
             },
             query: hints::query::QueryLimits {
                 max_terms: self.positive(

@@ -312,6 +312,23 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
                     s.table.bytes / 1024
                 ),
             ]);
+            t.add_row([
+                "peers imported".to_owned(),
+                format!("{} of {}", s.import.imported, s.import.expected),
+            ]);
+            let o = &s.outbound;
+            let freshness = if o.built_from >= o.table_generation {
+                "current".to_owned()
+            } else {
+                format!("lagging {:.1} s", o.lag_seconds)
+            };
+            t.add_row([
+                "out-bound hint".to_owned(),
+                format!(
+                    "built from table generation {} of {} ({freshness}); {} builds, last {:.3} s",
+                    o.built_from, o.table_generation, o.builds, o.last_build_seconds
+                ),
+            ]);
             format!("{t}\n")
         }
         AdminCommand::Peers { .. } => {

@@ -75,12 +75,27 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
             "listeners",
             "local_objects",
             "peers",
-            "table"
+            "table",
+            "import",
+            "outbound"
         ])
     );
     assert_eq!(
         keys(&status["table"]),
         set(&["peers", "values", "entries", "bytes"])
+    );
+    assert_eq!(status["import"]["expected"], 2);
+    assert_eq!(status["import"]["imported"], 2);
+    assert_eq!(
+        keys(&status["outbound"]),
+        set(&[
+            "table_generation",
+            "built_from",
+            "generation",
+            "builds",
+            "last_build_seconds",
+            "lag_seconds"
+        ])
     );
     assert_eq!(keys(&status["listeners"][0]), set(&["kind", "address"]));
     assert_eq!(status["dsi"], HUB);

@@ -1,0 +1,341 @@
+//! The import queue: every in-bound hint reaches the routing table through one thread that
+//! merges them in batches.
+//!
+//! [`Importer::import`] hands a parsed, checked hint to a bounded queue and waits for the
+//! outcome. One thread (`hint-import`) takes whatever has queued up, up to
+//! [`ImportConfig::max_batch_entries`], and imports it with one
+//! [`RoutingTable::replace_all`]: hints that arrive together (a hub polling hundreds of
+//! peers at start) become one index segment instead of hundreds of small ones merged one
+//! after the other. So table writes never run on an async worker, never more than one at a
+//! time, and the queue bounds how many parsed hints wait in memory (a full queue makes
+//! pollers wait, which is the back-pressure).
+//!
+//! The thread also keeps the digests of what the table holds per dataset, under the same
+//! lock as the table write: a hint re-served unchanged refreshes its expiry but requests no
+//! out-bound rebuild.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cip_proto::Dsi;
+use hints::hint::CipHint;
+use hints::table::{ImportError, PeerMeta, RoutingTable};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::outbound::Pipeline;
+
+/// Settings of the import queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportConfig {
+    /// Parsed hints waiting for the import thread (default 64).
+    pub queue: usize,
+    /// Most weightlist entries imported in one batch (default 4,000,000).
+    pub max_batch_entries: usize,
+}
+
+impl Default for ImportConfig {
+    fn default() -> Self {
+        Self {
+            queue: 64,
+            max_batch_entries: 4_000_000,
+        }
+    }
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Imported {
+    /// The hint was indexed anew (false: the table held the same payload, whose expiry
+    /// was refreshed).
+    pub changed: bool,
+    /// The table generation that holds it.
+    pub generation: u64,
+}
+
+/// Why an import did not happen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// The table refused the hint.
+    #[error(transparent)]
+    Refused(#[from] ImportError),
+    /// The import thread is gone (shutting down).
+    #[error("the import queue is closed")]
+    Closed,
+    /// The table write panicked; the table is unchanged.
+    #[error("import failed: {0}")]
+    Internal(String),
+}
+
+struct Job {
+    meta: PeerMeta,
+    hint: CipHint,
+    digest: u64,
+    reply: oneshot::Sender<Result<Imported, QueueError>>,
+}
+
+/// Digests of the payloads the table holds, by dataset.
+pub(crate) type Digests = Arc<Mutex<HashMap<Dsi, u64>>>;
+
+/// The sending side of the queue.
+#[derive(Debug, Clone)]
+pub struct Importer {
+    tx: mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("dsi", &self.meta.dsi)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Importer {
+    /// Starts the import thread for `table`. It ends when the last `Importer` is dropped.
+    ///
+    /// # Errors
+    /// When the thread cannot be started.
+    pub(crate) fn start(
+        config: ImportConfig,
+        table: Arc<RoutingTable>,
+        digests: Digests,
+        outbound: Arc<Pipeline>,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel(config.queue.max(1));
+        std::thread::Builder::new()
+            .name("hint-import".into())
+            .spawn(move || worker(rx, config, &table, &digests, &outbound))?;
+        Ok(Self { tx })
+    }
+
+    /// Imports `hint` (payload digest `digest`) and waits for the outcome.
+    ///
+    /// # Errors
+    /// [`QueueError::Refused`] with the table's reason; [`QueueError::Closed`] during
+    /// shutdown.
+    pub async fn import(
+        &self,
+        meta: PeerMeta,
+        hint: CipHint,
+        digest: u64,
+    ) -> Result<Imported, QueueError> {
+        let (reply, outcome) = oneshot::channel();
+        self.tx
+            .send(Job {
+                meta,
+                hint,
+                digest,
+                reply,
+            })
+            .await
+            .map_err(|_| QueueError::Closed)?;
+        outcome.await.map_err(|_| QueueError::Closed)?
+    }
+}
+
+fn worker(
+    mut rx: mpsc::Receiver<Job>,
+    config: ImportConfig,
+    table: &RoutingTable,
+    digests: &Digests,
+    outbound: &Pipeline,
+) {
+    let mut batch: Vec<Job> = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        let mut entries = entries_of(&first.hint);
+        batch.push(first);
+        while entries < config.max_batch_entries {
+            match rx.try_recv() {
+                Ok(job) => {
+                    entries += entries_of(&job.hint);
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let write = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            import_batch(table, digests, &batch)
+        }));
+        let (results, changed) = match write {
+            Ok(done) => done,
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".to_owned());
+                tracing::error!(error = %why, hints = batch.len(), "import batch failed");
+                let failed = batch
+                    .iter()
+                    .map(|_| Err(QueueError::Internal(why.clone())))
+                    .collect();
+                (failed, false)
+            }
+        };
+        if changed {
+            outbound.request();
+        }
+        tracing::debug!(hints = batch.len(), entries, "imported a batch");
+        for (job, result) in batch.drain(..).zip(results) {
+            // The caller may have gone (shutdown, timeout); the import stands.
+            let _ = job.reply.send(result);
+        }
+    }
+}
+
+/// Imports `batch` in one table write; returns each outcome and whether anything changed.
+/// A hint whose payload the table already holds only has its expiry refreshed.
+fn import_batch(
+    table: &RoutingTable,
+    digests: &Digests,
+    batch: &[Job],
+) -> (Vec<Result<Imported, QueueError>>, bool) {
+    let mut held = lock(digests);
+    // Later jobs for the same dataset win, as they would in one replace_all.
+    let mut last: HashMap<&Dsi, usize> = HashMap::new();
+    for (i, j) in batch.iter().enumerate() {
+        last.insert(&j.meta.dsi, i);
+    }
+    let unchanged: Vec<bool> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            last[&j.meta.dsi] == i
+                && held.get(&j.meta.dsi) == Some(&j.digest)
+                && table.contains(&j.meta.dsi)
+        })
+        .collect();
+    let changed_jobs = batch
+        .iter()
+        .zip(&unchanged)
+        .filter(|(_, u)| !**u)
+        .map(|(j, _)| (j.meta.clone(), &j.hint));
+    let mut replaced = table.replace_all(changed_jobs).into_iter();
+    let generation = table.generation();
+    let mut any = false;
+    let results = batch
+        .iter()
+        .zip(unchanged)
+        .map(|(job, unchanged)| {
+            if unchanged {
+                // Same payload: a new expiry, nothing to index or rebuild.
+                table.refresh(job.meta.clone());
+                return Ok(Imported {
+                    changed: false,
+                    generation,
+                });
+            }
+            replaced
+                .next()
+                .unwrap_or(Err(ImportError::TooLarge))
+                .map_err(QueueError::Refused)?;
+            // Indexed anew: the table's contents changed.
+            held.insert(job.meta.dsi.clone(), job.digest);
+            any = true;
+            Ok(Imported {
+                changed: true,
+                generation,
+            })
+        })
+        .collect();
+    (results, any)
+}
+
+fn entries_of(hint: &CipHint) -> usize {
+    hint.weightlists.iter().map(|(_, w)| w.entries.len()).sum()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A map updated in single steps: a panic elsewhere leaves it usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use hints::hint::{AttrSpec, WeightEntry, Weightlist};
+    use std::time::SystemTime;
+
+    fn meta(d: &str) -> PeerMeta {
+        PeerMeta {
+            dsi: Dsi::new(d).unwrap(),
+            base_uris: vec!["cip://p/".into()],
+            dsi_description: None,
+            received: SystemTime::UNIX_EPOCH,
+            expires: None,
+            via: None,
+        }
+    }
+
+    fn hint(total: u64, value: &str) -> CipHint {
+        let spec = AttrSpec {
+            template: "DOCUMENT".into(),
+            attribute: "Author".into(),
+        };
+        CipHint {
+            url: "-".into(),
+            total_object_count: total,
+            attributes: vec![spec.clone()],
+            weightlists: vec![(
+                spec,
+                Weightlist {
+                    entries: vec![WeightEntry {
+                        value: Bytes::from(value.to_owned()),
+                        count: 1,
+                    }],
+                },
+            )],
+            ..CipHint::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_imports_batch_and_report_each_outcome() {
+        let table = Arc::new(RoutingTable::default());
+        let outbound = Arc::new(Pipeline::new());
+        let importer = Importer::start(
+            ImportConfig::default(),
+            table.clone(),
+            Digests::default(),
+            outbound.clone(),
+        )
+        .unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..200u32 {
+            let importer = importer.clone();
+            // Every tenth hint is implausible (a count above its total of 0).
+            let total = if i % 10 == 0 { 0 } else { 5 };
+            tasks.push(tokio::spawn(async move {
+                importer
+                    .import(meta(&format!("1.{i}")), hint(total, &format!("v{i}")), 1)
+                    .await
+            }));
+        }
+        let mut ok = 0;
+        for (i, t) in tasks.into_iter().enumerate() {
+            match t.await.unwrap() {
+                Ok(imported) => {
+                    assert!(imported.changed);
+                    ok += 1;
+                }
+                Err(QueueError::Refused(ImportError::CountAboveTotal { .. })) => {
+                    assert_eq!(i % 10, 0)
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(ok, 180);
+        assert_eq!(table.peers().len(), 180);
+        // Far fewer table generations than imports: they were batched.
+        assert!(table.generation() <= 180);
+        assert!(outbound.stats().requested >= 1);
+        // The same payload again: imported, but no change.
+        let again = importer
+            .import(meta("1.1"), hint(5, "v1"), 1)
+            .await
+            .unwrap();
+        assert!(!again.changed);
+    }
+}
