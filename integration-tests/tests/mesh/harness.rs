@@ -18,7 +18,8 @@ pub struct Peer {
     pub name: String,
     pub addr: SocketAddr,
     pub roles: Vec<&'static str>,
-    pub dsi: String,
+    /// Configured DSI (none: learned from the peer's first index object).
+    pub dsi: Option<String>,
 }
 
 /// What a test node looks like.
@@ -29,6 +30,10 @@ pub struct NodeSpec {
     pub peers: Vec<Peer>,
     pub poll_interval: &'static str,
     pub watch_interval: &'static str,
+    /// More `[limits]` keys, one per line.
+    pub extra_limits: String,
+    /// More tables, appended to the file.
+    pub extra: String,
 }
 
 impl NodeSpec {
@@ -39,15 +44,29 @@ impl NodeSpec {
             peers: Vec::new(),
             poll_interval: "1h",
             watch_interval: "0s",
+            extra_limits: String::new(),
+            extra: String::new(),
         }
     }
 
-    pub fn peer(mut self, name: &str, node: &TestNode, roles: &[&'static str]) -> Self {
+    pub fn peer(self, name: &str, node: &TestNode, roles: &[&'static str]) -> Self {
+        let dsi = node.spec.dsi.clone();
+        self.peer_at(name, node.cip_addr(), roles, Some(&dsi))
+    }
+
+    /// A peer at `addr`, with or without a configured DSI.
+    pub fn peer_at(
+        mut self,
+        name: &str,
+        addr: SocketAddr,
+        roles: &[&'static str],
+        dsi: Option<&str>,
+    ) -> Self {
         self.peers.push(Peer {
             name: name.into(),
-            addr: node.cip_addr(),
+            addr,
             roles: roles.to_vec(),
-            dsi: node.spec.dsi.clone(),
+            dsi: dsi.map(str::to_owned),
         });
         self
     }
@@ -89,25 +108,30 @@ watch_interval = "{watch}"
 connect_timeout = "2s"
 poll_timeout = "5s"
 shutdown_grace = "5s"
+{extra_limits}
 "#,
         data = dir.join("spool").display().to_string(),
         admin = dir.join("admin.sock").display().to_string(),
         dsi = spec.dsi,
         coll = dir.join("docs.soif").display().to_string(),
         watch = spec.watch_interval,
+        extra_limits = spec.extra_limits,
     );
     for p in &spec.peers {
         let roles: Vec<String> = p.roles.iter().map(|r| format!("{r:?}")).collect();
         t.push_str(&format!(
-            "[[peer]]\nname = {:?}\nhost = \"{}\"\nport = {}\nrole = [{}]\ndsi = {:?}\npoll_interval = {:?}\n",
+            "[[peer]]\nname = {:?}\nhost = \"{}\"\nport = {}\nrole = [{}]\npoll_interval = {:?}\n",
             p.name,
             p.addr.ip(),
             p.addr.port(),
             roles.join(", "),
-            p.dsi,
             spec.poll_interval
         ));
+        if let Some(d) = &p.dsi {
+            t.push_str(&format!("dsi = {d:?}\n"));
+        }
     }
+    t.push_str(&spec.extra);
     t
 }
 

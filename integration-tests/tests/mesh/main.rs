@@ -6,7 +6,10 @@
 #![allow(missing_docs)]
 
 mod admin;
+mod fake;
 mod harness;
+mod identity;
+mod load;
 mod outbound;
 mod scenarios;
 mod tls;

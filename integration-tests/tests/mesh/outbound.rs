@@ -102,3 +102,197 @@ async fn node_generation(node: &TestNode) -> u64 {
     n.outbound_object(None).await;
     n.outbound_generation()
 }
+
+const L1: &str = "1.3.6.1.4.1.99999.72";
+const L2: &str = "1.3.6.1.4.1.99999.73";
+
+/// Issue 11's interleaving, forced: the build started by the first import has read the
+/// table (first leaf only) and is held until the second import has landed; it then
+/// finishes last. The stored hint must still end up with both leaves, built from the
+/// newest table generation, without any later change to repair it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_finishing_last_from_older_state_does_not_win() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex, mpsc};
+
+    // A poller makes the hub build eagerly; it need not exist.
+    let nowhere: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let spec = NodeSpec::new(HUB, &["Hugo"])
+        .peer_at("l1", nowhere, &["pusher"], Some(L1))
+        .peer_at("l2", nowhere, &["pusher"], Some(L2))
+        .peer_at("up", nowhere, &["poller"], Some(STRANGER));
+    let hub = TestNode::start(spec).await;
+    let node = hub.daemon.node().clone();
+    hub.wait_for("the first build", |s| s.outbound_generation >= 1)
+        .await;
+
+    let armed = Arc::new(AtomicBool::new(false));
+    let (reached_tx, reached_rx) = mpsc::channel::<u64>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let reached_tx = Mutex::new(reached_tx);
+    let a = armed.clone();
+    node.outbound().set_hook(Some(Arc::new(move |seq| {
+        if a.swap(false, Ordering::AcqRel) {
+            let _ = reached_tx.lock().unwrap().send(seq);
+            let _ = release_rx.lock().unwrap().recv();
+        }
+    })));
+
+    armed.store(true, Ordering::Release);
+    node.accept_index(
+        "l1",
+        crate::fake::object(
+            L1,
+            "http://l1/",
+            &crate::fake::author_hint(4, &[("Lena", 4)]),
+        ),
+    )
+    .await
+    .unwrap();
+    // The first build has read the state (the first leaf only) and waits.
+    let held = tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
+        .await
+        .unwrap();
+    node.accept_index(
+        "l2",
+        crate::fake::object(
+            L2,
+            "http://l2/",
+            &crate::fake::author_hint(6, &[("Lars", 6)]),
+        ),
+    )
+    .await
+    .unwrap();
+    let newest = node.table().generation();
+    release_tx.send(()).unwrap();
+
+    // No further change: the builder alone must bring the hint up to date.
+    let s = hub
+        .wait_for("a hint built from the newest table", |s| {
+            s.outbound_table_generation >= newest
+        })
+        .await;
+    assert!(s.outbound_builds >= 2, "{s:?}");
+    let out = node.outbound().current();
+    assert_eq!(out.table_generation, newest);
+    assert!(holds(&out.payload, "Lena") && holds(&out.payload, "Lars"));
+    assert!(held >= 1);
+    assert!(node.outbound().is_fresh());
+    node.outbound().set_hook(None);
+    hub.stop().await;
+}
+
+/// Issue 11's mesh, stressed: a middle node polls 8 leaves every 50 ms while their
+/// collections change; once the churn stops, its out-bound hint is the aggregate of its
+/// table (and the root's view of it adds up), round after round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middle_node_keeps_its_outbound_hint_current_under_churn() {
+    const MID: &str = "1.3.6.1.4.1.99999.90";
+    const ROOT: &str = "1.3.6.1.4.1.99999.91";
+    let mut leaves = Vec::new();
+    for i in 0..8 {
+        let dsi = format!("1.3.6.1.4.1.99999.9{}", i + 2);
+        leaves.push(TestNode::start(NodeSpec::new(&dsi, &[&format!("Author{i}")])).await);
+    }
+    let root_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let root_addr = root_probe.local_addr().unwrap();
+    drop(root_probe);
+    let mut mid_spec = NodeSpec::new(MID, &["Mona"]);
+    for (i, l) in leaves.iter().enumerate() {
+        mid_spec = mid_spec.peer(&format!("leaf{i}"), l, &["poll"]);
+    }
+    // Eager builds: the middle node has a poller (the root, below).
+    mid_spec = mid_spec.peer_at("root", root_addr, &["poller"], Some(ROOT));
+    mid_spec.poll_interval = "50ms";
+    let mid = TestNode::start(mid_spec).await;
+    let mut root_spec = NodeSpec::new(ROOT, &["Rita"]).peer("mid", &mid, &["poll"]);
+    root_spec.poll_interval = "50ms";
+    let root = TestNode::start(root_spec).await;
+    let node = mid.daemon.node().clone();
+    mid.wait_for("every leaf", |s| s.peers_imported == 8).await;
+
+    let mut seed = 7u64;
+    for round in 0..6 {
+        // Churn: change a few leaves' collections back to back.
+        for k in 0..4 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let i = (seed >> 33) as usize % leaves.len();
+            let n = 1 + (seed >> 40) as usize % 5;
+            let authors: Vec<String> = (0..n).map(|j| format!("R{round}K{k}A{j}")).collect();
+            let refs: Vec<&str> = authors.iter().map(String::as_str).collect();
+            leaves[i].set_authors(&refs).await;
+        }
+        // Quiet: wait until the middle node's table holds every leaf's current hint...
+        let want: u64 = leaves.iter().map(|l| l.spec.authors.len() as u64).sum();
+        let polls = node.status_snapshot().polls_ok;
+        mid.wait_for("polls after the churn", |s| s.polls_ok >= polls + 16)
+            .await;
+        let table_total = || -> u64 { node.table().peers().iter().map(|p| p.total).sum() };
+        let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+        while table_total() != want {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "round {round}: table never caught up"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // ...then, without asking, the stored hint catches up with it by itself.
+        let generation = node.table().generation();
+        mid.wait_for("the out-bound hint built from the table", |s| {
+            s.outbound_table_generation >= generation
+        })
+        .await;
+        let stored = node.outbound().current();
+        let expected = cipd::outbound::build(&node.outbound_input(), &node.table_handle(), None);
+        assert_eq!(
+            stored.table_generation, expected.table_generation,
+            "round {round}"
+        );
+        assert_eq!(
+            stored.digest, expected.digest,
+            "round {round}: stale out-bound hint"
+        );
+        let text = String::from_utf8_lossy(&stored.payload);
+        let total_line = format!(
+            "Total-Object-Count{{{}}}:\t{}",
+            (want + 1).to_string().len(),
+            want + 1
+        );
+        assert!(text.contains(&total_line), "round {round}: {text}");
+        for l in &leaves {
+            assert!(
+                text.contains(&l.spec.dsi),
+                "round {round}: provenance lacks {}",
+                l.spec.dsi
+            );
+        }
+        // The root mirrors it.
+        let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+        loop {
+            let at_root: u64 = root
+                .daemon
+                .node()
+                .table()
+                .peers()
+                .iter()
+                .map(|p| p.total)
+                .sum();
+            if at_root == want + 1 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "round {round}: root at {at_root}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    root.stop().await;
+    mid.stop().await;
+    for l in leaves {
+        l.stop().await;
+    }
+}
