@@ -78,6 +78,17 @@ mod tests {
     }
 
     #[test]
+    fn the_example_configuration_states_the_defaults() {
+        let c = Config::from_toml(include_str!("../../../deploy/cipd.toml")).unwrap();
+        assert_eq!(c.outbound, Default::default());
+        assert_eq!(c.import, Default::default());
+        assert_eq!(
+            c.limits.table.max_total_objects,
+            hints::table::DEFAULT_MAX_TOTAL_OBJECTS
+        );
+    }
+
+    #[test]
     fn bad_values_name_their_keys() {
         let err = Config::from_toml(&format!(
             "{BASE}[outbound]\nsettle = \"soon\"\n[import]\nqueue = 0\n[limits]\nmax_total_objects = 0\n"
