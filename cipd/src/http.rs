@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use axum::Json;
 use axum::Router;
 use axum::extract::{Query as QueryParams, Request, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::state::{Node, QueryAnswer, QueryError};
+use crate::state::{Node, QueryError};
 
 /// An error answered as JSON with a fitting status.
 #[derive(Debug)]
@@ -193,22 +193,29 @@ async fn not_found() -> ApiError {
 async fn referrals(
     State(node): State<Arc<Node>>,
     QueryParams(args): QueryParams<QueryArgs>,
-) -> Result<Json<QueryAnswer>, ApiError> {
+) -> Result<Response, ApiError> {
     let q = args.query()?.to_owned();
     let (possible, limit) = (args.possible()?, args.limit()?);
     let started = Instant::now();
-    // Table and local-store queries are CPU and file work (an unindexed attribute falls back
-    // to reading objects): keep them off the async workers.
-    let query = q.clone();
-    let answer = blocking(move || node.referrals(&query, possible, limit)).await??;
+    let query = node.parse_query(&q).inspect_err(|_| {
+        crate::metrics::Metrics::inc(&node.metrics().query_errors);
+    })?;
+    // An exact lookup on indexed attributes costs microseconds: answer it here. Anything
+    // that may scan (substrings, attributes the local store does not index, which read
+    // objects from disk) goes to the blocking pool.
+    let body = if node.is_quick(&query) {
+        node.referrals_json(&q, &query, possible, limit)?
+    } else {
+        let (n, raw) = (node.clone(), q.clone());
+        blocking(move || n.referrals_json(&raw, &query, possible, limit)).await??
+    };
     tracing::debug!(
         query = q,
-        referrals = answer.referrals.len(),
-        local = answer.local,
+        bytes = body.len(),
         elapsed_us = started.elapsed().as_micros() as u64,
         "query answered"
     );
-    Ok(Json(answer))
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn objects(

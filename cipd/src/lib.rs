@@ -4,6 +4,7 @@
 //! * [`ctl`]: the `cipctl` subcommands.
 
 pub mod admin;
+pub mod answers;
 pub mod binding;
 pub mod collection;
 pub mod config;

@@ -354,6 +354,12 @@ impl CollectionStore {
     }
 
     /// The attribute index named by term `t`, if that attribute is indexed.
+    /// True when every term of `q` is on an indexed attribute (no object is read from
+    /// disk to answer it).
+    pub fn indexes_all(&self, q: &Query) -> bool {
+        q.terms().iter().all(|t| self.attr_index(t).is_some())
+    }
+
     fn attr_index(&self, t: &Term) -> Option<&AttrIndex> {
         let key = t.attribute_key();
         self.attrs.iter().find(|a| a.name == key)

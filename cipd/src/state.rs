@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -29,6 +30,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::answers::{AnswerCache, Stamp};
 use crate::binding::{Bindings, Claim};
 use crate::collection::{self, CollectionSource, Fingerprint, LoadReport};
 use crate::config::{Config, PeerRole, read_config};
@@ -435,6 +437,11 @@ pub struct Node {
     /// always describes what the table holds for that DSI.
     imported: Digests,
     payload_hasher: std::hash::RandomState,
+    /// Recent `/v1/referrals` answers.
+    answers: AnswerCache,
+    /// Bumped whenever something an answer depends on changes besides the table and the
+    /// local hint (configuration, thesaurus, identity).
+    epoch: AtomicU64,
 }
 
 impl std::fmt::Debug for Node {
@@ -492,6 +499,7 @@ impl Node {
         )
         .map_err(|e| Box::new(crate::daemon::StartError::Thread(e)))?;
         let parallel = std::thread::available_parallelism().map_or(2, usize::from);
+        let answer_cache_bytes = config.limits.answer_cache_bytes;
         Ok(Self {
             bindings: Bindings::new(&config),
             config: ArcSwap::from_pointee(config),
@@ -521,6 +529,8 @@ impl Node {
             metrics: Metrics::default(),
             imported,
             payload_hasher: std::hash::RandomState::new(),
+            answers: AnswerCache::new(answer_cache_bytes),
+            epoch: AtomicU64::new(0),
         })
     }
 
@@ -649,6 +659,7 @@ impl Node {
             let mut id = (**self.identity.load()).clone();
             id.base_uris = vec![format!("http://{}/", display_addr(*http))];
             self.identity.store(Arc::new(id));
+            self.invalidate_answers();
         }
         *lock(&self.listeners) = l;
     }
@@ -1315,7 +1326,7 @@ impl Node {
     }
 
     /// Parses a query within the configured `limits.max_query_*` bounds.
-    fn parse_query(&self, q: &str) -> Result<Query, QueryError> {
+    pub fn parse_query(&self, q: &str) -> Result<Query, QueryError> {
         Ok(Query::parse_with_limits(q, &self.config().limits.query)?)
     }
 
@@ -1352,6 +1363,74 @@ impl Node {
             e.position = i + 1;
         }
         Ok(out)
+    }
+
+    /// True when `query` costs microseconds: exact terms only, each indexed by every local
+    /// collection (no substring scan, no object read from disk). Such queries may be
+    /// answered on an async worker; others go to the blocking pool.
+    pub fn is_quick(&self, query: &Query) -> bool {
+        query.terms().iter().all(|t| t.op == MatchOp::Exact)
+            && self.local.load().stores().all(|s| s.indexes_all(query))
+    }
+
+    /// The state answers are computed from.
+    fn answer_stamp(&self) -> Stamp {
+        Stamp {
+            table: self.table.generation(),
+            local: self.local.load().generation,
+            epoch: self.epoch.load(Ordering::Acquire),
+        }
+    }
+
+    /// Marks answers computed so far as stale (configuration, thesaurus or identity changed).
+    fn invalidate_answers(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The `/v1/referrals` answer for `raw` (parsed as `query`) as JSON bytes: the same
+    /// document as [`Node::referrals`], written straight from the table's answer and
+    /// served from the answer cache while nothing it depends on changed.
+    ///
+    /// # Errors
+    /// When the local store cannot answer ([`QueryError`]).
+    pub fn referrals_json(
+        &self,
+        raw: &str,
+        query: &Query,
+        possible: bool,
+        limit: Option<usize>,
+    ) -> Result<Bytes, QueryError> {
+        let started = Instant::now();
+        let opts = self.query_options(possible, limit);
+        let stamp = self.answer_stamp();
+        let result = match self.answers.get(raw, possible, opts.limit, stamp) {
+            Some(hit) => Ok(hit),
+            None => {
+                let own = self.identity.load().dsi.clone();
+                let answer = self.table.answer(query, &opts);
+                let scan_max = self.config().limits.local_scan_max_objects;
+                let local = self.local.load().query(query, 0, scan_max);
+                local.map(|local| {
+                    let mut out = Vec::with_capacity(256 + answer.len() * 160);
+                    let n = crate::answers::write_answer(&mut out, raw, &own, &answer, local.total);
+                    let out = (Bytes::from(out), n);
+                    self.answers
+                        .put(raw, possible, opts.limit, stamp, out.clone());
+                    out
+                })
+            }
+        };
+        match &result {
+            Ok((_, n)) => {
+                Metrics::inc(&self.metrics.queries);
+                self.metrics
+                    .referrals
+                    .fetch_add(u64::from(*n), Ordering::Relaxed);
+                self.metrics.query_latency.observe(started.elapsed());
+            }
+            Err(_) => Metrics::inc(&self.metrics.query_errors),
+        }
+        result.map(|(bytes, _)| bytes)
     }
 
     fn referrals_inner(
@@ -1437,6 +1516,7 @@ impl Node {
                     id.base_uris = new.node.base_uris.clone();
                 }
                 self.identity.store(Arc::new(id));
+                self.invalidate_answers();
             }
             {
                 let mut peers = lock(&self.peers);
@@ -1464,6 +1544,7 @@ impl Node {
             }
             let ended = self.bindings.reconfigure(&new);
             self.config.store(Arc::new(new));
+            self.invalidate_answers();
             for (peer, dsi) in ended {
                 // The hint that binding vouched for is nobody's now.
                 let via_peer = self
@@ -1495,6 +1576,7 @@ impl Node {
 
     /// (Re)reads the thesaurus file, keeping the old one on error.
     pub(crate) fn load_thesaurus(&self) {
+        self.invalidate_answers();
         let Some(path) = self.config().thesaurus.clone() else {
             self.thesaurus.store(None);
             return;

@@ -239,6 +239,8 @@ pub struct RawLimits {
     pub max_backoff: Option<String>,
     /// Most referrals one query returns.
     pub max_referrals: Option<usize>,
+    /// Bytes of recent referral answers kept (0: none).
+    pub answer_cache_bytes: Option<usize>,
     /// Most objects `/v1/objects` returns.
     pub max_objects: Option<usize>,
     /// Most objects one query may read from disk to check terms on attributes that are not
@@ -523,6 +525,9 @@ pub struct Limits {
     pub max_backoff: Duration,
     /// Referrals per query (default 100).
     pub max_referrals: usize,
+    /// Bytes of recent referral answers kept, each valid until the table, the local hint
+    /// or the configuration changes (default 8 MiB; 0 turns the cache off).
+    pub answer_cache_bytes: usize,
     /// Objects per `/v1/objects` answer (default 1000).
     pub max_objects: usize,
     /// Objects one local query may read from disk to check terms on unindexed attributes
@@ -558,6 +563,7 @@ impl Default for Limits {
             shutdown_grace: Duration::from_secs(10),
             max_backoff: Duration::from_secs(3600),
             max_referrals: 100,
+            answer_cache_bytes: 8 << 20,
             max_objects: 1000,
             local_scan_max_objects: crate::local::DEFAULT_SCAN_MAX_OBJECTS,
             watch_interval: Some(Duration::from_secs(30)),
@@ -1339,6 +1345,7 @@ impl Validator<'_> {
                 raw.max_referrals,
                 d.max_referrals,
             ),
+            answer_cache_bytes: raw.answer_cache_bytes.unwrap_or(d.answer_cache_bytes),
             max_objects: self.positive("limits.max_objects", raw.max_objects, d.max_objects),
             local_scan_max_objects: self.positive(
                 "limits.local_scan_max_objects",

@@ -258,3 +258,46 @@ async fn bad_reload_keeps_the_running_config() {
     assert!(matches!(e, cipd::daemon::StartError::Bind { .. }), "{e}");
     node.stop().await;
 }
+
+/// The HTTP API writes answers straight from the table and caches them; they must be the
+/// documents the library's `referrals` builds, before and after the table changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_answers_are_the_documented_documents_and_follow_changes() {
+    let a = TestNode::start(NodeSpec::new(A, &["Alice", "Alma", "Bob"])).await;
+    let mut spec = NodeSpec::new(B, &["Bob", "Bea"]).peer("a", &a, &["poll"]);
+    spec.poll_interval = "50ms";
+    let mut b = TestNode::start(spec).await;
+    b.wait_for("a's hint", |s| s.table_peers == 1).await;
+    let node = b.daemon.node().clone();
+    for q in [
+        "Author=Bob",
+        "DOCUMENT:Author=bob",
+        "Author~al",
+        "Author~b & Title~report",
+        "Author=nobody",
+    ] {
+        for limit in [None, Some(1)] {
+            let lib = node.referrals(q, false, limit).unwrap();
+            for _ in 0..2 {
+                let query = node.parse_query(q).unwrap();
+                let bytes = node.referrals_json(q, &query, false, limit).unwrap();
+                let http: cipd::state::QueryAnswer = serde_json::from_slice(&bytes).unwrap();
+                assert_eq!(http, lib, "{q} limit {limit:?}");
+                assert_eq!(bytes, serde_json::to_vec(&lib).unwrap(), "{q}: same bytes");
+            }
+        }
+    }
+    // The cached answer follows a change of the peer's hint and of the local collection.
+    assert!(referral(&b.query("Author=Alice").await, A).is_some());
+    let before = node.status_snapshot().hints_accepted;
+    let mut a = a;
+    a.set_authors(&["Carol"]).await;
+    b.wait_query("Author=Alice", |ans| referral(ans, A).is_none())
+        .await;
+    assert!(node.status_snapshot().hints_accepted > before);
+    assert_eq!(b.query("Author=Bea").await.local, 1);
+    b.set_authors(&["Dora"]).await;
+    assert_eq!(b.query("Author=Bea").await.local, 0);
+    a.stop().await;
+    b.stop().await;
+}
