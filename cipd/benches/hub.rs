@@ -1,0 +1,1786 @@
+//! The hub scenario: one `cipd` polling many peers, then answering referral queries under
+//! load.
+//!
+//! Run with `cargo bench -p cipd --bench hub`; a small run takes a few seconds:
+//!
+//! ```sh
+//! BENCH_PEERS=20 BENCH_ENTRIES=2000 BENCH_SECS=1 cargo bench -p cipd --bench hub
+//! ```
+//!
+//! What happens:
+//!
+//! 1. `BENCH_PEERS` fake peers start in this process, each a loopback CIP listener served by
+//!    [`cipd::transport::serve_connection`] that answers every poll with one pre-encoded
+//!    CIP-HINT of `BENCH_ENTRIES` weightlist entries over `DOCUMENT:Author`, `Title` and
+//!    `Keywords`. Each attribute's values are ranked by popularity and every peer draws its
+//!    objects' values from a Zipf distribution over the ranks (exponent `BENCH_SKEW`) until
+//!    it holds its share of distinct values, a value's count being the number of draws that
+//!    hit it: a few popular values are held by nearly every peer, a long tail by one or two.
+//!    Everything is deterministic from `BENCH_SEED`.
+//! 2. The hub is the `cipd` binary of this build, started as a child process with a generated
+//!    configuration in a temporary directory: loopback listeners on free ports (learned from
+//!    its `listening for queries on http://...` log line), every fake peer with role `poll`
+//!    and a one-hour poll interval, so only the start-up polls happen.
+//! 3. From the hub's start until the end of the load, a probe sends one popular and one rare
+//!    `DOCUMENT:Author=` referral query every 0.5 s, each on a new connection with a 30 s
+//!    timeout, and records the worst wait and the timeouts.
+//! 4. The time until `/metrics` reports every peer in the table (`cipd_table_peers`) and
+//!    until the substring summaries are built (`cipd_table_summaries_pending` at 0), then the
+//!    hub's `VmRSS` and `VmHWM`. A few answers are checked against the referral counts the
+//!    generated hints imply.
+//! 5. Closed-loop load on `BENCH_CONNS` keep-alive HTTP/1.1 connections (one task each, the
+//!    next request sent when the previous answer is fully read), `BENCH_SECS` seconds per
+//!    query kind: `mixed` (a third each of exact popular, exact rare and substring `~` on a
+//!    4-6 byte fragment of a held value), `mixed limit=10`, `exact rare`, `exact popular`,
+//!    `substring`. Prints q/s, p50/p99/p99.9 latency, errors and the mean answer size.
+//! 6. The yardstick: nginx (`CIPD_BENCH_NGINX`, else `/usr/sbin/nginx`) with one worker per
+//!    CPU serving one static file the size of the mean `mixed` answer, under the same load.
+//!
+//! The load generator, the fake peers and the hub share this machine's CPUs: the figures say
+//! what one box does with all of it, and nginx is measured the same way.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `BENCH_PEERS` | 200 | fake peers the hub polls |
+//! | `BENCH_ENTRIES` | 10000 | weightlist entries per peer (split over three attributes) |
+//! | `BENCH_SKEW` | 1.1 | Zipf exponent of the value popularity |
+//! | `BENCH_SEED` | 1 | seed of everything generated |
+//! | `BENCH_CONNS` | 64 | HTTP connections of the load |
+//! | `BENCH_SECS` | 5 | seconds of load per query kind |
+//! | `CIPD_BENCH_NGINX` | `/usr/sbin/nginx` | the nginx binary of the yardstick |
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cip_proto::Dsi;
+use cip_proto::cip::{IndexObject, IndexType, PollResult, Request};
+use cipd::transport::{PeerContext, Reply, RequestHandler, TransportConfig, serve_connection};
+use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// The template of every generated value.
+const TEMPLATE: &str = "DOCUMENT";
+/// The attributes each peer's hint describes, in weightlist order.
+const ATTRIBUTES: [&str; 3] = ["Author", "Title", "Keywords"];
+/// `limits.max_referrals` in the hub's configuration (the daemon's default, set explicitly
+/// because the answer checks depend on it).
+const MAX_REFERRALS: usize = 100;
+/// Limit of the `mixed limit=10` kind.
+const SMALL_LIMIT: usize = 10;
+/// Timeout of one probe query, and of one request of the load.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Period of the probe.
+const PROBE_PERIOD: Duration = Duration::from_millis(500);
+/// Longest wait for the hub to fill its table.
+const TABLE_DEADLINE: Duration = Duration::from_secs(900);
+/// Queries per generated pool.
+const POOL: usize = 4096;
+/// Syllables of the generated words.
+const SYLLABLES: [&str; 28] = [
+    "an", "ber", "cor", "dal", "el", "fen", "gar", "hol", "is", "jo", "ka", "lin", "mor", "nes",
+    "ol", "par", "qui", "ros", "sil", "tor", "ul", "van", "wes", "xi", "yor", "zan", "ci", "mo",
+];
+/// Given names of the `Author` values: shared by many values, so fragments of them make
+/// broad substring queries.
+const GIVEN: [&str; 32] = [
+    "Maria", "Jose", "Anna", "David", "Laura", "Pierre", "Yuki", "Ahmed", "Elena", "Jan", "Sofia",
+    "Lucas", "Amira", "Pavel", "Ines", "Tomas", "Chen", "Olga", "Diego", "Fatima", "Henrik",
+    "Priya", "Marco", "Zoe", "Kofi", "Lena", "Ivan", "Noor", "Hugo", "Mei", "Sven", "Clara",
+];
+/// First words of the `Title` values.
+const ADJECTIVES: [&str; 16] = [
+    "Silent", "Modern", "Ancient", "Hidden", "Applied", "Northern", "Brief", "Complete", "Early",
+    "Final", "Golden", "Lost", "Open", "Quiet", "Rapid", "Second",
+];
+/// Second words of the `Title` values.
+const NOUNS: [&str; 16] = [
+    "Rivers", "Methods", "Letters", "Gardens", "Systems", "Voyages", "Maps", "Songs", "Tables",
+    "Engines", "Harbours", "Archives", "Bridges", "Stories", "Fields", "Mirrors",
+];
+
+fn main() {
+    let settings = Settings::from_env();
+    settings.print();
+
+    let started = Instant::now();
+    let mesh = Mesh::generate(&settings);
+    let pools = Pools::new(&mesh, &settings);
+    println!(
+        "generated {} hints in {:.2} s: {:.1} MB of SOIF, {} distinct values, {} popular \
+         (held by >= 90% of the peers), {} rare (held by 1-2)",
+        mesh.peers.len(),
+        started.elapsed().as_secs_f64(),
+        mesh.payload_bytes() as f64 / 1e6,
+        mesh.distinct_values(),
+        pools.popular.len(),
+        pools.rare_total,
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the runtime starts");
+    let summary = runtime.block_on(run(&settings, mesh, pools));
+    summary.print(&settings);
+}
+
+// ---- settings --------------------------------------------------------------------------
+
+/// The run's configuration, from the environment.
+struct Settings {
+    peers: usize,
+    entries: usize,
+    skew: f64,
+    seed: u64,
+    conns: usize,
+    secs: f64,
+    cpus: usize,
+    nginx: PathBuf,
+}
+
+impl Settings {
+    fn from_env() -> Self {
+        let settings = Self {
+            peers: env_or("BENCH_PEERS", 200),
+            entries: env_or("BENCH_ENTRIES", 10_000),
+            skew: env_or("BENCH_SKEW", 1.1),
+            seed: env_or("BENCH_SEED", 1),
+            conns: env_or("BENCH_CONNS", 64),
+            secs: env_or("BENCH_SECS", 5.0),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            nginx: std::env::var_os("CIPD_BENCH_NGINX")
+                .map_or_else(|| PathBuf::from("/usr/sbin/nginx"), PathBuf::from),
+        };
+        assert!(settings.peers >= 1, "BENCH_PEERS must be at least 1");
+        assert!(settings.entries >= 3, "BENCH_ENTRIES must be at least 3");
+        assert!(settings.conns >= 1, "BENCH_CONNS must be at least 1");
+        assert!(
+            settings.skew > 0.0 && settings.secs > 0.0,
+            "BENCH_SKEW and BENCH_SECS must be positive"
+        );
+        settings
+    }
+
+    fn print(&self) {
+        println!("cipd hub benchmark");
+        println!(
+            "  BENCH_PEERS={} BENCH_ENTRIES={} BENCH_SKEW={} BENCH_SEED={} BENCH_CONNS={} \
+             BENCH_SECS={}",
+            self.peers, self.entries, self.skew, self.seed, self.conns, self.secs
+        );
+        println!(
+            "  {} CPUs shared by the hub, the fake peers and the load generator; nginx: {}",
+            self.cpus,
+            self.nginx.display()
+        );
+    }
+
+    fn load_time(&self) -> Duration {
+        Duration::from_secs_f64(self.secs)
+    }
+}
+
+/// The variable `name` parsed, or `default` when unset; a value that does not parse stops
+/// the run.
+fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} does not parse")),
+        _ => default,
+    }
+}
+
+// ---- generated mesh --------------------------------------------------------------------
+
+/// splitmix64: a hash of `x`, for seeding and for deterministic choices.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A Zipf distribution over ranks `0..n`: rank `k` drawn with weight `(k + 1)^-s`.
+struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize, s: f64) -> Self {
+        let mut acc = 0.0;
+        let cdf = (1..=n)
+            .map(|k| {
+                acc += (k as f64).powf(-s);
+                acc
+            })
+            .collect();
+        Self { cdf }
+    }
+
+    fn len(&self) -> usize {
+        self.cdf.len()
+    }
+
+    fn sample(&self, rng: &mut fastrand::Rng) -> u32 {
+        let total = self.cdf[self.cdf.len() - 1];
+        let u = rng.f64() * total;
+        self.cdf
+            .partition_point(|&c| c <= u)
+            .min(self.cdf.len() - 1) as u32
+    }
+}
+
+/// The values of each attribute, by popularity rank. A rank's word is a bijective scramble of
+/// the rank spelled in syllables, so values are distinct within an attribute and popular
+/// ones share no prefix.
+struct Vocabulary {
+    seed: u64,
+    syllables: u32,
+    modulus: u64,
+}
+
+impl Vocabulary {
+    /// Multiplier of the scramble: a prime, so coprime with `28^k`.
+    const SCRAMBLE: u64 = 2_654_435_761;
+
+    fn new(seed: u64, size: usize) -> Self {
+        let mut syllables = 4;
+        while 28u64.pow(syllables) < size as u64 {
+            syllables += 1;
+        }
+        Self {
+            seed,
+            syllables,
+            modulus: 28u64.pow(syllables),
+        }
+    }
+
+    fn word(&self, attr: usize, rank: u32) -> String {
+        let offset = mix(self.seed ^ ((attr as u64 + 1) << 32)) % self.modulus;
+        let mut code = (u64::from(rank) * Self::SCRAMBLE + offset) % self.modulus;
+        let mut w = String::new();
+        for _ in 0..self.syllables {
+            w.push_str(SYLLABLES[(code % 28) as usize]);
+            code /= 28;
+        }
+        w
+    }
+
+    /// The value of rank `rank` of attribute `attr` (an index into [`ATTRIBUTES`]).
+    fn value(&self, attr: usize, rank: u32) -> String {
+        let word = self.word(attr, rank);
+        let h = mix(self.seed ^ mix(((attr as u64) << 40) | u64::from(rank)));
+        match attr {
+            0 => format!("{} {}", GIVEN[h as usize % GIVEN.len()], capitalize(&word)),
+            1 => format!(
+                "{} {} {}",
+                ADJECTIVES[h as usize % ADJECTIVES.len()],
+                NOUNS[(h >> 8) as usize % NOUNS.len()],
+                capitalize(&word)
+            ),
+            _ => word,
+        }
+    }
+}
+
+fn capitalize(w: &str) -> String {
+    let mut c = w.chars();
+    match c.next() {
+        Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+/// One fake peer's data.
+struct PeerData {
+    /// The ranks it holds, per attribute.
+    ranks: [Vec<u32>; 3],
+    /// Its hint, encoded.
+    payload: Bytes,
+}
+
+/// Every peer's hint, and who holds what.
+struct Mesh {
+    vocab: Vocabulary,
+    peers: Vec<PeerData>,
+    /// Per attribute and rank: how many peers hold the value.
+    holders: [Vec<u32>; 3],
+}
+
+impl Mesh {
+    fn generate(s: &Settings) -> Self {
+        let per_attr: [usize; 3] =
+            std::array::from_fn(|a| s.entries / 3 + usize::from(a < s.entries % 3));
+        // Ranks enough that the tail is mostly held once, even for few peers.
+        let size = s.peers.max(8) * per_attr[0];
+        let zipf = Zipf::new(size, s.skew);
+        let vocab = Vocabulary::new(s.seed, size);
+        let threads = s.cpus.min(s.peers).max(1);
+        let mut peers: Vec<Option<PeerData>> = (0..s.peers).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (zipf, vocab, per_attr) = (&zipf, &vocab, &per_attr);
+                    scope.spawn(move || {
+                        (t..s.peers)
+                            .step_by(threads)
+                            .map(|i| (i, make_peer(i, s.seed, zipf, vocab, per_attr)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for h in handles {
+                for (i, p) in h.join().expect("a generator thread panicked") {
+                    peers[i] = Some(p);
+                }
+            }
+        });
+        let peers: Vec<PeerData> = peers.into_iter().flatten().collect();
+        let mut holders: [Vec<u32>; 3] = std::array::from_fn(|_| vec![0; size]);
+        for p in &peers {
+            for (a, ranks) in p.ranks.iter().enumerate() {
+                for &r in ranks {
+                    holders[a][r as usize] += 1;
+                }
+            }
+        }
+        Self {
+            vocab,
+            peers,
+            holders,
+        }
+    }
+
+    fn payload_bytes(&self) -> usize {
+        self.peers.iter().map(|p| p.payload.len()).sum()
+    }
+
+    fn distinct_values(&self) -> usize {
+        self.holders
+            .iter()
+            .map(|h| h.iter().filter(|&&n| n > 0).count())
+            .sum()
+    }
+
+    /// Peers holding a value of `attr` that contains `fragment`, ignoring ASCII case (what a
+    /// `~` query matches).
+    fn substring_holders(&self, attr: usize, fragment: &str) -> usize {
+        let needle = fragment.to_ascii_lowercase();
+        let matching: HashSet<u32> = (0..self.holders[attr].len() as u32)
+            .filter(|&r| self.holders[attr][r as usize] > 0)
+            .filter(|&r| {
+                self.vocab
+                    .value(attr, r)
+                    .to_ascii_lowercase()
+                    .contains(&needle)
+            })
+            .collect();
+        self.peers
+            .iter()
+            .filter(|p| p.ranks[attr].iter().any(|r| matching.contains(r)))
+            .count()
+    }
+}
+
+fn base_uri(i: usize) -> String {
+    format!("http://peer{i}.example/")
+}
+
+fn peer_dsi(i: usize) -> Dsi {
+    Dsi::new(&format!("1.3.6.1.4.1.99999.1000.{i}")).expect("a valid DSI")
+}
+
+fn spec(attr: usize) -> AttrSpec {
+    AttrSpec::new(TEMPLATE, ATTRIBUTES[attr]).expect("a valid attribute")
+}
+
+/// Peer `i`'s values and hint.
+fn make_peer(
+    i: usize,
+    seed: u64,
+    zipf: &Zipf,
+    vocab: &Vocabulary,
+    per_attr: &[usize; 3],
+) -> PeerData {
+    let mut rng = fastrand::Rng::with_seed(mix(seed ^ mix(i as u64 + 1)));
+    let mut ranks: [Vec<u32>; 3] = Default::default();
+    let mut weightlists = Vec::with_capacity(3);
+    let mut objects = 1;
+    for (a, &want) in per_attr.iter().enumerate() {
+        let (drawn, draws) = draw(zipf, want, &mut rng);
+        objects = objects.max(draws);
+        let entries = drawn
+            .iter()
+            .map(|&(rank, count)| WeightEntry {
+                value: Bytes::from(vocab.value(a, rank)),
+                count,
+            })
+            .collect();
+        weightlists.push((spec(a), Weightlist { entries }));
+        ranks[a] = drawn.into_iter().map(|(rank, _)| rank).collect();
+    }
+    let hint = CipHint {
+        url: format!("{}hint", base_uri(i)),
+        attributes: (0..ATTRIBUTES.len()).map(spec).collect(),
+        sources: vec![base_uri(i)],
+        // Every object has one value of each attribute: the attribute drawn most often
+        // counts the objects.
+        total_object_count: objects,
+        weightlists,
+        ..CipHint::default()
+    };
+    PeerData {
+        ranks,
+        payload: Bytes::from(hint.to_soif().to_bytes()),
+    }
+}
+
+/// Draws objects' values until `want` distinct ranks are held: `(rank, objects)` by rank, and
+/// the number of objects. A steep exponent makes the tail unreachable: after `32 * want`
+/// draws the remaining values are taken uniformly (one object each).
+fn draw(zipf: &Zipf, want: usize, rng: &mut fastrand::Rng) -> (Vec<(u32, u64)>, u64) {
+    let mut counts: HashMap<u32, u64> = HashMap::with_capacity(want * 2);
+    let mut draws = 0u64;
+    let cap = 32 * want as u64;
+    while counts.len() < want && draws < cap {
+        *counts.entry(zipf.sample(rng)).or_default() += 1;
+        draws += 1;
+    }
+    while counts.len() < want {
+        let rank = rng.u32(..zipf.len() as u32);
+        if let std::collections::hash_map::Entry::Vacant(e) = counts.entry(rank) {
+            e.insert(1);
+            draws += 1;
+        }
+    }
+    let mut drawn: Vec<(u32, u64)> = counts.into_iter().collect();
+    drawn.sort_unstable();
+    (drawn, draws)
+}
+
+// ---- queries ---------------------------------------------------------------------------
+
+/// A referral query and the number of peers it should find.
+#[derive(Clone)]
+struct Query {
+    text: String,
+    /// Peers holding a matching value.
+    holders: usize,
+}
+
+impl Query {
+    fn exact(mesh: &Mesh, attr: usize, rank: u32) -> Self {
+        Self {
+            text: format!(
+                "{TEMPLATE}:{}={}",
+                ATTRIBUTES[attr],
+                mesh.vocab.value(attr, rank)
+            ),
+            holders: mesh.holders[attr][rank as usize] as usize,
+        }
+    }
+
+    fn path(&self, limit: Option<usize>) -> String {
+        let mut p = format!("/v1/referrals?q={}", percent_encode(&self.text));
+        if let Some(n) = limit {
+            p.push_str(&format!("&limit={n}"));
+        }
+        p
+    }
+
+    /// Referrals the hub should answer with.
+    fn expected(&self, limit: Option<usize>) -> usize {
+        self.holders
+            .min(limit.unwrap_or(MAX_REFERRALS).min(MAX_REFERRALS))
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The queries of the probe, the checks and the load.
+struct Pools {
+    popular: Vec<Query>,
+    rare: Vec<Query>,
+    /// Values held by one or two peers, before sampling [`Pools::rare`].
+    rare_total: usize,
+    /// Substring queries; `holders` is known only for the first few (the checks).
+    substring: Vec<Query>,
+    /// The probe's popular and rare `DOCUMENT:Author=` queries.
+    probe: [Query; 2],
+}
+
+impl Pools {
+    /// Substring queries whose holders are counted, for the answer checks.
+    const CHECKED_SUBSTRINGS: usize = 3;
+
+    fn new(mesh: &Mesh, s: &Settings) -> Self {
+        let mut rng = fastrand::Rng::with_seed(mix(s.seed ^ 0x51ee_d5ee_d000));
+        let mut by_holders: Vec<(u32, usize, u32)> = Vec::new();
+        let mut rare = Vec::new();
+        for (a, holders) in mesh.holders.iter().enumerate() {
+            for (r, &n) in holders.iter().enumerate() {
+                if n * 10 >= s.peers as u32 * 9 {
+                    by_holders.push((n, a, r as u32));
+                }
+                if (1..=2).contains(&n) {
+                    rare.push((a, r as u32));
+                }
+            }
+        }
+        if by_holders.len() < 8 {
+            by_holders = mesh
+                .holders
+                .iter()
+                .enumerate()
+                .flat_map(|(a, h)| h.iter().enumerate().map(move |(r, &n)| (n, a, r as u32)))
+                .filter(|&(n, _, _)| n > 0)
+                .collect();
+        }
+        by_holders.sort_unstable_by(|x, y| y.0.cmp(&x.0).then((x.1, x.2).cmp(&(y.1, y.2))));
+        let popular: Vec<Query> = by_holders
+            .iter()
+            .take(64)
+            .map(|&(_, a, r)| Query::exact(mesh, a, r))
+            .collect();
+        let rare_total = rare.len();
+        rng.shuffle(&mut rare);
+        let rare: Vec<Query> = rare
+            .iter()
+            .take(POOL)
+            .map(|&(a, r)| Query::exact(mesh, a, r))
+            .collect();
+        let mut substring = Vec::with_capacity(POOL);
+        while substring.len() < POOL {
+            let attr = rng.usize(..ATTRIBUTES.len());
+            let peer = &mesh.peers[rng.usize(..mesh.peers.len())];
+            let rank = peer.ranks[attr][rng.usize(..peer.ranks[attr].len())];
+            let value = mesh.vocab.value(attr, rank);
+            let len = rng.usize(4..=6);
+            if value.len() < len {
+                continue;
+            }
+            let start = rng.usize(..=value.len() - len);
+            let fragment = &value[start..start + len];
+            if fragment.starts_with(' ') || fragment.ends_with(' ') {
+                continue;
+            }
+            let holders = if substring.len() < Self::CHECKED_SUBSTRINGS {
+                mesh.substring_holders(attr, fragment)
+            } else {
+                0
+            };
+            substring.push(Query {
+                text: format!("{TEMPLATE}:{}~{fragment}", ATTRIBUTES[attr]),
+                holders,
+            });
+        }
+        let probe = [Self::probe_popular(mesh), Self::probe_rare(mesh)];
+        Self {
+            popular,
+            rare: if rare.is_empty() {
+                vec![probe[1].clone()]
+            } else {
+                rare
+            },
+            rare_total,
+            substring,
+            probe,
+        }
+    }
+
+    /// The `Author` value held by the most peers.
+    fn probe_popular(mesh: &Mesh) -> Query {
+        let h = &mesh.holders[0];
+        let rank = (0..h.len())
+            .max_by_key(|&r| (h[r], usize::MAX - r))
+            .unwrap_or(0);
+        Query::exact(mesh, 0, rank as u32)
+    }
+
+    /// The least popular `Author` value held by the fewest peers.
+    fn probe_rare(mesh: &Mesh) -> Query {
+        let h = &mesh.holders[0];
+        let rank = (0..h.len())
+            .filter(|&r| h[r] > 0)
+            .min_by_key(|&r| (h[r], usize::MAX - r))
+            .unwrap_or(0);
+        Query::exact(mesh, 0, rank as u32)
+    }
+
+    /// A third each of exact popular, exact rare and substring queries.
+    fn mixed(&self, limit: Option<usize>) -> Vec<String> {
+        (0..POOL)
+            .map(|i| match i % 3 {
+                0 => self.popular[i / 3 % self.popular.len()].path(limit),
+                1 => self.rare[i / 3 % self.rare.len()].path(limit),
+                _ => self.substring[i / 3 % self.substring.len()].path(limit),
+            })
+            .collect()
+    }
+
+    fn paths(queries: &[Query]) -> Vec<String> {
+        queries.iter().map(|q| q.path(None)).collect()
+    }
+
+    /// The load's query kinds, in order.
+    fn kinds(&self) -> Vec<(&'static str, Vec<String>)> {
+        vec![
+            ("mixed", self.mixed(None)),
+            ("mixed limit=10", self.mixed(Some(SMALL_LIMIT))),
+            ("exact rare", Self::paths(&self.rare)),
+            ("exact popular", Self::paths(&self.popular)),
+            ("substring", Self::paths(&self.substring)),
+        ]
+    }
+
+    /// Queries whose referral count is checked before the load: `(label, query, limit)`.
+    fn checks(&self) -> Vec<(&'static str, &Query, Option<usize>)> {
+        let mut v = Vec::new();
+        for q in self.popular.iter().take(3) {
+            v.push(("popular", q, None));
+        }
+        v.push(("popular", &self.popular[0], Some(SMALL_LIMIT)));
+        for q in self.rare.iter().take(3) {
+            v.push(("rare", q, None));
+        }
+        for q in self.substring.iter().take(Self::CHECKED_SUBSTRINGS) {
+            v.push(("substring", q, None));
+        }
+        v
+    }
+}
+
+// ---- fake peers ------------------------------------------------------------------------
+
+/// Answers polls with one fixed index object.
+struct FakePeer {
+    result: PollResult,
+    polls: Arc<AtomicU64>,
+}
+
+impl RequestHandler for FakePeer {
+    async fn handle(&self, request: Request, _peer: &PeerContext) -> Reply {
+        match request {
+            Request::Poll { .. } => {
+                self.polls.fetch_add(1, Ordering::Relaxed);
+                Reply::result(self.result.clone())
+            }
+            _ => Reply::ok(),
+        }
+    }
+}
+
+/// Starts one CIP listener per peer; returns their addresses.
+async fn start_peers(
+    peers: Vec<PeerData>,
+    polls: Arc<AtomicU64>,
+    token: CancellationToken,
+) -> Vec<SocketAddr> {
+    let mut addrs = Vec::with_capacity(peers.len());
+    for (i, p) in peers.into_iter().enumerate() {
+        let object = IndexObject {
+            index_type: IndexType::harvest_soif(),
+            dsi: peer_dsi(i),
+            base_uris: vec![base_uri(i)],
+            dsi_description: Some(format!("bench peer {i}")),
+            payload: p.payload,
+        };
+        let handler = Arc::new(FakePeer {
+            result: PollResult {
+                objects: vec![object],
+            },
+            polls: polls.clone(),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a peer listener");
+        addrs.push(listener.local_addr().expect("the peer's address"));
+        let token = token.clone();
+        tokio::spawn(async move {
+            let config = Arc::new(TransportConfig::default());
+            loop {
+                let (tcp, remote) = tokio::select! {
+                    r = listener.accept() => match r {
+                        Ok(x) => x,
+                        Err(_) => continue,
+                    },
+                    () = token.cancelled() => return,
+                };
+                let _ = tcp.set_nodelay(true);
+                let peer = PeerContext {
+                    remote,
+                    tls_peer_certificates: None,
+                };
+                let (h, c, t) = (handler.clone(), config.clone(), token.clone());
+                tokio::spawn(async move {
+                    let _ = serve_connection(tcp, peer, h.as_ref(), &c, t).await;
+                });
+            }
+        });
+    }
+    addrs
+}
+
+// ---- child processes -------------------------------------------------------------------
+
+/// Called with each line the child writes to stdout or stderr.
+type LineHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A child process whose output goes to a log file (and its last lines to memory). Dropping
+/// it stops the child, printing those lines first when the bench is panicking and the child
+/// was still running.
+struct Proc {
+    name: &'static str,
+    child: Child,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    log: PathBuf,
+    /// Set once [`Proc::stop`] ran: the child's output is no longer of interest.
+    stopped: bool,
+}
+
+impl Proc {
+    const TAIL: usize = 40;
+
+    fn spawn(name: &'static str, cmd: &mut Command, log: PathBuf, hook: LineHook) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let file = Arc::new(Mutex::new(
+            File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display())),
+        ));
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(Self::TAIL)));
+        let out: [Box<dyn Read + Send>; 2] = [
+            Box::new(child.stdout.take().expect("piped stdout")),
+            Box::new(child.stderr.take().expect("piped stderr")),
+        ];
+        for stream in out {
+            let (file, tail, hook) = (file.clone(), tail.clone(), hook.clone());
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    hook(&line);
+                    let _ = writeln!(lock(&file), "{line}");
+                    let mut t = lock(&tail);
+                    if t.len() == Self::TAIL {
+                        t.pop_front();
+                    }
+                    t.push_back(line);
+                }
+            });
+        }
+        Self {
+            name,
+            child,
+            tail,
+            log,
+            stopped: false,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, up to 10 s for the child to exit, then SIGKILL. Returns how it exited and
+    /// how long it took.
+    fn stop(&mut self) -> Option<(ExitStatus, Duration)> {
+        self.stopped = true;
+        let started = Instant::now();
+        if self.running() {
+            let termed = Command::new("kill")
+                .args(["-TERM", &self.pid().to_string()])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !termed {
+                let _ = self.child.kill();
+            }
+            while self.running() && started.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if self.running() {
+                eprintln!("{} ignored SIGTERM for 10 s; killing it", self.name);
+                let _ = self.child.kill();
+            }
+        }
+        let status = self.child.wait().ok()?;
+        Some((status, started.elapsed()))
+    }
+
+    fn print_tail(&self) {
+        eprintln!(
+            "---- last lines of {} (full log: {}) ----",
+            self.name,
+            self.log.display()
+        );
+        for line in lock(&self.tail).iter() {
+            eprintln!("{line}");
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() && !self.stopped {
+            self.print_tail();
+        }
+        self.stop();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The hub's configuration.
+fn hub_config(dir: &Path, peers: &[SocketAddr], conns: usize) -> String {
+    let mut toml = format!(
+        r#"data_dir = {data:?}
+
+[node]
+dsi = "1.3.6.1.4.1.99999.999"
+description = "cipd hub benchmark"
+
+[listen]
+cip = ["127.0.0.1:0"]
+http = ["127.0.0.1:0"]
+
+[limits]
+max_http_connections = {http}
+max_referrals = {MAX_REFERRALS}
+
+[log]
+format = "text"
+level = "info"
+"#,
+        data = dir.join("data").display().to_string(),
+        http = (conns * 2).max(1024),
+    );
+    for (i, addr) in peers.iter().enumerate() {
+        toml.push_str(&format!(
+            "\n[[peer]]\nname = \"peer{i}\"\nhost = \"{}\"\nport = {}\nrole = \"poll\"\n\
+             poll_interval = \"1h\"\n",
+            addr.ip(),
+            addr.port()
+        ));
+    }
+    toml
+}
+
+/// A started hub: the process, its HTTP address, and counts of its warnings and errors.
+struct Hub {
+    proc: Proc,
+    addr: SocketAddr,
+    started: Instant,
+    listening_after: Duration,
+    warnings: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+}
+
+/// Starts the `cipd` binary of this build on a generated configuration in `dir` and waits
+/// for its HTTP listener.
+async fn start_hub(dir: &Path, peers: &[SocketAddr], conns: usize) -> Hub {
+    let config = dir.join("cipd.toml");
+    std::fs::write(&config, hub_config(dir, peers, conns)).expect("write the hub's config");
+    let (tx, rx) = mpsc::channel::<SocketAddr>();
+    let tx = Mutex::new(Some(tx));
+    let warnings = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let (w, e) = (warnings.clone(), errors.clone());
+    let hook: LineHook = Arc::new(move |line: &str| {
+        if line.contains(" WARN ") {
+            w.fetch_add(1, Ordering::Relaxed);
+        } else if line.contains(" ERROR ") {
+            e.fetch_add(1, Ordering::Relaxed);
+        }
+        const MARK: &str = "listening for queries on http://";
+        if let Some(at) = line.find(MARK) {
+            let rest = &line[at + MARK.len()..];
+            let end = rest
+                .find(|c: char| c.is_whitespace() || c == '/')
+                .unwrap_or(rest.len());
+            if let (Ok(addr), Some(tx)) = (rest[..end].parse(), lock(&tx).take()) {
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut proc = Proc::spawn(
+        "the hub",
+        Command::new(env!("CARGO_BIN_EXE_cipd"))
+            .arg("--config")
+            .arg(&config)
+            .env_remove("RUST_LOG"),
+        dir.join("cipd.log"),
+        hook,
+    );
+    let addr = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(120)))
+        .await
+        .expect("the waiting task");
+    let addr = match addr {
+        Ok(a) => a,
+        Err(e) => {
+            // The hook may still be writing the last lines.
+            std::thread::sleep(Duration::from_millis(200));
+            let state = if proc.running() { "running" } else { "exited" };
+            panic!("the hub ({state}) printed no HTTP listener: {e}");
+        }
+    };
+    Hub {
+        proc,
+        addr,
+        started,
+        listening_after: started.elapsed(),
+        warnings,
+        errors,
+    }
+}
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Starts nginx serving `size` bytes at `/answer.json`; returns it and its address.
+async fn start_nginx(bin: &Path, dir: &Path, size: usize, workers: usize) -> (Proc, SocketAddr) {
+    use std::os::unix::fs::PermissionsExt;
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).expect("create the nginx root");
+    let body: Vec<u8> = (0..size)
+        .map(|i| b"{\"referrals\":[]}                \n"[i % 33])
+        .collect();
+    std::fs::write(www.join("answer.json"), body).expect("write the static file");
+    // When run as root, nginx's workers run as an unprivileged user that must read the file.
+    for d in [dir, &www] {
+        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755));
+    }
+    let _ = std::fs::set_permissions(
+        www.join("answer.json"),
+        std::fs::Permissions::from_mode(0o644),
+    );
+    let port = free_port();
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("create nginx's temporary directory");
+    let d = |name: &str| tmp.join(name).display().to_string();
+    let conf = format!(
+        r#"worker_processes {workers};
+daemon off;
+master_process on;
+pid {pid};
+error_log {errlog} warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+    default_type application/json;
+    client_body_temp_path {body};
+    proxy_temp_path {proxy};
+    fastcgi_temp_path {fastcgi};
+    uwsgi_temp_path {uwsgi};
+    scgi_temp_path {scgi};
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+    }}
+}}
+"#,
+        pid = dir.join("nginx.pid").display(),
+        errlog = dir.join("error.log").display(),
+        body = d("body"),
+        proxy = d("proxy"),
+        fastcgi = d("fastcgi"),
+        uwsgi = d("uwsgi"),
+        scgi = d("scgi"),
+        root = www.display(),
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).expect("write the nginx config");
+    let mut proc = Proc::spawn(
+        "nginx",
+        Command::new(bin)
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf_path)
+            .arg("-e")
+            .arg(dir.join("error.log")),
+        dir.join("nginx.out"),
+        Arc::new(|_: &str| {}),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let started = Instant::now();
+    loop {
+        if TcpStream::connect(addr).await.is_ok() {
+            return (proc, addr);
+        }
+        if !proc.running() || started.elapsed() > Duration::from_secs(10) {
+            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+            panic!("nginx did not start listening on {addr}:\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `VmRSS` and `VmHWM` of process `pid`, in KiB.
+fn memory_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+// ---- HTTP client -----------------------------------------------------------------------
+
+type Sender = SendRequest<Empty<Bytes>>;
+
+/// Opens a keep-alive HTTP/1.1 connection to `addr`.
+async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let _ = tcp.set_nodelay(true);
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+fn get(addr: SocketAddr, path: &str) -> hyper::Request<Empty<Bytes>> {
+    hyper::Request::get(path)
+        .header(hyper::header::HOST, addr.to_string())
+        .body(Empty::new())
+        .expect("a valid request")
+}
+
+/// Sends `GET path` and reads the whole answer; returns the status and the body's size.
+async fn exchange(
+    sender: &mut Sender,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<(hyper::StatusCode, usize), String> {
+    sender.ready().await.map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(get(addr, path))
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let mut body = response.into_body();
+    let mut size = 0;
+    while let Some(frame) = body.frame().await {
+        if let Some(data) = frame.map_err(|e| e.to_string())?.data_ref() {
+            size += data.len();
+        }
+    }
+    Ok((status, size))
+}
+
+/// One `GET path` on a new connection, with the whole body.
+async fn fetch(addr: SocketAddr, path: &str) -> Result<(hyper::StatusCode, Bytes), String> {
+    let mut sender = connect(addr).await?;
+    let response = sender
+        .send_request(get(addr, path))
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, body))
+}
+
+/// The referrals of a `/v1/referrals` answer.
+fn referral_count(body: &[u8]) -> Option<usize> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.get("referrals")?.as_array().map(Vec::len)
+}
+
+/// The value of an unlabelled metric in a Prometheus text page.
+fn gauge(page: &[u8], name: &str) -> Option<f64> {
+    std::str::from_utf8(page).ok()?.lines().find_map(|l| {
+        let mut parts = l.split_whitespace();
+        (parts.next()? == name).then_some(())?;
+        parts.next()?.parse().ok()
+    })
+}
+
+/// The hub's `/metrics` page, if it answers within the request timeout.
+async fn metrics(addr: SocketAddr) -> Option<Bytes> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, fetch(addr, "/metrics")).await {
+        Ok(Ok((status, body))) if status.is_success() => Some(body),
+        _ => None,
+    }
+}
+
+// ---- probe -----------------------------------------------------------------------------
+
+/// One probe query's fate.
+enum Outcome {
+    /// Answered (any status) after `wait`.
+    Answered {
+        wait: Duration,
+        ok: bool,
+        referrals: usize,
+    },
+    TimedOut,
+    Failed,
+}
+
+/// One probe query.
+struct Sample {
+    /// 0 popular, 1 rare.
+    kind: usize,
+    /// Sent this long after the hub started.
+    at: Duration,
+    outcome: Outcome,
+}
+
+/// Sends the two probe queries every [`PROBE_PERIOD`] until `stop`, then waits for those in
+/// flight.
+async fn probe(
+    addr: SocketAddr,
+    paths: [String; 2],
+    started: Instant,
+    stop: CancellationToken,
+) -> Vec<Sample> {
+    let paths = Arc::new(paths);
+    let mut ticks = tokio::time::interval(PROBE_PERIOD);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tasks = JoinSet::new();
+    let mut samples = Vec::new();
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {
+                for kind in 0..2 {
+                    let paths = paths.clone();
+                    tasks.spawn(async move {
+                        let at = started.elapsed();
+                        let sent = Instant::now();
+                        let outcome = match tokio::time::timeout(
+                            REQUEST_TIMEOUT,
+                            fetch(addr, &paths[kind]),
+                        )
+                        .await
+                        {
+                            Ok(Ok((status, body))) => Outcome::Answered {
+                                wait: sent.elapsed(),
+                                ok: status.is_success(),
+                                referrals: referral_count(&body).unwrap_or(0),
+                            },
+                            Ok(Err(_)) => Outcome::Failed,
+                            Err(_) => Outcome::TimedOut,
+                        };
+                        Sample { kind, at, outcome }
+                    });
+                }
+            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                samples.push(done.expect("a probe task panicked"));
+            }
+            () = stop.cancelled() => break,
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        samples.push(done.expect("a probe task panicked"));
+    }
+    samples
+}
+
+/// What the probe saw in one phase.
+#[derive(Default)]
+struct ProbeFigures {
+    sent: usize,
+    worst: Duration,
+    worst_at: Duration,
+    timeouts: usize,
+    failures: usize,
+}
+
+impl ProbeFigures {
+    fn of<'a>(samples: impl Iterator<Item = &'a Sample>) -> Self {
+        let mut f = Self::default();
+        for s in samples {
+            f.sent += 1;
+            match s.outcome {
+                Outcome::Answered { wait, ok, .. } => {
+                    if wait > f.worst {
+                        (f.worst, f.worst_at) = (wait, s.at);
+                    }
+                    f.failures += usize::from(!ok);
+                }
+                Outcome::TimedOut => {
+                    f.timeouts += 1;
+                    f.worst = REQUEST_TIMEOUT;
+                    f.worst_at = s.at;
+                }
+                Outcome::Failed => f.failures += 1,
+            }
+        }
+        f
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{} queries, worst wait {} (sent at {:.1} s), {} timeouts, {} failed",
+            self.sent,
+            ms(self.worst),
+            self.worst_at.as_secs_f64(),
+            self.timeouts,
+            self.failures
+        )
+    }
+}
+
+// ---- load ------------------------------------------------------------------------------
+
+/// The figures of one closed-loop run.
+struct Load {
+    label: String,
+    /// Successful answers completed within the window.
+    completed: u64,
+    errors: u64,
+    first_error: Option<String>,
+    /// Latencies of all answers, in nanoseconds, sorted.
+    latencies: Vec<u64>,
+    /// Bytes of successful answers.
+    bytes: u64,
+    answers: u64,
+    window: Duration,
+}
+
+impl Load {
+    fn qps(&self) -> f64 {
+        self.completed as f64 / self.window.as_secs_f64()
+    }
+
+    fn percentile(&self, p: f64) -> Duration {
+        match self.latencies.len() {
+            0 => Duration::ZERO,
+            n => Duration::from_nanos(self.latencies[((n - 1) as f64 * p).round() as usize]),
+        }
+    }
+
+    fn mean_size(&self) -> u64 {
+        self.bytes.checked_div(self.answers).unwrap_or(0)
+    }
+
+    fn row(&self) -> String {
+        format!(
+            "{:<22} {:>9.0} {:>10} {:>10} {:>10} {:>7} {:>10}",
+            self.label,
+            self.qps(),
+            ms(self.percentile(0.5)),
+            ms(self.percentile(0.99)),
+            ms(self.percentile(0.999)),
+            self.errors,
+            self.mean_size()
+        )
+    }
+
+    fn header() -> String {
+        format!(
+            "{:<22} {:>9} {:>10} {:>10} {:>10} {:>7} {:>10}",
+            "kind", "q/s", "p50", "p99", "p99.9", "errors", "mean bytes"
+        )
+    }
+}
+
+/// Per-connection figures, merged into a [`Load`].
+#[derive(Default)]
+struct ConnFigures {
+    completed: u64,
+    errors: u64,
+    first_error: Option<String>,
+    latencies: Vec<u64>,
+    bytes: u64,
+    answers: u64,
+}
+
+impl ConnFigures {
+    fn error(&mut self, e: String) {
+        self.errors += 1;
+        self.first_error.get_or_insert(e);
+    }
+}
+
+/// Closed-loop load: `conns` connections, each sending a random path of `paths` as soon as
+/// the previous answer is read, for `window`.
+async fn closed_loop(
+    label: &str,
+    addr: SocketAddr,
+    paths: Vec<String>,
+    conns: usize,
+    window: Duration,
+) -> Load {
+    let paths = Arc::new(paths);
+    let mut senders = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        senders.push(
+            connect(addr)
+                .await
+                .unwrap_or_else(|e| panic!("{label}: cannot connect to {addr}: {e}")),
+        );
+    }
+    let deadline = Instant::now() + window;
+    let mut tasks = JoinSet::new();
+    for (i, sender) in senders.into_iter().enumerate() {
+        let paths = paths.clone();
+        tasks.spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(mix(i as u64));
+            let mut f = ConnFigures::default();
+            let mut sender = Some(sender);
+            while Instant::now() < deadline {
+                let mut s = match sender.take() {
+                    Some(s) => s,
+                    None => match connect(addr).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            f.error(format!("reconnect: {e}"));
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    },
+                };
+                let path = &paths[rng.usize(..paths.len())];
+                let sent = Instant::now();
+                match tokio::time::timeout(REQUEST_TIMEOUT, exchange(&mut s, addr, path)).await {
+                    Ok(Ok((status, size))) => {
+                        let done = Instant::now();
+                        f.latencies.push((done - sent).as_nanos() as u64);
+                        if status.is_success() {
+                            f.bytes += size as u64;
+                            f.answers += 1;
+                            f.completed += u64::from(done <= deadline);
+                        } else {
+                            f.error(format!("HTTP {status} for {path}"));
+                        }
+                        sender = Some(s);
+                    }
+                    Ok(Err(e)) => f.error(e),
+                    Err(_) => f.error(format!("no answer within 30 s for {path}")),
+                }
+            }
+            f
+        });
+    }
+    let mut load = Load {
+        label: label.to_owned(),
+        completed: 0,
+        errors: 0,
+        first_error: None,
+        latencies: Vec::new(),
+        bytes: 0,
+        answers: 0,
+        window,
+    };
+    while let Some(done) = tasks.join_next().await {
+        let f = done.expect("a load task panicked");
+        load.completed += f.completed;
+        load.errors += f.errors;
+        load.bytes += f.bytes;
+        load.answers += f.answers;
+        load.latencies.extend(f.latencies);
+        if load.first_error.is_none() {
+            load.first_error = f.first_error;
+        }
+    }
+    load.latencies.sort_unstable();
+    load
+}
+
+// ---- the run ---------------------------------------------------------------------------
+
+/// Every figure of the run, for the final summary.
+struct Summary {
+    listening_after: Duration,
+    table_full_after: Duration,
+    summaries_after: Option<Duration>,
+    table: String,
+    memory: Option<(u64, u64)>,
+    memory_after_load: Option<(u64, u64)>,
+    polls_served: u64,
+    checks: (usize, usize),
+    probe_startup: ProbeFigures,
+    probe_after: ProbeFigures,
+    loads: Vec<Load>,
+    nginx: Result<Load, String>,
+    hub_warnings: u64,
+    hub_errors: u64,
+    hub_stop: Option<(ExitStatus, Duration)>,
+}
+
+async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
+    let dir = tempfile::TempDir::new().expect("a temporary directory");
+    let token = CancellationToken::new();
+    let polls = Arc::new(AtomicU64::new(0));
+    let peer_addrs = start_peers(mesh.peers, polls.clone(), token.clone()).await;
+    println!("{} fake peers listening", peer_addrs.len());
+
+    let mut hub = start_hub(dir.path(), &peer_addrs, settings.conns).await;
+    let addr = hub.addr;
+    println!(
+        "hub (pid {}) listening on http://{addr} after {}; log: {}",
+        hub.proc.pid(),
+        secs(hub.listening_after),
+        hub.proc.log.display()
+    );
+    let stop_probe = CancellationToken::new();
+    let probe_task = tokio::spawn(probe(
+        addr,
+        [pools.probe[0].path(None), pools.probe[1].path(None)],
+        hub.started,
+        stop_probe.clone(),
+    ));
+    println!(
+        "probe: {} ({} peers) and {} ({} peer(s)) every {} ms",
+        pools.probe[0].text,
+        pools.probe[0].holders,
+        pools.probe[1].text,
+        pools.probe[1].holders,
+        PROBE_PERIOD.as_millis()
+    );
+
+    let table_full_after = wait_for_table(&mut hub, settings.peers).await;
+    println!("every peer in the table after {}", secs(table_full_after));
+    let summaries_after = wait_for_summaries(&hub).await;
+    match summaries_after {
+        Some(d) => println!("substring summaries settled after {}", secs(d)),
+        None => println!("substring summaries still pending after 120 s more"),
+    }
+    let page = metrics(addr).await.unwrap_or_default();
+    let g = |n: &str| gauge(&page, n).unwrap_or(f64::NAN);
+    let table = format!(
+        "{} peers, {} distinct values, {} entries, {:.1} MB (table's estimate), {} summaries",
+        g("cipd_table_peers"),
+        g("cipd_table_values"),
+        g("cipd_table_entries"),
+        g("cipd_table_bytes") / 1e6,
+        g("cipd_table_summaries"),
+    );
+    println!("table: {table}");
+    let memory = memory_kib(hub.proc.pid());
+    if let Some((rss, hwm)) = memory {
+        println!(
+            "hub memory: VmRSS {} MiB, VmHWM {} MiB",
+            rss / 1024,
+            hwm / 1024
+        );
+    }
+
+    let checks = check_answers(addr, &pools).await;
+
+    let mut loads = Vec::new();
+    for (label, paths) in pools.kinds() {
+        let load = closed_loop(label, addr, paths, settings.conns, settings.load_time()).await;
+        println!("{}", load.row());
+        if let Some(e) = &load.first_error {
+            println!("    first error: {e}");
+        }
+        loads.push(load);
+    }
+    let memory_after_load = memory_kib(hub.proc.pid());
+    stop_probe.cancel();
+    let samples = probe_task.await.expect("the probe task panicked");
+    print_probe_timeline(&samples, table_full_after);
+    let probe_startup = ProbeFigures::of(samples.iter().filter(|s| s.at < table_full_after));
+    let probe_after = ProbeFigures::of(samples.iter().filter(|s| s.at >= table_full_after));
+
+    let hub_warnings = hub.warnings.load(Ordering::Relaxed);
+    let hub_errors = hub.errors.load(Ordering::Relaxed);
+    let hub_stop = hub.proc.stop();
+    token.cancel();
+
+    let mixed_size = loads[0].mean_size() as usize;
+    let nginx = yardstick(settings, mixed_size).await;
+
+    Summary {
+        listening_after: hub.listening_after,
+        table_full_after,
+        summaries_after,
+        table,
+        memory,
+        memory_after_load,
+        polls_served: polls.load(Ordering::Relaxed),
+        checks,
+        probe_startup,
+        probe_after,
+        loads,
+        nginx,
+        hub_warnings,
+        hub_errors,
+        hub_stop,
+    }
+}
+
+/// Polls `/metrics` until `cipd_table_peers` reaches `peers`; returns the time since the hub
+/// started.
+async fn wait_for_table(hub: &mut Hub, peers: usize) -> Duration {
+    let mut last_report = Instant::now();
+    let mut seen = 0.0;
+    loop {
+        if let Some(page) = metrics(hub.addr).await {
+            seen = gauge(&page, "cipd_table_peers").unwrap_or(0.0);
+            if seen >= peers as f64 {
+                return hub.started.elapsed();
+            }
+        }
+        if !hub.proc.running() {
+            panic!("the hub exited while filling its table");
+        }
+        if hub.started.elapsed() > TABLE_DEADLINE {
+            panic!("the table holds {seen} of {peers} peers after {TABLE_DEADLINE:?}");
+        }
+        if last_report.elapsed() > Duration::from_secs(5) {
+            println!(
+                "  {seen} of {peers} peers in the table at {}",
+                secs(hub.started.elapsed())
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Polls `/metrics` until no summary build is pending (120 s at most).
+async fn wait_for_summaries(hub: &Hub) -> Option<Duration> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        if let Some(page) = metrics(hub.addr).await
+            && gauge(&page, "cipd_table_summaries_pending") == Some(0.0)
+        {
+            return Some(hub.started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// Compares a few answers' referral counts with what the generated hints imply; returns
+/// (matching, checked).
+async fn check_answers(addr: SocketAddr, pools: &Pools) -> (usize, usize) {
+    let checks = pools.checks();
+    let mut good = 0;
+    for (label, query, limit) in &checks {
+        let expected = query.expected(*limit);
+        let got = match fetch(addr, &query.path(*limit)).await {
+            Ok((status, body)) if status.is_success() => referral_count(&body),
+            _ => None,
+        };
+        let verdict = if got == Some(expected) {
+            good += 1;
+            "ok"
+        } else {
+            "MISMATCH"
+        };
+        let got = got.map_or_else(|| "no answer".to_owned(), |n| n.to_string());
+        let limit = limit.map(|n| format!(" limit={n}")).unwrap_or_default();
+        println!(
+            "check {label:<9} {}{limit}: {got} referrals, expected {expected} ({} holders): \
+             {verdict}",
+            query.text, query.holders
+        );
+    }
+    (good, checks.len())
+}
+
+/// The probe's answers in the order they were sent, condensed: one line per second that
+/// holds a wait over 100 ms, a timeout or a failure.
+fn print_probe_timeline(samples: &[Sample], table_full: Duration) {
+    let rare_found = samples
+        .iter()
+        .filter(|s| s.kind == 1)
+        .filter(|s| matches!(s.outcome, Outcome::Answered { referrals, .. } if referrals > 0))
+        .map(|s| s.at)
+        .min();
+    if let Some(at) = rare_found {
+        println!(
+            "probe: the rare value was first referred at {:.1} s (table full at {:.1} s)",
+            at.as_secs_f64(),
+            table_full.as_secs_f64()
+        );
+    }
+    let mut slow: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| match s.outcome {
+            Outcome::Answered { wait, ok, .. } => !ok || wait > Duration::from_millis(100),
+            _ => true,
+        })
+        .collect();
+    slow.sort_by_key(|s| s.at);
+    for s in slow.iter().take(20) {
+        let what = match s.outcome {
+            Outcome::Answered { wait, ok: true, .. } => format!("answered after {}", ms(wait)),
+            Outcome::Answered { wait, .. } => format!("error status after {}", ms(wait)),
+            Outcome::TimedOut => "no answer within 30 s".to_owned(),
+            Outcome::Failed => "connection failed".to_owned(),
+        };
+        let kind = ["popular", "rare"][s.kind];
+        println!("  probe {kind} sent at {:.1} s: {what}", s.at.as_secs_f64());
+    }
+    if slow.len() > 20 {
+        println!("  ... and {} more slow probe answers", slow.len() - 20);
+    }
+}
+
+/// The same load against nginx serving a static file of `size` bytes.
+async fn yardstick(settings: &Settings, size: usize) -> Result<Load, String> {
+    if !settings.nginx.exists() {
+        let msg = format!(
+            "nginx not found at {} (set CIPD_BENCH_NGINX, or install it: \
+             `apt-get install nginx-light` or `apt-get install nginx`); no yardstick",
+            settings.nginx.display()
+        );
+        println!("{msg}");
+        return Err(msg);
+    }
+    let dir = tempfile::TempDir::new().expect("a temporary directory");
+    let (mut nginx, addr) = start_nginx(&settings.nginx, dir.path(), size, settings.cpus).await;
+    let load = closed_loop(
+        &format!("nginx, {size} B file"),
+        addr,
+        vec!["/answer.json".to_owned()],
+        settings.conns,
+        settings.load_time(),
+    )
+    .await;
+    println!("{}", load.row());
+    nginx.stop();
+    Ok(load)
+}
+
+impl Summary {
+    fn print(&self, s: &Settings) {
+        println!();
+        println!("==== summary ====");
+        println!(
+            "{} peers x {} entries (skew {}, seed {}), {} connections, {} s per kind, {} CPUs",
+            s.peers, s.entries, s.skew, s.seed, s.conns, s.secs, s.cpus
+        );
+        println!(
+            "start-up: listening after {}, every peer in the table after {}{}",
+            secs(self.listening_after),
+            secs(self.table_full_after),
+            self.summaries_after
+                .map(|d| format!(", summaries settled after {}", secs(d)))
+                .unwrap_or_default()
+        );
+        println!("table: {}", self.table);
+        let mem = |m: Option<(u64, u64)>| {
+            m.map_or_else(
+                || "unknown".to_owned(),
+                |(rss, hwm)| format!("VmRSS {} MiB, VmHWM {} MiB", rss / 1024, hwm / 1024),
+            )
+        };
+        println!(
+            "hub memory: table full {}; after the load {}",
+            mem(self.memory),
+            mem(self.memory_after_load)
+        );
+        println!(
+            "polls served by the fake peers: {} (one per peer expected)",
+            self.polls_served
+        );
+        println!(
+            "answer checks: {} of {} as expected",
+            self.checks.0, self.checks.1
+        );
+        println!(
+            "probe until the table was full: {}",
+            self.probe_startup.line()
+        );
+        println!("probe after (incl. the load):  {}", self.probe_after.line());
+        println!(
+            "hub log: {} warnings, {} errors; stopped by SIGTERM {}",
+            self.hub_warnings,
+            self.hub_errors,
+            self.hub_stop.as_ref().map_or_else(
+                || "(status unknown)".to_owned(),
+                |(status, d)| format!("in {}: {status}", ms(*d))
+            )
+        );
+        println!();
+        println!("{}", Load::header());
+        for l in &self.loads {
+            println!("{}", l.row());
+        }
+        match &self.nginx {
+            Ok(n) => {
+                println!("{}", n.row());
+                let hub = &self.loads[0];
+                println!(
+                    "hub mixed / nginx: {:.1} % of the q/s; p50 x{:.1}, p99 x{:.1}",
+                    100.0 * hub.qps() / n.qps().max(f64::MIN_POSITIVE),
+                    ratio(hub.percentile(0.5), n.percentile(0.5)),
+                    ratio(hub.percentile(0.99), n.percentile(0.99)),
+                );
+            }
+            Err(msg) => println!("{msg}"),
+        }
+    }
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+}
+
+fn ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms < 1.0 {
+        format!("{ms:.3} ms")
+    } else if ms < 100.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
