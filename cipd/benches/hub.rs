@@ -63,6 +63,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType, PollResult, Request};
+use cipd::ctl::query::percent_encode;
 use cipd::transport::{PeerContext, Reply, RequestHandler, TransportConfig, serve_connection};
 use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
 use http_body_util::{BodyExt, Empty};
@@ -509,19 +510,6 @@ impl Query {
         self.holders
             .min(limit.unwrap_or(MAX_REFERRALS).min(MAX_REFERRALS))
     }
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The queries of the probe, the checks and the load.
@@ -1592,8 +1580,10 @@ async fn wait_for_table(hub: &mut Hub, peers: usize) -> Duration {
 async fn wait_for_summaries(hub: &Hub) -> Option<Duration> {
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
+        // The start-up merge (cipd_cold_start) comes first, then its summaries.
         if let Some(page) = metrics(hub.addr).await
             && gauge(&page, "cipd_table_summaries_pending") == Some(0.0)
+            && gauge(&page, "cipd_cold_start") != Some(1.0)
         {
             return Some(hub.started.elapsed());
         }

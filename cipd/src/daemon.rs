@@ -141,6 +141,7 @@ impl Daemon {
         ));
         node.rebuild_local(true).await;
         node.resolve_peers().await;
+        node.begin_cold_start();
 
         let config = node.config();
         let permits = Arc::new(Semaphore::new(config.limits.max_connections));
@@ -437,6 +438,10 @@ async fn import_progress(node: Arc<Node>) {
         let (expected, imported) = node.import_progress();
         if imported >= expected {
             return;
+        }
+        // Some peers do not answer: stop waiting for them after a whole poll timeout.
+        if node.uptime() > node.config().limits.poll_timeout + Duration::from_secs(5) {
+            node.end_cold_start();
         }
         if last != Some(imported) {
             tracing::info!(imported, expected, "importing peers' hints");

@@ -205,7 +205,11 @@ async fn referrals(
     // objects from disk) goes to the blocking pool.
     let body = if node.is_quick(&query) {
         node.referrals_json(&q, &query, possible, limit)?
+    } else if let Some(hit) = node.cached_referrals(&q, possible, limit) {
+        hit
     } else {
+        // At most `limits.max_concurrent_scans` at once: more would only share the cores.
+        let _turn = node.scan_permit().await;
         let (n, raw) = (node.clone(), q.clone());
         blocking(move || n.referrals_json(&raw, &query, possible, limit)).await??
     };

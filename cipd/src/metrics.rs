@@ -114,6 +114,8 @@ pub struct Gauges {
     pub peers_expected: u64,
     /// Of those, the ones whose hint the table holds.
     pub peers_imported: u64,
+    /// A cold start (bulk load and its final merge) is under way.
+    pub cold_start: bool,
 }
 
 impl Metrics {
@@ -220,6 +222,12 @@ impl Metrics {
             "cipd_peers_expected",
             "Configured peers that deliver hints (role poll or pusher).",
             gauges.peers_expected as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_cold_start",
+            "1 while the start-up bulk load of peers' hints and its final merge run.",
+            f64::from(u8::from(gauges.cold_start)),
         );
         gauge(
             &mut out,

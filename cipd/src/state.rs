@@ -439,6 +439,12 @@ pub struct Node {
     payload_hasher: std::hash::RandomState,
     /// Recent `/v1/referrals` answers.
     answers: AnswerCache,
+    /// Bounds the queries that may scan, evaluated at once.
+    scans: tokio::sync::Semaphore,
+    /// Set from start until every configured peer's hint is in (summaries wait).
+    cold_start: std::sync::atomic::AtomicBool,
+    /// Set from start until the cold start's final merge is done.
+    settling: Arc<std::sync::atomic::AtomicBool>,
     /// Bumped whenever something an answer depends on changes besides the table and the
     /// local hint (configuration, thesaurus, identity).
     epoch: AtomicU64,
@@ -500,6 +506,7 @@ impl Node {
         .map_err(|e| Box::new(crate::daemon::StartError::Thread(e)))?;
         let parallel = std::thread::available_parallelism().map_or(2, usize::from);
         let answer_cache_bytes = config.limits.answer_cache_bytes;
+        let scans = config.limits.max_concurrent_scans;
         Ok(Self {
             bindings: Bindings::new(&config),
             config: ArcSwap::from_pointee(config),
@@ -530,6 +537,9 @@ impl Node {
             imported,
             payload_hasher: std::hash::RandomState::new(),
             answers: AnswerCache::new(answer_cache_bytes),
+            scans: tokio::sync::Semaphore::new(scans),
+            cold_start: std::sync::atomic::AtomicBool::new(false),
+            settling: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             epoch: AtomicU64::new(0),
         })
     }
@@ -560,6 +570,7 @@ impl Node {
             outbound_build_seconds: outbound.last_build.as_secs_f64(),
             peers_expected: expected,
             peers_imported: imported,
+            cold_start: self.cold_starting(),
         })
     }
 
@@ -1094,6 +1105,42 @@ impl Node {
         Ok(())
     }
 
+    /// Starts the cold start: until every configured peer's hint is in (or
+    /// [`Node::end_cold_start`] is called otherwise), the table is in bulk-load mode
+    /// ([`RoutingTable::set_bulk_load`]).
+    pub(crate) fn begin_cold_start(&self) {
+        let (expected, imported) = self.import_progress();
+        if imported < expected {
+            self.cold_start.store(true, Ordering::Release);
+            self.settling.store(true, Ordering::Release);
+            self.table.set_bulk_load(true);
+        }
+    }
+
+    /// Ends the cold start (once): merges the segments it left, where the values peers
+    /// share are stored once per segment, and summarizes the result; off the async workers.
+    pub(crate) fn end_cold_start(&self) {
+        if !self.cold_start.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let (table, settling) = (self.table.clone(), self.settling.clone());
+        let work = move || {
+            let started = Instant::now();
+            table.set_bulk_load(false);
+            settling.store(false, Ordering::Release);
+            tracing::info!(took = ?started.elapsed(), "routing table merged after the start");
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(work)),
+            Err(_) => work(),
+        }
+    }
+
+    /// True from a cold start until its final merge is done.
+    pub fn cold_starting(&self) -> bool {
+        self.settling.load(Ordering::Acquire)
+    }
+
     /// Configured peers that deliver hints, and how many of them the table holds.
     pub fn import_progress(&self) -> (u64, u64) {
         let config = self.config();
@@ -1135,6 +1182,7 @@ impl Node {
                 after = ?self.uptime(),
                 "the routing table holds every configured peer's hint"
             );
+            self.end_cold_start();
         }
     }
 
@@ -1373,6 +1421,12 @@ impl Node {
             && self.local.load().stores().all(|s| s.indexes_all(query))
     }
 
+    /// A turn to evaluate a query that may scan ([`Node::is_quick`] false); waits without
+    /// holding a thread while `limits.max_concurrent_scans` are running.
+    pub async fn scan_permit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.scans.acquire().await.ok()
+    }
+
     /// The state answers are computed from.
     fn answer_stamp(&self) -> Stamp {
         Stamp {
@@ -1385,6 +1439,26 @@ impl Node {
     /// Marks answers computed so far as stale (configuration, thesaurus or identity changed).
     fn invalidate_answers(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The cached `/v1/referrals` answer for `raw`, when one is current (counted as a query
+    /// answered); lets a repeated scanning query skip its turn.
+    pub fn cached_referrals(
+        &self,
+        raw: &str,
+        possible: bool,
+        limit: Option<usize>,
+    ) -> Option<Bytes> {
+        let opts = self.query_options(possible, limit);
+        let (bytes, n) = self
+            .answers
+            .get(raw, possible, opts.limit, self.answer_stamp())?;
+        Metrics::inc(&self.metrics.queries);
+        self.metrics
+            .referrals
+            .fetch_add(u64::from(n), Ordering::Relaxed);
+        self.metrics.query_latency.observe(Duration::ZERO);
+        Some(bytes)
     }
 
     /// The `/v1/referrals` answer for `raw` (parsed as `query`) as JSON bytes: the same

@@ -104,6 +104,9 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 4096;
 pub const DEFAULT_MAX_PROVENANCE: usize = 256;
 /// Default for [`TableLimits::max_attributes`].
 pub const DEFAULT_MAX_ATTRIBUTES: usize = 65_536;
+/// Most segments a bulk load leaves before it merges any ([`RoutingTable::set_bulk_load`]).
+const BULK_MAX_SEGMENTS: usize = 32;
+
 /// Default for [`TableLimits::max_total_objects`]: a trillion objects, far above any real
 /// collection or aggregate, far below the sums that would crowd out honest peers.
 pub const DEFAULT_MAX_TOTAL_OBJECTS: u64 = 1_000_000_000_000;
@@ -629,7 +632,7 @@ impl Snapshot {
     }
 
     /// Applies the merge policy of the module doc; `full` merges everything into one.
-    fn compact(&mut self, hasher: &RandomState, full: bool) {
+    fn compact(&mut self, hasher: &RandomState, full: bool, bulk: bool) {
         self.segments.retain(|s| s.entries() > 0);
         let dead = self
             .segments
@@ -645,7 +648,10 @@ impl Snapshot {
             if n >= 2 {
                 let older = self.live_entries(&self.segments[n - 2]);
                 let newer = self.live_entries(&self.segments[n - 1]);
-                if older <= newer.saturating_mul(2) && self.merge_range(n - 2..n, hasher) {
+                // In a bulk load, segments pile up (up to a bound) for one merge at the end.
+                let tiered = !bulk && older <= newer.saturating_mul(2);
+                let over = bulk && n > BULK_MAX_SEGMENTS;
+                if (tiered || over) && self.merge_range(n - 2..n, hasher) {
                     continue;
                 }
             }
@@ -692,6 +698,8 @@ pub struct RoutingTable {
     writer: Mutex<()>,
     /// Summaries being built in the background.
     pending: Arc<Pending>,
+    /// Set during a bulk load ([`RoutingTable::set_bulk_load`]).
+    bulk_load: std::sync::atomic::AtomicBool,
 }
 
 /// A count of background summary builds, to wait on.
@@ -1123,6 +1131,7 @@ impl RoutingTable {
             current: ArcSwap::from_pointee(Snapshot::default()),
             writer: Mutex::new(()),
             pending: Arc::default(),
+            bulk_load: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -1139,6 +1148,9 @@ impl RoutingTable {
     /// background when [`SummaryConfig::background`] is set (queries scan meanwhile), else
     /// before returning.
     fn summarize(&self, snap: &Snapshot) {
+        if self.bulk() {
+            return;
+        }
         let cfg = self.config.summaries;
         for seg in &snap.segments {
             if !seg.wants_summaries(&cfg) {
@@ -1164,6 +1176,23 @@ impl RoutingTable {
             // Without a thread (or when none could be started) the caller builds them.
             seg.summarize(&cfg);
         }
+    }
+
+    /// Starts or ends a bulk load (a hub's cold start, hundreds of hints arriving within
+    /// seconds). Meanwhile imports pile their segments up instead of merging them tier by
+    /// tier (up to 32; each value is then written once instead of once per tier), and new
+    /// segments get no summaries (most would be merged away soon; queries scan meanwhile,
+    /// summaries change only speed). Ending it merges everything into one segment and
+    /// summarizes it: call it off the async workers.
+    pub fn set_bulk_load(&self, on: bool) {
+        let was = self.bulk_load.swap(on, std::sync::atomic::Ordering::AcqRel);
+        if was && !on {
+            self.compact();
+        }
+    }
+
+    fn bulk(&self) -> bool {
+        self.bulk_load.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Waits until no summaries are being built in the background.
@@ -1215,7 +1244,7 @@ impl RoutingTable {
         entry.entries = segment.entries();
         let outcome = install(&mut next, slot, entry);
         next.segments.push(Arc::new(segment));
-        next.compact(&self.hasher, false);
+        next.compact(&self.hasher, false, self.bulk());
         next.rerank();
         self.summarize(&next);
         self.publish(next);
@@ -1275,7 +1304,7 @@ impl RoutingTable {
                     .collect();
             }
         }
-        next.compact(&self.hasher, false);
+        next.compact(&self.hasher, false, self.bulk());
         next.rerank();
         self.summarize(&next);
         self.publish(next);
@@ -1420,7 +1449,7 @@ impl RoutingTable {
         if !next.kill(dsi) {
             return false;
         }
-        next.compact(&self.hasher, false);
+        next.compact(&self.hasher, false, self.bulk());
         next.rerank();
         self.summarize(&next);
         self.publish(next);
@@ -1443,7 +1472,7 @@ impl RoutingTable {
         for d in &gone {
             next.kill(d);
         }
-        next.compact(&self.hasher, false);
+        next.compact(&self.hasher, false, self.bulk());
         next.rerank();
         self.summarize(&next);
         self.publish(next);
@@ -1454,7 +1483,7 @@ impl RoutingTable {
     pub fn compact(&self) {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
-        next.compact(&self.hasher, true);
+        next.compact(&self.hasher, true, false);
         next.rerank();
         self.summarize(&next);
         // The same contents, laid out anew: the generation stays.
@@ -3089,6 +3118,29 @@ mod tests {
         assert_eq!(summary(&r), vec![("1.1".into(), 4, true)]);
         assert_eq!(t.peers().len(), 1);
         assert_eq!(t.generation(), generation);
+    }
+
+    #[test]
+    fn a_bulk_load_piles_segments_up_and_merges_them_at_its_end() {
+        let t = RoutingTable::default();
+        t.set_bulk_load(true);
+        for i in 0..6u64 {
+            let v = format!("v{i}");
+            t.replace(
+                meta(&format!("1.{i}")),
+                &hint(10, &[("D", "A", &[("shared", 1 + i), (v.as_str(), 2)])]),
+            )
+            .unwrap();
+        }
+        assert_eq!(t.stats().segments, 6, "no tiered merges during the load");
+        let during = summary(&t.query(&q("A=shared"), &QueryOptions::default()));
+        let generation = t.generation();
+        t.set_bulk_load(false);
+        assert_eq!(t.stats().segments, 1);
+        assert_eq!(summary(&t.query(&q("A=shared"), &QueryOptions::default())), during);
+        assert_eq!(during.len(), 6);
+        assert_eq!(t.generation(), generation, "the merge changes no contents");
+        assert_eq!(t.stats().distinct_values, 7);
     }
 
     #[test]

@@ -241,6 +241,8 @@ pub struct RawLimits {
     pub max_referrals: Option<usize>,
     /// Bytes of recent referral answers kept (0: none).
     pub answer_cache_bytes: Option<usize>,
+    /// Queries that may scan (substrings, unindexed attributes) evaluated at once.
+    pub max_concurrent_scans: Option<usize>,
     /// Most objects `/v1/objects` returns.
     pub max_objects: Option<usize>,
     /// Most objects one query may read from disk to check terms on attributes that are not
@@ -528,6 +530,10 @@ pub struct Limits {
     /// Bytes of recent referral answers kept, each valid until the table, the local hint
     /// or the configuration changes (default 8 MiB; 0 turns the cache off).
     pub answer_cache_bytes: usize,
+    /// Queries that may scan (substrings, unindexed local attributes) evaluated at once on
+    /// the blocking pool; more wait their turn without holding a thread (default: the CPU
+    /// count). Exact lookups are not counted.
+    pub max_concurrent_scans: usize,
     /// Objects per `/v1/objects` answer (default 1000).
     pub max_objects: usize,
     /// Objects one local query may read from disk to check terms on unindexed attributes
@@ -564,6 +570,7 @@ impl Default for Limits {
             max_backoff: Duration::from_secs(3600),
             max_referrals: 100,
             answer_cache_bytes: 8 << 20,
+            max_concurrent_scans: std::thread::available_parallelism().map_or(2, usize::from),
             max_objects: 1000,
             local_scan_max_objects: crate::local::DEFAULT_SCAN_MAX_OBJECTS,
             watch_interval: Some(Duration::from_secs(30)),
@@ -1346,6 +1353,11 @@ impl Validator<'_> {
                 d.max_referrals,
             ),
             answer_cache_bytes: raw.answer_cache_bytes.unwrap_or(d.answer_cache_bytes),
+            max_concurrent_scans: self.positive(
+                "limits.max_concurrent_scans",
+                raw.max_concurrent_scans,
+                d.max_concurrent_scans,
+            ),
             max_objects: self.positive("limits.max_objects", raw.max_objects, d.max_objects),
             local_scan_max_objects: self.positive(
                 "limits.local_scan_max_objects",
