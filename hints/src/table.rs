@@ -3137,7 +3137,10 @@ mod tests {
         let generation = t.generation();
         t.set_bulk_load(false);
         assert_eq!(t.stats().segments, 1);
-        assert_eq!(summary(&t.query(&q("A=shared"), &QueryOptions::default())), during);
+        assert_eq!(
+            summary(&t.query(&q("A=shared"), &QueryOptions::default())),
+            during
+        );
         assert_eq!(during.len(), 6);
         assert_eq!(t.generation(), generation, "the merge changes no contents");
         assert_eq!(t.stats().distinct_values, 7);
