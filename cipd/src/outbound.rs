@@ -412,8 +412,9 @@ impl Pipeline {
     }
 }
 
-/// True when some peer consumes the hint as soon as it changes (`poller` or `push`).
-fn eager(node: &Node) -> bool {
+/// True when some peer consumes the hint as soon as it changes (`poller` or `push`);
+/// otherwise it is built only when asked for.
+pub fn eager(node: &Node) -> bool {
     use crate::config::PeerRole;
     node.config()
         .peers
@@ -513,12 +514,18 @@ pub(crate) async fn watchdog(node: Arc<Node>, token: CancellationToken) {
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
             () = token.cancelled() => return,
         }
+        // A hint built only on demand is expected to lag: nothing to measure.
+        if !eager(&node) {
+            *lock(&pipeline.lagging_since) = None;
+            warned = false;
+            continue;
+        }
         let Some(lag) = pipeline.lagging_for() else {
             warned = false;
             continue;
         };
         let stale_after = node.config().outbound.stale_after;
-        if lag > stale_after && eager(&node) {
+        if lag > stale_after {
             if !warned {
                 let s = pipeline.stats();
                 tracing::warn!(

@@ -221,6 +221,10 @@ pub struct OutboundInfo {
     pub last_build_seconds: f64,
     /// Seconds it has lagged the changes made since (0 when current).
     pub lag_seconds: f64,
+    /// Rebuilt after every change (some peer is a `poller` or `push` target); otherwise
+    /// built only when polled or exported.
+    #[serde(default)]
+    pub eager: bool,
 }
 
 /// A bound listener.

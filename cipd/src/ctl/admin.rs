@@ -319,6 +319,8 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
             let o = &s.outbound;
             let freshness = if o.built_from >= o.table_generation {
                 "current".to_owned()
+            } else if !o.eager {
+                "built when polled or exported: no poller or push peer".to_owned()
             } else {
                 format!("lagging {:.1} s", o.lag_seconds)
             };

@@ -94,7 +94,8 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
             "generation",
             "builds",
             "last_build_seconds",
-            "lag_seconds"
+            "lag_seconds",
+            "eager"
         ])
     );
     assert_eq!(keys(&status["listeners"][0]), set(&["kind", "address"]));

@@ -298,3 +298,71 @@ async fn a_middle_node_keeps_its_outbound_hint_current_under_churn() {
         l.stop().await;
     }
 }
+
+/// The self-check: a hint that lags the table shows the lag in the status and the metrics
+/// (and the watchdog asks for a rebuild); once it is rebuilt the lag is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_outbound_hint_is_reported() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex, mpsc};
+    use std::time::Duration;
+
+    let nowhere: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut spec = NodeSpec::new(HUB, &["Hugo"])
+        .peer_at("l1", nowhere, &["pusher"], Some(L1))
+        .peer_at("up", nowhere, &["poller"], Some(STRANGER));
+    spec.extra = "[outbound]\nstale_after = \"1s\"\n".into();
+    let hub = TestNode::start(spec).await;
+    let node = hub.daemon.node().clone();
+    hub.wait_for("the first build", |s| s.outbound_generation >= 1)
+        .await;
+    let armed = Arc::new(AtomicBool::new(true));
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let a = armed.clone();
+    node.outbound().set_hook(Some(Arc::new(move |_| {
+        if a.swap(false, Ordering::AcqRel) {
+            let _ = release_rx.lock().unwrap().recv();
+        }
+    })));
+    node.accept_index(
+        "l1",
+        crate::fake::object(
+            L1,
+            "http://l1/",
+            &crate::fake::author_hint(4, &[("Lena", 4)]),
+        ),
+    )
+    .await
+    .unwrap();
+    // The build is held: the lag grows past stale_after and shows.
+    let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+    while node.outbound().stats().lag < Duration::from_millis(1500) {
+        assert!(tokio::time::Instant::now() < deadline, "no lag measured");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = node.render_metrics();
+    let lag: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("cipd_outbound_lag_seconds "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(lag >= 1.0, "{metrics}");
+    assert!(node.outbound().current().table_generation < node.table().generation());
+    release_tx.send(()).unwrap();
+    let generation = node.table().generation();
+    hub.wait_for("the hint rebuilt", |s| {
+        s.outbound_table_generation >= generation
+    })
+    .await;
+    assert!(node.outbound().is_fresh());
+    node.outbound().set_hook(None);
+    // The watchdog clears the lag on its next look.
+    let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+    while node.outbound().stats().lag > Duration::ZERO {
+        assert!(tokio::time::Instant::now() < deadline, "lag not cleared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    hub.stop().await;
+}
