@@ -105,6 +105,45 @@ async fn node_generation(node: &TestNode) -> u64 {
     n.outbound_generation()
 }
 
+/// Holds the next out-bound build once armed, after it has read the state and before it
+/// is installed, until released; `reached` gets the build's request sequence.
+struct HeldBuild {
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reached: std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<u64>>>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl HeldBuild {
+    fn install(pipeline: &cipd::outbound::Pipeline) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex, mpsc};
+        let armed = Arc::new(AtomicBool::new(false));
+        let (reached_tx, reached_rx) = mpsc::channel::<u64>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (reached_tx, release_rx) = (Mutex::new(reached_tx), Mutex::new(release_rx));
+        let a = armed.clone();
+        pipeline.set_hook(Some(Arc::new(move |seq| {
+            if a.swap(false, Ordering::AcqRel) {
+                let _ = reached_tx.lock().unwrap().send(seq);
+                let _ = release_rx.lock().unwrap().recv();
+            }
+        })));
+        Self {
+            armed,
+            reached: Arc::new(Mutex::new(reached_rx)),
+            release: release_tx,
+        }
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn release(&self) {
+        self.release.send(()).unwrap();
+    }
+}
+
 const L1: &str = "1.3.6.1.4.1.99999.72";
 const L2: &str = "1.3.6.1.4.1.99999.73";
 
@@ -114,9 +153,6 @@ const L2: &str = "1.3.6.1.4.1.99999.73";
 /// newest table generation, without any later change to repair it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_finishing_last_from_older_state_does_not_win() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex, mpsc};
-
     // A poller makes the hub build eagerly; it need not exist.
     let nowhere: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
     let spec = NodeSpec::new(HUB, &["Hugo"])
@@ -128,20 +164,8 @@ async fn a_build_finishing_last_from_older_state_does_not_win() {
     hub.wait_for("the first build", |s| s.outbound_generation >= 1)
         .await;
 
-    let armed = Arc::new(AtomicBool::new(false));
-    let (reached_tx, reached_rx) = mpsc::channel::<u64>();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let release_rx = Mutex::new(release_rx);
-    let reached_tx = Mutex::new(reached_tx);
-    let a = armed.clone();
-    node.outbound().set_hook(Some(Arc::new(move |seq| {
-        if a.swap(false, Ordering::AcqRel) {
-            let _ = reached_tx.lock().unwrap().send(seq);
-            let _ = release_rx.lock().unwrap().recv();
-        }
-    })));
-
-    armed.store(true, Ordering::Release);
+    let held = HeldBuild::install(node.outbound());
+    held.arm();
     node.accept_index(
         "l1",
         crate::fake::object(
@@ -153,7 +177,8 @@ async fn a_build_finishing_last_from_older_state_does_not_win() {
     .await
     .unwrap();
     // The first build has read the state (the first leaf only) and waits.
-    let held = tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
+    let reached = held.reached.clone();
+    let seq = tokio::task::spawn_blocking(move || reached.lock().unwrap().recv().unwrap())
         .await
         .unwrap();
     node.accept_index(
@@ -167,7 +192,7 @@ async fn a_build_finishing_last_from_older_state_does_not_win() {
     .await
     .unwrap();
     let newest = node.table().generation();
-    release_tx.send(()).unwrap();
+    held.release();
 
     // No further change: the builder alone must bring the hint up to date.
     let s = hub
@@ -179,7 +204,7 @@ async fn a_build_finishing_last_from_older_state_does_not_win() {
     let out = node.outbound().current();
     assert_eq!(out.table_generation, newest);
     assert!(holds(&out.payload, "Lena") && holds(&out.payload, "Lars"));
-    assert!(held >= 1);
+    assert!(seq >= 1);
     assert!(node.outbound().is_fresh());
     node.outbound().set_hook(None);
     hub.stop().await;
@@ -303,8 +328,6 @@ async fn a_middle_node_keeps_its_outbound_hint_current_under_churn() {
 /// (and the watchdog asks for a rebuild); once it is rebuilt the lag is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_outbound_hint_is_reported() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex, mpsc};
     use std::time::Duration;
 
     let nowhere: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
@@ -316,15 +339,8 @@ async fn a_lagging_outbound_hint_is_reported() {
     let node = hub.daemon.node().clone();
     hub.wait_for("the first build", |s| s.outbound_generation >= 1)
         .await;
-    let armed = Arc::new(AtomicBool::new(true));
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let release_rx = Mutex::new(release_rx);
-    let a = armed.clone();
-    node.outbound().set_hook(Some(Arc::new(move |_| {
-        if a.swap(false, Ordering::AcqRel) {
-            let _ = release_rx.lock().unwrap().recv();
-        }
-    })));
+    let held = HeldBuild::install(node.outbound());
+    held.arm();
     node.accept_index(
         "l1",
         crate::fake::object(
@@ -350,7 +366,7 @@ async fn a_lagging_outbound_hint_is_reported() {
         .unwrap();
     assert!(lag >= 1.0, "{metrics}");
     assert!(node.outbound().current().table_generation < node.table().generation());
-    release_tx.send(()).unwrap();
+    held.release();
     let generation = node.table().generation();
     hub.wait_for("the hint rebuilt", |s| {
         s.outbound_table_generation >= generation
