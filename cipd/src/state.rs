@@ -1591,6 +1591,8 @@ impl Node {
                 }
                 self.identity.store(Arc::new(id));
                 self.invalidate_answers();
+                // The out-bound hint names this node (URL, provenance).
+                self.outbound.request();
             }
             {
                 let mut peers = lock(&self.peers);
