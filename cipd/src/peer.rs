@@ -2,7 +2,8 @@
 //!
 //! One task per peer with role `poll` polls it at its interval (±10 % jitter so a mesh's
 //! polls spread out), at once when the peer sends `datachanged` or an operator asks, and
-//! with exponential backoff after failures. One task per `push` peer sends `datachanged`
+//! with exponential backoff after failures; at most `limits.max_concurrent_polls` polls are
+//! under way at once. One task per `push` peer sends `datachanged`
 //! followed by our out-bound index object (RFC 2653 §2.1 example) whenever the out-bound
 //! hint changes and at its interval. A notifier sends `datachanged` (RFC 2652 §2.3.3) to every
 //! `poller` peer when the out-bound hint changes.
@@ -134,12 +135,20 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
     let max_backoff = node.config().limits.max_backoff;
     let mut failures = 0u32;
     loop {
+        // At most `limits.max_concurrent_polls` exchanges (and the hints they bring) at
+        // once: a hub polling hundreds of peers at start takes them in waves instead of
+        // holding every answer in memory while the import queue drains.
+        let turn = tokio::select! {
+            t = node.poll_turn() => t,
+            () = token.cancelled() => return,
+        };
         let started = SystemTime::now();
         node.update_peer(&peer.name, |s| s.last_attempt = Some(started));
         let outcome = tokio::select! {
             r = poll_once(&node, &peer) => r,
             () = token.cancelled() => return,
         };
+        drop(turn);
         match outcome {
             Ok(n) => {
                 failures = 0;

@@ -441,6 +441,8 @@ pub struct Node {
     answers: AnswerCache,
     /// Bounds the queries that may scan, evaluated at once.
     scans: tokio::sync::Semaphore,
+    /// Bounds the polls under way at once.
+    polls: tokio::sync::Semaphore,
     /// Set from start until every configured peer's hint is in (summaries wait).
     cold_start: std::sync::atomic::AtomicBool,
     /// Set from start until the cold start's final merge is done.
@@ -507,6 +509,7 @@ impl Node {
         let parallel = std::thread::available_parallelism().map_or(2, usize::from);
         let answer_cache_bytes = config.limits.answer_cache_bytes;
         let scans = config.limits.max_concurrent_scans;
+        let polls = config.limits.max_concurrent_polls;
         Ok(Self {
             bindings: Bindings::new(&config),
             config: ArcSwap::from_pointee(config),
@@ -538,6 +541,7 @@ impl Node {
             payload_hasher: std::hash::RandomState::new(),
             answers: AnswerCache::new(answer_cache_bytes),
             scans: tokio::sync::Semaphore::new(scans),
+            polls: tokio::sync::Semaphore::new(polls),
             cold_start: std::sync::atomic::AtomicBool::new(false),
             settling: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             epoch: AtomicU64::new(0),
@@ -1427,6 +1431,12 @@ impl Node {
         self.scans.acquire().await.ok()
     }
 
+    /// A turn to poll a peer; waits while `limits.max_concurrent_polls` polls are under
+    /// way (a setting that takes effect at restart).
+    pub async fn poll_turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.polls.acquire().await.ok()
+    }
+
     /// The state answers are computed from.
     fn answer_stamp(&self) -> Stamp {
         Stamp {
@@ -1679,6 +1689,15 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     }
     if old.log_format != new.log_format {
         out.push("log.format".to_owned());
+    }
+    if old.limits.max_concurrent_polls != new.limits.max_concurrent_polls
+        || old.limits.max_concurrent_scans != new.limits.max_concurrent_scans
+        || old.limits.answer_cache_bytes != new.limits.answer_cache_bytes
+    {
+        out.push("limits (concurrent polls and scans, answer cache)".to_owned());
+    }
+    if old.import != new.import {
+        out.push("import".to_owned());
     }
     if old.limits.table != new.limits.table {
         out.push("limits (routing table bounds)".to_owned());

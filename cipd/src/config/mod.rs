@@ -243,6 +243,8 @@ pub struct RawLimits {
     pub answer_cache_bytes: Option<usize>,
     /// Queries that may scan (substrings, unindexed attributes) evaluated at once.
     pub max_concurrent_scans: Option<usize>,
+    /// Polls under way at once.
+    pub max_concurrent_polls: Option<usize>,
     /// Most objects `/v1/objects` returns.
     pub max_objects: Option<usize>,
     /// Most objects one query may read from disk to check terms on attributes that are not
@@ -534,6 +536,10 @@ pub struct Limits {
     /// the blocking pool; more wait their turn without holding a thread (default: the CPU
     /// count). Exact lookups are not counted.
     pub max_concurrent_scans: usize,
+    /// Polls under way at once, from connecting to the hint's import (default 128); more
+    /// wait their turn. Bounds the answers held in memory while a hub polls hundreds of
+    /// peers at start. Takes effect at restart.
+    pub max_concurrent_polls: usize,
     /// Objects per `/v1/objects` answer (default 1000).
     pub max_objects: usize,
     /// Objects one local query may read from disk to check terms on unindexed attributes
@@ -571,6 +577,7 @@ impl Default for Limits {
             max_referrals: 100,
             answer_cache_bytes: 8 << 20,
             max_concurrent_scans: std::thread::available_parallelism().map_or(2, usize::from),
+            max_concurrent_polls: 128,
             max_objects: 1000,
             local_scan_max_objects: crate::local::DEFAULT_SCAN_MAX_OBJECTS,
             watch_interval: Some(Duration::from_secs(30)),
@@ -1357,6 +1364,11 @@ impl Validator<'_> {
                 "limits.max_concurrent_scans",
                 raw.max_concurrent_scans,
                 d.max_concurrent_scans,
+            ),
+            max_concurrent_polls: self.positive(
+                "limits.max_concurrent_polls",
+                raw.max_concurrent_polls,
+                d.max_concurrent_polls,
             ),
             max_objects: self.positive("limits.max_objects", raw.max_objects, d.max_objects),
             local_scan_max_objects: self.positive(
