@@ -91,7 +91,7 @@ pub struct Built {
     pub table_generation: u64,
     /// The local hint generation it was built from.
     pub local_generation: u64,
-    /// The DSIs its provenance lists.
+    /// The DSIs its provenance lists (sorted): every dataset whose data is in it.
     pub contributors: Vec<Dsi>,
     /// How long the build took.
     pub took: Duration,
@@ -103,8 +103,10 @@ pub fn build(input: &BuildInput, table: &RoutingTable, exclude: Option<&Dsi>) ->
     let aggregate = hints::aggregate::aggregate(Some(&input.local), table, &input.node, exclude);
     let mut hint = aggregate.hint;
     hint.date = input.local.date.clone();
-    let mut contributors = aggregate.included;
-    contributors.sort();
+    // Every dataset whose data is in the hint, also those behind an included peer: a
+    // poller among them must not get the shared payload (it would refuse it as a loop).
+    // The aggregate writes valid provenance; an unreadable one only costs the sharing.
+    let contributors = hints::table::provenance(&hint).unwrap_or_default();
     let soif = hint.to_soif();
     drop(hint);
     let digest = soif_digest(&soif);
@@ -146,8 +148,9 @@ pub struct Outbound {
     pub local_generation: u64,
     /// The encoded hint, shared by every poller whose data is not in it.
     pub payload: Bytes,
-    /// The peers whose hints were summed in: excluding a poller not among them changes
-    /// nothing, so it gets the shared payload.
+    /// The datasets whose data is in the hint, directly or behind an included peer
+    /// (its provenance, sorted): excluding a poller not among them changes nothing, so it
+    /// gets the shared payload.
     pub contributors: Vec<Dsi>,
     /// Payloads built for pollers among the contributors, by DSI.
     payloads: Mutex<HashMap<Dsi, Bytes>>,
@@ -579,6 +582,45 @@ mod tests {
         assert_eq!(p.install(2, built(2, 2, 33, "local")), Some(2));
         assert_eq!(p.install(2, built(2, 1, 22, "new")), None);
         assert_eq!(&p.current().payload[..], b"local");
+    }
+
+    #[test]
+    fn a_poller_behind_an_included_peer_counts_as_a_contributor() {
+        use cip_proto::soif::Attribute;
+        use hints::table::PeerMeta;
+        let dsi = |s: &str| Dsi::new(s).unwrap();
+        let table = RoutingTable::default();
+        // A middle node's aggregate: its own DSI 1.2, with 1.7's data inside.
+        let mut hint = CipHint {
+            total_object_count: 1,
+            ..CipHint::default()
+        };
+        hint.extra
+            .push(Attribute::new("Provenance-1", "1.7").unwrap());
+        table
+            .replace(
+                PeerMeta {
+                    dsi: dsi("1.2"),
+                    base_uris: vec!["cip://m/".into()],
+                    dsi_description: None,
+                    received: std::time::SystemTime::now(),
+                    expires: None,
+                    via: None,
+                },
+                &hint,
+            )
+            .unwrap();
+        let input = BuildInput {
+            local: Arc::new(CipHint::default()),
+            local_generation: 1,
+            node: hints::aggregate::NodeIdentity {
+                dsi: dsi("1.1"),
+                base_uris: vec!["cip://n/".into()],
+                url: "-".into(),
+            },
+        };
+        let b = build(&input, &table, None);
+        assert_eq!(b.contributors, vec![dsi("1.1"), dsi("1.2"), dsi("1.7")]);
     }
 
     #[test]
