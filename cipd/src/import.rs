@@ -212,6 +212,14 @@ fn import_batch(
         .filter(|(_, u)| !**u)
         .map(|(j, _)| (j.meta.clone(), &j.hint));
     let mut replaced = table.replace_all(changed_jobs).into_iter();
+    // Same payloads: new expiries, in one swap; nothing to index or rebuild.
+    table.refresh_all(
+        batch
+            .iter()
+            .zip(&unchanged)
+            .filter(|(_, u)| **u)
+            .map(|(j, _)| j.meta.clone()),
+    );
     let generation = table.generation();
     let mut any = false;
     let results = batch
@@ -219,8 +227,6 @@ fn import_batch(
         .zip(unchanged)
         .map(|(job, unchanged)| {
             if unchanged {
-                // Same payload: a new expiry, nothing to index or rebuild.
-                table.refresh(job.meta.clone());
                 return Ok(Imported {
                     changed: false,
                     generation,

@@ -1364,14 +1364,10 @@ impl Node {
         let started = Instant::now();
         let answer = self.referrals_inner(q, possible, limit);
         match &answer {
-            Ok(a) => {
-                Metrics::inc(&self.metrics.queries);
-                let n = a.referrals.len() as u64;
-                self.metrics
-                    .referrals
-                    .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                self.metrics.query_latency.observe(started.elapsed());
-            }
+            Ok(a) => self.note_answered(
+                u32::try_from(a.referrals.len()).unwrap_or(u32::MAX),
+                started.elapsed(),
+            ),
             Err(_) => Metrics::inc(&self.metrics.query_errors),
         }
         answer
@@ -1463,12 +1459,17 @@ impl Node {
         let (bytes, n) = self
             .answers
             .get(raw, possible, opts.limit, self.answer_stamp())?;
+        self.note_answered(n, Duration::ZERO);
+        Some(bytes)
+    }
+
+    /// Counts one answered query with `referrals` referrals.
+    fn note_answered(&self, referrals: u32, took: Duration) {
         Metrics::inc(&self.metrics.queries);
         self.metrics
             .referrals
-            .fetch_add(u64::from(n), Ordering::Relaxed);
-        self.metrics.query_latency.observe(Duration::ZERO);
-        Some(bytes)
+            .fetch_add(u64::from(referrals), Ordering::Relaxed);
+        self.metrics.query_latency.observe(took);
     }
 
     /// The `/v1/referrals` answer for `raw` (parsed as `query`) as JSON bytes: the same
@@ -1505,13 +1506,7 @@ impl Node {
             }
         };
         match &result {
-            Ok((_, n)) => {
-                Metrics::inc(&self.metrics.queries);
-                self.metrics
-                    .referrals
-                    .fetch_add(u64::from(*n), Ordering::Relaxed);
-                self.metrics.query_latency.observe(started.elapsed());
-            }
+            Ok((_, n)) => self.note_answered(*n, started.elapsed()),
             Err(_) => Metrics::inc(&self.metrics.query_errors),
         }
         result.map(|(bytes, _)| bytes)

@@ -1495,20 +1495,34 @@ impl RoutingTable {
     /// Queries see the new expiry at once; the generation stays, as the contents do.
     /// False when the table holds no hint for that DSI.
     pub fn refresh(&self, meta: PeerMeta) -> bool {
+        self.refresh_all([meta]).first().copied().unwrap_or(false)
+    }
+
+    /// [`RoutingTable::refresh`] for many hints in one swap (one copy of the snapshot's
+    /// peer arrays, one re-ranking); says for each whether the table held it.
+    pub fn refresh_all(&self, metas: impl IntoIterator<Item = PeerMeta>) -> Vec<bool> {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
-        let Some(&slot) = next.peers.get(&meta.dsi) else {
-            return false;
-        };
-        let Some(entry) = next.entry(slot) else {
-            return false;
-        };
-        let mut entry = (**entry).clone();
-        entry.meta = Arc::new(meta);
-        next.slots[slot as usize] = Some(Arc::new(entry));
-        next.rerank();
-        self.current.store(Arc::new(next));
-        true
+        let held: Vec<bool> = metas
+            .into_iter()
+            .map(|meta| {
+                let Some(&slot) = next.peers.get(&meta.dsi) else {
+                    return false;
+                };
+                let Some(entry) = next.entry(slot) else {
+                    return false;
+                };
+                let mut entry = (**entry).clone();
+                entry.meta = Arc::new(meta);
+                next.slots[slot as usize] = Some(Arc::new(entry));
+                true
+            })
+            .collect();
+        if held.contains(&true) {
+            next.rerank();
+            self.current.store(Arc::new(next));
+        }
+        held
     }
 
     /// True when the table holds a hint for `dsi`.
@@ -3176,6 +3190,7 @@ mod tests {
             "the new expiry counts"
         );
         assert!(!t.refresh(meta("1.7")));
+        assert_eq!(t.refresh_all([meta("1.2"), meta("1.7")]), [true, false]);
         t.compact();
         assert_eq!(t.generation(), 3);
     }
