@@ -31,6 +31,8 @@ pub struct ImportConfig {
     pub queue: usize,
     /// Most weightlist entries imported in one batch (default 4,000,000).
     pub max_batch_entries: usize,
+    /// In-bound hints parsed at once on the blocking pool (default: the CPU count).
+    pub parsers: usize,
 }
 
 impl Default for ImportConfig {
@@ -38,6 +40,7 @@ impl Default for ImportConfig {
         Self {
             queue: 64,
             max_batch_entries: 4_000_000,
+            parsers: std::thread::available_parallelism().map_or(2, usize::from),
         }
     }
 }

@@ -506,7 +506,7 @@ impl Node {
             outbound.clone(),
         )
         .map_err(|e| Box::new(crate::daemon::StartError::Thread(e)))?;
-        let parallel = std::thread::available_parallelism().map_or(2, usize::from);
+        let parsers = config.import.parsers;
         let answer_cache_bytes = config.limits.answer_cache_bytes;
         let scans = config.limits.max_concurrent_scans;
         let polls = config.limits.max_concurrent_polls;
@@ -523,7 +523,7 @@ impl Node {
             table,
             outbound,
             importer,
-            parsing: tokio::sync::Semaphore::new(parallel),
+            parsing: tokio::sync::Semaphore::new(parsers),
             thesaurus: ArcSwapOption::empty(),
             peers: Mutex::new(peers),
             poll_now: Mutex::new(HashMap::new()),

@@ -27,6 +27,8 @@ pub struct RawImport {
     pub queue: Option<usize>,
     /// Most weightlist entries imported in one batch (default 4,000,000).
     pub max_batch_entries: Option<usize>,
+    /// In-bound hints parsed at once (default: the CPU count).
+    pub parsers: Option<usize>,
 }
 
 impl Validator<'_> {
@@ -48,6 +50,7 @@ impl Validator<'_> {
                 raw.max_batch_entries,
                 d.max_batch_entries,
             ),
+            parsers: self.positive("import.parsers", raw.parsers, d.parsers),
         }
     }
 }
@@ -68,13 +71,16 @@ mod tests {
         assert_eq!(c.import, Default::default());
         let c = Config::from_toml(&format!(
             "{BASE}[outbound]\nsettle = \"1s\"\nmax_wait = \"2s\"\nstale_after = \"3s\"\n\
-             [import]\nqueue = 5\nmax_batch_entries = 6\n"
+             [import]\nqueue = 5\nmax_batch_entries = 6\nparsers = 7\n"
         ))
         .unwrap();
         assert_eq!(c.outbound.settle, Duration::from_secs(1));
         assert_eq!(c.outbound.max_wait, Duration::from_secs(2));
         assert_eq!(c.outbound.stale_after, Duration::from_secs(3));
-        assert_eq!((c.import.queue, c.import.max_batch_entries), (5, 6));
+        assert_eq!(
+            (c.import.queue, c.import.max_batch_entries, c.import.parsers),
+            (5, 6, 7)
+        );
     }
 
     #[test]
