@@ -1268,35 +1268,32 @@ impl ProbeFigures {
 
 // ---- load ------------------------------------------------------------------------------
 
-/// The figures of one closed-loop run.
+/// The figures of one closed-loop run: every connection's, merged.
 struct Load {
     label: String,
-    /// Successful answers completed within the window.
-    completed: u64,
-    errors: u64,
-    first_error: Option<String>,
-    /// Latencies of all answers, in nanoseconds, sorted.
-    latencies: Vec<u64>,
-    /// Bytes of successful answers.
-    bytes: u64,
-    answers: u64,
+    /// Merged per-connection figures; latencies sorted.
+    figures: ConnFigures,
     window: Duration,
 }
 
 impl Load {
     fn qps(&self) -> f64 {
-        self.completed as f64 / self.window.as_secs_f64()
+        self.figures.completed as f64 / self.window.as_secs_f64()
     }
 
     fn percentile(&self, p: f64) -> Duration {
-        match self.latencies.len() {
+        let latencies = &self.figures.latencies;
+        match latencies.len() {
             0 => Duration::ZERO,
-            n => Duration::from_nanos(self.latencies[((n - 1) as f64 * p).round() as usize]),
+            n => Duration::from_nanos(latencies[((n - 1) as f64 * p).round() as usize]),
         }
     }
 
     fn mean_size(&self) -> u64 {
-        self.bytes.checked_div(self.answers).unwrap_or(0)
+        self.figures
+            .bytes
+            .checked_div(self.figures.answers)
+            .unwrap_or(0)
     }
 
     fn row(&self) -> String {
@@ -1307,7 +1304,7 @@ impl Load {
             ms(self.percentile(0.5)),
             ms(self.percentile(0.99)),
             ms(self.percentile(0.999)),
-            self.errors,
+            self.figures.errors,
             self.mean_size()
         )
     }
@@ -1323,10 +1320,13 @@ impl Load {
 /// Per-connection figures, merged into a [`Load`].
 #[derive(Default)]
 struct ConnFigures {
+    /// Successful answers completed within the window.
     completed: u64,
     errors: u64,
     first_error: Option<String>,
+    /// Latencies of all answers, in nanoseconds.
     latencies: Vec<u64>,
+    /// Bytes of successful answers.
     bytes: u64,
     answers: u64,
 }
@@ -1335,6 +1335,17 @@ impl ConnFigures {
     fn error(&mut self, e: String) {
         self.errors += 1;
         self.first_error.get_or_insert(e);
+    }
+
+    fn merge(&mut self, other: ConnFigures) {
+        self.completed += other.completed;
+        self.errors += other.errors;
+        self.bytes += other.bytes;
+        self.answers += other.answers;
+        self.latencies.extend(other.latencies);
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
     }
 }
 
@@ -1398,29 +1409,16 @@ async fn closed_loop(
             f
         });
     }
-    let mut load = Load {
-        label: label.to_owned(),
-        completed: 0,
-        errors: 0,
-        first_error: None,
-        latencies: Vec::new(),
-        bytes: 0,
-        answers: 0,
-        window,
-    };
+    let mut figures = ConnFigures::default();
     while let Some(done) = tasks.join_next().await {
-        let f = done.expect("a load task panicked");
-        load.completed += f.completed;
-        load.errors += f.errors;
-        load.bytes += f.bytes;
-        load.answers += f.answers;
-        load.latencies.extend(f.latencies);
-        if load.first_error.is_none() {
-            load.first_error = f.first_error;
-        }
+        figures.merge(done.expect("a load task panicked"));
     }
-    load.latencies.sort_unstable();
-    load
+    figures.latencies.sort_unstable();
+    Load {
+        label: label.to_owned(),
+        figures,
+        window,
+    }
 }
 
 // ---- the run ---------------------------------------------------------------------------
@@ -1508,7 +1506,7 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
     for (label, paths) in pools.kinds() {
         let load = closed_loop(label, addr, paths, settings.conns, settings.load_time()).await;
         println!("{}", load.row());
-        if let Some(e) = &load.first_error {
+        if let Some(e) = &load.figures.first_error {
             println!("    first error: {e}");
         }
         loads.push(load);

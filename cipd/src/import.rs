@@ -263,8 +263,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
-    use hints::hint::{AttrSpec, WeightEntry, Weightlist};
+    use hints::hint::AttrSpec;
     use std::time::SystemTime;
 
     fn meta(d: &str) -> PeerMeta {
@@ -279,25 +278,8 @@ mod tests {
     }
 
     fn hint(total: u64, value: &str) -> CipHint {
-        let spec = AttrSpec {
-            template: "DOCUMENT".into(),
-            attribute: "Author".into(),
-        };
-        CipHint {
-            url: "-".into(),
-            total_object_count: total,
-            attributes: vec![spec.clone()],
-            weightlists: vec![(
-                spec,
-                Weightlist {
-                    entries: vec![WeightEntry {
-                        value: Bytes::from(value.to_owned()),
-                        count: 1,
-                    }],
-                },
-            )],
-            ..CipHint::default()
-        }
+        let spec = AttrSpec::new("DOCUMENT", "Author").unwrap();
+        CipHint::with_weightlist(spec, total, [(value, 1)])
     }
 
     #[tokio::test]

@@ -398,6 +398,29 @@ fn bracketed<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
 }
 
 impl CipHint {
+    /// A hint of `total` objects with one weightlist, under `spec`, of `(value, count)`
+    /// entries in the order given (tools, tests and benchmarks make such hints by hand).
+    pub fn with_weightlist<'v>(
+        spec: AttrSpec,
+        total: u64,
+        entries: impl IntoIterator<Item = (&'v str, u64)>,
+    ) -> Self {
+        let entries = entries
+            .into_iter()
+            .map(|(v, count)| WeightEntry {
+                value: Bytes::copy_from_slice(v.as_bytes()),
+                count,
+            })
+            .collect();
+        Self {
+            url: "-".into(),
+            total_object_count: total,
+            attributes: vec![spec.clone()],
+            weightlists: vec![(spec, Weightlist { entries })],
+            ..Self::default()
+        }
+    }
+
     /// Reads a CIP-HINT from a SOIF object, tolerantly.
     ///
     /// Field names are matched ignoring case, with multi-value suffixes folded (`Source-2`,

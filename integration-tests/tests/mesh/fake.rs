@@ -8,34 +8,14 @@ use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType, PollResult, Request};
 use cipd::transport::{PeerContext, Reply, RequestHandler, TransportConfig, serve_connection};
-use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
+use hints::hint::{AttrSpec, CipHint};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// A CIP-HINT with one `DOCUMENT:Author` weightlist.
 pub fn author_hint(total: u64, values: &[(&str, u64)]) -> CipHint {
-    let spec = AttrSpec {
-        template: "DOCUMENT".into(),
-        attribute: "Author".into(),
-    };
-    CipHint {
-        url: "-".into(),
-        total_object_count: total,
-        attributes: vec![spec.clone()],
-        weightlists: vec![(
-            spec,
-            Weightlist {
-                entries: values
-                    .iter()
-                    .map(|(v, c)| WeightEntry {
-                        value: Bytes::copy_from_slice(v.as_bytes()),
-                        count: *c,
-                    })
-                    .collect(),
-            },
-        )],
-        ..CipHint::default()
-    }
+    let spec = AttrSpec::new("DOCUMENT", "Author").unwrap();
+    CipHint::with_weightlist(spec, total, values.iter().copied())
 }
 
 /// An index object carrying `hint` for `dsi`, with `base` as base-uri.

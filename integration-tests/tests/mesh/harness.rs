@@ -12,6 +12,28 @@ use tempfile::TempDir;
 /// Upper bound on any wait; it only bounds failure.
 pub const WAIT: Duration = Duration::from_secs(20);
 
+/// Re-checks `f` every 20 ms until it holds; panics naming `what` after [`WAIT`]. For
+/// conditions no status change announces.
+pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The value of metric `name` (no labels) in a Prometheus text page.
+pub fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no metric {name}"))
+        .parse()
+        .unwrap()
+}
+
 /// A peer entry for [`NodeSpec`].
 #[derive(Clone)]
 pub struct Peer {

@@ -6,7 +6,7 @@ use cip_proto::Dsi;
 use cipd::spool::{Spool, SpoolEntry};
 
 use crate::fake::{FakePeer, author_hint, object};
-use crate::harness::{NodeSpec, TestNode};
+use crate::harness::{NodeSpec, TestNode, eventually, metric};
 
 const HUB: &str = "1.3.6.1.4.1.99999.80";
 const GOOD: &str = "1.3.6.1.4.1.99999.81";
@@ -72,14 +72,8 @@ async fn a_forged_dsi_is_refused_from_configured_and_unconfigured_peers() {
     );
     let node = hub.daemon.node();
     assert_eq!(node.peer_dsi("zz-open"), None);
-    let metrics = node.render_metrics();
-    let forged: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("cipd_index_objects_forged_total "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(forged >= 4, "{metrics}");
+    let forged = metric(&node.render_metrics(), "cipd_index_objects_forged_total");
+    assert!(forged >= 4.0, "{forged}");
     // The peers' view says why.
     let states = node.peer_states();
     let evil_state = states.iter().find(|p| p.name == "zz-evil").unwrap();
@@ -209,5 +203,41 @@ async fn counts_that_cannot_be_true_are_refused_and_the_good_hint_stays() {
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("Total-Object-Count{2}:\t11"), "{text}");
     }
+    hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_ends_a_learned_binding_drops_its_hint() {
+    let open = FakePeer::start(object(
+        OPEN,
+        "http://open/",
+        &author_hint(3, &[("Ortega", 2)]),
+    ))
+    .await;
+    let mut spec = NodeSpec::new(HUB, &["Hugo"]).peer_at("zz-open", open.addr, &["poll"], None);
+    spec.poll_interval = "1h";
+    let mut hub = TestNode::start(spec.clone()).await;
+    hub.wait_for("the open peer learned", |s| s.peers_imported == 1)
+        .await;
+    let node = hub.daemon.node().clone();
+    let open_dsi = Dsi::new(OPEN).unwrap();
+    assert_eq!(hub.query("Author=Ortega").await.referrals.len(), 1);
+    // A reload that leaves the peer as it was keeps the binding and the hint.
+    hub.reconfigure(spec.clone()).await;
+    assert_eq!(node.peer_dsi("zz-open").as_ref(), Some(&open_dsi));
+    assert!(node.table().contains(&open_dsi));
+    // Now it is configured with another DSI: the learned one and its hint go.
+    let mut changed =
+        NodeSpec::new(HUB, &["Hugo"]).peer_at("zz-open", open.addr, &["poll"], Some(EVIL));
+    changed.poll_interval = "1h";
+    hub.reconfigure(changed).await;
+    assert_eq!(node.peer_dsi("zz-open").unwrap().as_str(), EVIL);
+    eventually("the unvouched hint dropped", || {
+        !node.table().contains(&open_dsi)
+    })
+    .await;
+    assert!(hub.query("Author=Ortega").await.referrals.is_empty());
+    let out = node.current_outbound().await;
+    assert!(!String::from_utf8_lossy(&out).contains("Ortega"));
     hub.stop().await;
 }

@@ -4,7 +4,7 @@
 
 use cip_proto::Dsi;
 
-use crate::harness::{NodeSpec, TestNode};
+use crate::harness::{NodeSpec, TestNode, eventually, metric};
 
 const LEAF: &str = "1.3.6.1.4.1.99999.71";
 const HUB: &str = "1.3.6.1.4.1.99999.70";
@@ -144,6 +144,38 @@ impl HeldBuild {
     }
 }
 
+/// A hub that builds eagerly (a poller, which need not exist), whose `leaves` push to it,
+/// with its first build done and the next one to be held once [`HeldBuild::arm`]ed.
+async fn held_hub(leaves: &[&str], extra: &str) -> (TestNode, HeldBuild) {
+    let nowhere: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut spec =
+        NodeSpec::new(HUB, &["Hugo"]).peer_at("up", nowhere, &["poller"], Some(STRANGER));
+    for leaf in leaves {
+        spec = spec.peer_at(leaf, nowhere, &["pusher"], Some(leaf_dsi(leaf)));
+    }
+    spec.extra = extra.to_owned();
+    let hub = TestNode::start(spec).await;
+    hub.wait_for("the first build", |s| s.outbound_generation >= 1)
+        .await;
+    let held = HeldBuild::install(hub.daemon.node().outbound());
+    held.arm();
+    (hub, held)
+}
+
+fn leaf_dsi(leaf: &str) -> &'static str {
+    if leaf == "l1" { L1 } else { L2 }
+}
+
+/// Leaf `leaf` pushes a hint holding `author` (in as many objects as its name is long).
+async fn push_leaf(node: &cipd::state::Node, leaf: &str, author: &str) {
+    let n = author.len() as u64;
+    let hint = crate::fake::author_hint(n, &[(author, n)]);
+    let base = format!("http://{leaf}/");
+    node.accept_index(leaf, crate::fake::object(leaf_dsi(leaf), &base, &hint))
+        .await
+        .unwrap();
+}
+
 const L1: &str = "1.3.6.1.4.1.99999.72";
 const L2: &str = "1.3.6.1.4.1.99999.73";
 
@@ -153,44 +185,15 @@ const L2: &str = "1.3.6.1.4.1.99999.73";
 /// newest table generation, without any later change to repair it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_finishing_last_from_older_state_does_not_win() {
-    // A poller makes the hub build eagerly; it need not exist.
-    let nowhere: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
-    let spec = NodeSpec::new(HUB, &["Hugo"])
-        .peer_at("l1", nowhere, &["pusher"], Some(L1))
-        .peer_at("l2", nowhere, &["pusher"], Some(L2))
-        .peer_at("up", nowhere, &["poller"], Some(STRANGER));
-    let hub = TestNode::start(spec).await;
+    let (hub, held) = held_hub(&["l1", "l2"], "").await;
     let node = hub.daemon.node().clone();
-    hub.wait_for("the first build", |s| s.outbound_generation >= 1)
-        .await;
-
-    let held = HeldBuild::install(node.outbound());
-    held.arm();
-    node.accept_index(
-        "l1",
-        crate::fake::object(
-            L1,
-            "http://l1/",
-            &crate::fake::author_hint(4, &[("Lena", 4)]),
-        ),
-    )
-    .await
-    .unwrap();
+    push_leaf(&node, "l1", "Lena").await;
     // The first build has read the state (the first leaf only) and waits.
     let reached = held.reached.clone();
     let seq = tokio::task::spawn_blocking(move || reached.lock().unwrap().recv().unwrap())
         .await
         .unwrap();
-    node.accept_index(
-        "l2",
-        crate::fake::object(
-            L2,
-            "http://l2/",
-            &crate::fake::author_hint(6, &[("Lars", 6)]),
-        ),
-    )
-    .await
-    .unwrap();
+    push_leaf(&node, "l2", "Lars").await;
     let newest = node.table().generation();
     held.release();
 
@@ -257,15 +260,19 @@ async fn a_middle_node_keeps_its_outbound_hint_current_under_churn() {
         let polls = node.status_snapshot().polls_ok;
         mid.wait_for("polls after the churn", |s| s.polls_ok >= polls + 16)
             .await;
-        let table_total = || -> u64 { node.table().peers().iter().map(|p| p.total).sum() };
-        let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
-        while table_total() != want {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "round {round}: table never caught up"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        let total = |n: &TestNode| -> u64 {
+            n.daemon
+                .node()
+                .table()
+                .peers()
+                .iter()
+                .map(|p| p.total)
+                .sum()
+        };
+        eventually("the middle node's table after the churn", || {
+            total(&mid) == want
+        })
+        .await;
         // ...then, without asking, the stored hint catches up with it by itself.
         let generation = node.table().generation();
         mid.wait_for("the out-bound hint built from the table", |s| {
@@ -297,25 +304,10 @@ async fn a_middle_node_keeps_its_outbound_hint_current_under_churn() {
             );
         }
         // The root mirrors it.
-        let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
-        loop {
-            let at_root: u64 = root
-                .daemon
-                .node()
-                .table()
-                .peers()
-                .iter()
-                .map(|p| p.total)
-                .sum();
-            if at_root == want + 1 {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "round {round}: root at {at_root}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        eventually("the root's view of the middle node", || {
+            total(&root) == want + 1
+        })
+        .await;
     }
     root.stop().await;
     mid.stop().await;
@@ -330,41 +322,16 @@ async fn a_middle_node_keeps_its_outbound_hint_current_under_churn() {
 async fn a_lagging_outbound_hint_is_reported() {
     use std::time::Duration;
 
-    let nowhere: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
-    let mut spec = NodeSpec::new(HUB, &["Hugo"])
-        .peer_at("l1", nowhere, &["pusher"], Some(L1))
-        .peer_at("up", nowhere, &["poller"], Some(STRANGER));
-    spec.extra = "[outbound]\nstale_after = \"1s\"\n".into();
-    let hub = TestNode::start(spec).await;
+    let (hub, held) = held_hub(&["l1"], "[outbound]\nstale_after = \"1s\"\n").await;
     let node = hub.daemon.node().clone();
-    hub.wait_for("the first build", |s| s.outbound_generation >= 1)
-        .await;
-    let held = HeldBuild::install(node.outbound());
-    held.arm();
-    node.accept_index(
-        "l1",
-        crate::fake::object(
-            L1,
-            "http://l1/",
-            &crate::fake::author_hint(4, &[("Lena", 4)]),
-        ),
-    )
-    .await
-    .unwrap();
+    push_leaf(&node, "l1", "Lena").await;
     // The build is held: the lag grows past stale_after and shows.
-    let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
-    while node.outbound().stats().lag < Duration::from_millis(1500) {
-        assert!(tokio::time::Instant::now() < deadline, "no lag measured");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let metrics = node.render_metrics();
-    let lag: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("cipd_outbound_lag_seconds "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(lag >= 1.0, "{metrics}");
+    eventually("a lag", || {
+        node.outbound().stats().lag >= Duration::from_millis(1500)
+    })
+    .await;
+    let lag = metric(&node.render_metrics(), "cipd_outbound_lag_seconds");
+    assert!(lag >= 1.0, "{lag}");
     assert!(node.outbound().current().table_generation < node.table().generation());
     held.release();
     let generation = node.table().generation();
@@ -375,10 +342,9 @@ async fn a_lagging_outbound_hint_is_reported() {
     assert!(node.outbound().is_fresh());
     node.outbound().set_hook(None);
     // The watchdog clears the lag on its next look.
-    let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
-    while node.outbound().stats().lag > Duration::ZERO {
-        assert!(tokio::time::Instant::now() < deadline, "lag not cleared");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the lag cleared", || {
+        node.outbound().stats().lag == Duration::ZERO
+    })
+    .await;
     hub.stop().await;
 }
