@@ -1482,21 +1482,30 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
     }
     let page = metrics(addr).await.unwrap_or_default();
     let g = |n: &str| gauge(&page, n).unwrap_or(f64::NAN);
+    // The README's sizing: 8 bytes per entry, per distinct value its bytes and 65, plus
+    // the substring sums.
+    let formula = 8.0 * g("cipd_table_entries")
+        + g("cipd_table_value_bytes")
+        + 65.0 * g("cipd_table_values")
+        + g("cipd_table_summary_bytes");
     let table = format!(
-        "{} peers, {} distinct values, {} entries, {:.1} MB (table's estimate), {} summaries",
+        "{} peers, {} distinct values, {} entries, {:.1} MB (table's estimate), \
+         {:.1} MB (README's sizing), {} summaries",
         g("cipd_table_peers"),
         g("cipd_table_values"),
         g("cipd_table_entries"),
         g("cipd_table_bytes") / 1e6,
+        formula / 1e6,
         g("cipd_table_summaries"),
     );
     println!("table: {table}");
     let memory = memory_kib(hub.proc.pid());
     if let Some((rss, hwm)) = memory {
         println!(
-            "hub memory: VmRSS {} MiB, VmHWM {} MiB",
+            "hub memory: VmRSS {} MiB, VmHWM {} MiB; RSS {:.2}x the README's sizing",
             rss / 1024,
-            hwm / 1024
+            hwm / 1024,
+            rss as f64 * 1024.0 / formula
         );
     }
 

@@ -96,6 +96,10 @@ pub struct Gauges {
     pub table_summaries: u64,
     /// Summary builds still running.
     pub table_summaries_pending: u64,
+    /// Bytes of the distinct values the table holds.
+    pub table_value_bytes: u64,
+    /// Bytes of the table's substring summaries.
+    pub table_summary_bytes: u64,
     /// Objects in local collections.
     pub local_objects: u64,
     /// Seconds since the daemon started.
@@ -334,6 +338,18 @@ impl Metrics {
             "cipd_table_summaries_pending",
             "Routing-table summary builds still running in the background.",
             gauges.table_summaries_pending as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_value_bytes",
+            "Bytes of the distinct values in the routing table (for the README's sizing).",
+            gauges.table_value_bytes as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_summary_bytes",
+            "Bytes of the routing table's substring summaries.",
+            gauges.table_summary_bytes as f64,
         );
         gauge(
             &mut out,

@@ -565,6 +565,8 @@ impl Node {
             table_bytes: stats.approx_bytes as u64,
             table_summaries: stats.summaries as u64,
             table_summaries_pending: stats.summaries_pending as u64,
+            table_value_bytes: stats.value_bytes as u64,
+            table_summary_bytes: stats.summary_bytes as u64,
             local_objects: self.local_objects_count(),
             uptime_seconds: self.uptime().as_secs_f64(),
             table_generation: self.table.generation(),
