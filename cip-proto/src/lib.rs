@@ -2,6 +2,7 @@
 //!
 //! * [`soif`]: Harvest's Summary Object Interchange Format (RFC 2655): an incremental,
 //!   zero-copy parser, a canonical writer, attribute matching helpers and known templates.
+//! * [`hinadi`]: Hina-Di 2.2 (Asahina Antenna metadata): reader, writer, mapping to SOIF.
 //! * [`dsi`]: dataset identifiers (RFC 2652 §2.1.2), validated on construction.
 //!
 //! The daemon (`cipd`) and the hint model (`hints`) build on these types; nothing here
@@ -10,6 +11,7 @@
 pub mod base64;
 pub mod cip;
 pub mod dsi;
+pub mod hinadi;
 pub mod soif;
 
 pub use dsi::Dsi;
