@@ -82,9 +82,11 @@ fn main() {
         started.elapsed()
     );
     let source: Arc<dyn CollectionSource> = Arc::new(SoifSource {
-        path: file.clone(),
-        recursive: false,
-        extensions: Vec::new(),
+        files: cipd::collection::FileSet {
+            path: file.clone(),
+            recursive: false,
+            extensions: Vec::new(),
+        },
         limits: Limits::default(),
     });
     let specs: Vec<AttrSpec> = ["DOCUMENT:Author", "DOCUMENT:Keywords", "DOCUMENT:Type"]

@@ -1,8 +1,8 @@
 //! Local collections: where this node's own objects come from.
 //!
 //! A [`CollectionSource`] yields SOIF objects and a cheap change [`Fingerprint`]. SOIF files and
-//! directories ([`SoifSource`]) and the bundled sample ([`SampleSource`]) implement it now;
-//! other feeds (Hina-Di, RDM pulls) implement the same trait. Loading is blocking work (the
+//! directories ([`SoifSource`]), Hina-Di files and URLs ([`crate::hinadi::HinaDiSource`]) and
+//! the bundled sample ([`SampleSource`]) implement it; RDM pulls implement the same trait. Loading is blocking work (the
 //! daemon runs it on the blocking pool); a broken object is reported and skipped, never fatal.
 
 use std::hash::{Hash, Hasher};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cip_proto::soif::{Limits, SoifErrorKind, SoifObject};
 
-use crate::config::{CollectionConfig, SourceConfig};
+use crate::config::{CollectionConfig, HinaDiConfig, SourceConfig};
 use crate::soif_io;
 
 /// Most per-object problems kept in a [`LoadReport`]; the rest are only counted.
@@ -41,7 +41,8 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
-    fn problem(&mut self, msg: String) {
+    /// Counts a skipped object and keeps its message (the first few).
+    pub fn problem(&mut self, msg: String) {
         self.skipped += 1;
         if self.problems.len() < MAX_REPORTED_PROBLEMS {
             self.problems.push(msg);
@@ -96,39 +97,58 @@ pub trait CollectionSource: Send + Sync + std::fmt::Debug {
     ) -> Result<LoadReport, CollectionError>;
 }
 
+/// What building a source needs besides its own configuration.
+#[derive(Debug, Clone)]
+pub struct SourceContext {
+    /// SOIF parser limits.
+    pub soif: Limits,
+    /// The data directory (fetched copies of URL sources live under it).
+    pub data_dir: PathBuf,
+    /// Hina-Di reading and trust.
+    pub hinadi: HinaDiConfig,
+}
+
 /// Builds the source a collection's configuration describes.
-pub fn source_for(config: &CollectionConfig, limits: Limits) -> Box<dyn CollectionSource> {
+pub fn source_for(config: &CollectionConfig, ctx: &SourceContext) -> Box<dyn CollectionSource> {
     match &config.source {
         SourceConfig::Soif {
             path,
             recursive,
             extensions,
         } => Box::new(SoifSource {
-            path: path.clone(),
-            recursive: *recursive,
-            extensions: extensions.clone(),
-            limits,
+            files: FileSet {
+                path: path.clone(),
+                recursive: *recursive,
+                extensions: extensions.clone(),
+            },
+            limits: ctx.soif,
         }),
+        SourceConfig::HinaDi { .. } => Box::new(crate::hinadi::HinaDiSource::new(
+            &config.name,
+            &config.source,
+            ctx,
+        )),
         SourceConfig::Sample => Box::new(SampleSource),
     }
 }
 
-/// A SOIF file, or a directory of SOIF files.
+/// A file, or the files of a directory, read in a stable order.
 #[derive(Debug, Clone)]
-pub struct SoifSource {
+pub struct FileSet {
     /// File or directory.
     pub path: PathBuf,
     /// Descend into subdirectories.
     pub recursive: bool,
     /// Extensions to read from directories (empty: every file).
     pub extensions: Vec<String>,
-    /// Parser limits.
-    pub limits: Limits,
 }
 
-impl SoifSource {
+impl FileSet {
     /// The files to read, sorted, so loads and fingerprints are deterministic.
-    fn files(&self) -> Result<Vec<(PathBuf, std::fs::Metadata)>, CollectionError> {
+    ///
+    /// # Errors
+    /// When the path or a directory under it cannot be read.
+    pub fn files(&self) -> Result<Vec<(PathBuf, std::fs::Metadata)>, CollectionError> {
         let io_err = |path: &Path| {
             let path = path.to_owned();
             move |source| CollectionError::Io { path, source }
@@ -167,14 +187,12 @@ impl SoifSource {
             .iter()
             .any(|e| e.trim_start_matches('.').eq_ignore_ascii_case(ext))
     }
-}
 
-impl CollectionSource for SoifSource {
-    fn describe(&self) -> String {
-        format!("soif:{}", self.path.display())
-    }
-
-    fn fingerprint(&self) -> Result<Fingerprint, CollectionError> {
+    /// A fingerprint of the files' names, sizes and modification times.
+    ///
+    /// # Errors
+    /// As [`FileSet::files`].
+    pub fn fingerprint(&self) -> Result<Fingerprint, CollectionError> {
         let mut h = std::hash::DefaultHasher::new();
         for (path, meta) in self.files()? {
             path.hash(&mut h);
@@ -187,6 +205,25 @@ impl CollectionSource for SoifSource {
         }
         Ok(Fingerprint(h.finish()))
     }
+}
+
+/// A SOIF file, or a directory of SOIF files.
+#[derive(Debug, Clone)]
+pub struct SoifSource {
+    /// The files.
+    pub files: FileSet,
+    /// Parser limits.
+    pub limits: Limits,
+}
+
+impl CollectionSource for SoifSource {
+    fn describe(&self) -> String {
+        format!("soif:{}", self.files.path.display())
+    }
+
+    fn fingerprint(&self) -> Result<Fingerprint, CollectionError> {
+        self.files.fingerprint()
+    }
 
     fn load(
         &self,
@@ -195,7 +232,7 @@ impl CollectionSource for SoifSource {
     ) -> Result<LoadReport, CollectionError> {
         let mut report = LoadReport::default();
         let mut next_progress = PROGRESS_EVERY;
-        for (path, _) in self.files()? {
+        for (path, _) in self.files.files()? {
             let mut reader =
                 soif_io::open(&path, self.limits).map_err(|source| CollectionError::Io {
                     path: path.clone(),
@@ -326,9 +363,11 @@ mod tests {
 
     fn src(path: &Path) -> SoifSource {
         SoifSource {
-            path: path.to_owned(),
-            recursive: true,
-            extensions: vec!["soif".into()],
+            files: FileSet {
+                path: path.to_owned(),
+                recursive: true,
+                extensions: vec!["soif".into()],
+            },
             limits: Limits::default(),
         }
     }
@@ -382,7 +421,7 @@ mod tests {
 
     #[test]
     fn extension_filter() {
-        let mut s = src(Path::new("/x"));
+        let mut s = src(Path::new("/x")).files;
         assert!(s.wanted(Path::new("/x/a.SOIF")));
         assert!(!s.wanted(Path::new("/x/a.txt")));
         s.extensions.clear();

@@ -140,6 +140,7 @@ impl Daemon {
             node.token.child_token(),
         ));
         node.rebuild_local(true).await;
+        node.tracker.spawn(crate::hinadi::fetch_loop(node.clone()));
         node.resolve_peers().await;
         node.begin_cold_start();
 

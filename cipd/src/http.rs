@@ -128,16 +128,18 @@ fn bad_parameter(name: &str, value: &str, expected: &str) -> ApiError {
     }
 }
 
-/// The whole HTTP application of a node: the query API and `/metrics`. Later front-ends
-/// (RDM, CIP over HTTP) are merged in here as further route sets.
+/// The whole HTTP application of a node: the query API, `/metrics` and the Hina-Di file.
+/// Later front-ends (RDM, CIP over HTTP) are merged in here as further route sets.
 pub fn router(node: Arc<Node>) -> Router {
-    let timeout = node.config().limits.http_timeout;
-    query_routes(node.clone())
-        .merge(metrics_routes(node))
-        .fallback(not_found)
-        .layer(axum::middleware::from_fn(
-            move |req: Request, next: Next| request_timeout(req, next, timeout),
-        ))
+    let config = node.config();
+    let timeout = config.limits.http_timeout;
+    let mut app = query_routes(node.clone()).merge(metrics_routes(node.clone()));
+    if let Some(path) = &config.hinadi.serve_path {
+        app = app.merge(crate::hinadi::serve::routes(node, path));
+    }
+    app.fallback(not_found).layer(axum::middleware::from_fn(
+        move |req: Request, next: Next| request_timeout(req, next, timeout),
+    ))
 }
 
 /// The query API.

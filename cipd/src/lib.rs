@@ -10,6 +10,8 @@ pub mod collection;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
+pub mod fetch;
+pub mod hinadi;
 pub mod http;
 pub mod import;
 pub mod local;

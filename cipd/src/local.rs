@@ -1506,9 +1506,11 @@ mod tests {
         let file = dir.path().join("c.soif");
         fs::write(&file, "@DOCUMENT { u1\nAuthor{3}:\tAnn\n}\n").unwrap();
         let source = SoifSource {
-            path: file.clone(),
-            recursive: false,
-            extensions: Vec::new(),
+            files: collection::FileSet {
+                path: file.clone(),
+                recursive: false,
+                extensions: Vec::new(),
+            },
             limits: Limits::default(),
         };
         let cache = dir.path().join("cache");

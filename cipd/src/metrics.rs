@@ -76,6 +76,12 @@ pub struct Metrics {
     pub cip_connections_open: AtomicU64,
     /// CIP connections refused because the connection limit was reached.
     pub cip_connections_refused: AtomicU64,
+    /// Hina-Di URL fetches that succeeded (200 or 304).
+    pub hinadi_fetches: AtomicU64,
+    /// Hina-Di URL fetches that failed (the last copy is kept).
+    pub hinadi_fetch_errors: AtomicU64,
+    /// Requests for this node's Hina-Di file answered (304s included).
+    pub hinadi_served: AtomicU64,
     /// Query latency.
     pub query_latency: Histogram,
     polls: Mutex<BTreeMap<String, PollCounts>>,
@@ -190,6 +196,24 @@ impl Metrics {
             "cipd_index_objects_implausible_total",
             "In-bound index objects refused for counts that cannot be true.",
             load(&self.index_objects_implausible),
+        );
+        counter(
+            &mut out,
+            "cipd_hinadi_fetches_total",
+            "Hina-Di URL fetches that succeeded (200 or 304).",
+            load(&self.hinadi_fetches),
+        );
+        counter(
+            &mut out,
+            "cipd_hinadi_fetch_errors_total",
+            "Hina-Di URL fetches that failed; the last copy is kept.",
+            load(&self.hinadi_fetch_errors),
+        );
+        counter(
+            &mut out,
+            "cipd_hinadi_served_total",
+            "Requests for this node's Hina-Di file answered.",
+            load(&self.hinadi_served),
         );
         counter(
             &mut out,

@@ -776,14 +776,18 @@ impl Node {
     pub async fn rebuild_local(&self, force: bool) -> Vec<String> {
         let _guard = self.rebuild.lock().await;
         let config = self.config();
-        let limits = soif_limits(&config);
+        let ctx = collection::SourceContext {
+            soif: soif_limits(&config),
+            data_dir: config.data_dir.clone(),
+            hinadi: config.hinadi.clone(),
+        };
         let indexed = crate::local::indexed_attributes(&config.export.attributes);
         let old = self.local.load_full();
         let mut jobs = Vec::with_capacity(config.collections.len());
         let mut sources = Vec::with_capacity(config.collections.len());
         let mut reloaded = Vec::new();
         for c in &config.collections {
-            let source: Arc<dyn CollectionSource> = Arc::from(collection::source_for(c, limits));
+            let source: Arc<dyn CollectionSource> = Arc::from(collection::source_for(c, &ctx));
             let previous = old
                 .collections
                 .iter()

@@ -1,4 +1,4 @@
-//! `cipctl`: the operators' tool. Offline SOIF and hint tools, queries, and the admin socket.
+//! `cipctl`: the operators' tool. Offline SOIF, Hina-Di and hint tools, queries, and the admin socket.
 
 use std::process::ExitCode;
 
@@ -20,6 +20,9 @@ enum Command {
     /// Check, convert and reformat SOIF files (offline).
     #[command(subcommand)]
     Soif(ctl::soif::SoifCommand),
+    /// Check and convert Hina-Di (Asahina Antenna) files (offline).
+    #[command(subcommand)]
+    Hina(ctl::hina::HinaCommand),
     /// Build CIP-HINT objects from SOIF collections and inspect them (offline).
     #[command(subcommand)]
     Hint(ctl::hint::HintCommand),
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Soif(cmd) => ctl::soif::run(cmd),
+        Command::Hina(cmd) => ctl::hina::run(cmd),
         Command::Hint(cmd) => ctl::hint::run(cmd),
         Command::Query(args) => ctl::query::run(args),
         Command::Admin(cmd) => ctl::admin::run(cmd, &cli.admin),

@@ -20,10 +20,14 @@ use hints::hint::AttrSpec;
 use hints::summary::SummaryConfig;
 use serde::Deserialize;
 
+mod collection;
 mod pipeline;
 
 pub use crate::import::ImportConfig;
 pub use crate::outbound::OutboundConfig;
+pub use collection::{
+    CollectionConfig, HinaDiConfig, HinaLocation, RawCollection, RawHinaDi, SourceConfig, Untrusted,
+};
 pub use pipeline::{RawImport, RawOutbound};
 
 /// The configuration file as written: every table and key the file may hold.
@@ -67,6 +71,9 @@ pub struct RawConfig {
     /// `[import]`: how in-bound hints reach the routing table.
     #[serde(default)]
     pub import: RawImport,
+    /// `[hinadi]`: how Hina-Di is read, trusted and served.
+    #[serde(default)]
+    pub hinadi: RawHinaDi,
 }
 
 /// `[node]`.
@@ -130,23 +137,6 @@ pub struct RawTlsListener {
     pub key: PathBuf,
     /// PEM CA bundle: when set, clients must present a certificate it signed.
     pub client_ca: Option<PathBuf>,
-}
-
-/// `[[collection]]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawCollection {
-    /// Name used in logs and status.
-    pub name: String,
-    /// Source type: `soif` (a file or a directory of files) or `sample` (the bundled sample).
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// File or directory (type `soif`).
-    pub path: Option<PathBuf>,
-    /// For directories: descend into subdirectories (default true).
-    pub recursive: Option<bool>,
-    /// For directories: file name extensions to read (default `["soif"]`; `[]` = every file).
-    pub extensions: Option<Vec<String>>,
 }
 
 /// `[export]`.
@@ -352,6 +342,8 @@ pub struct Config {
     pub outbound: OutboundConfig,
     /// The import queue's bounds.
     pub import: ImportConfig,
+    /// Hina-Di reading, trust and serving.
+    pub hinadi: HinaDiConfig,
 }
 
 /// This node's identity.
@@ -389,32 +381,6 @@ pub struct TlsListenerConfig {
     pub key: PathBuf,
     /// CA for client certificates, if required.
     pub client_ca: Option<PathBuf>,
-}
-
-/// One local collection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CollectionConfig {
-    /// Name.
-    pub name: String,
-    /// Where its objects come from.
-    pub source: SourceConfig,
-}
-
-/// Kinds of collection source.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SourceConfig {
-    /// A SOIF file, or a directory of SOIF files.
-    Soif {
-        /// File or directory.
-        path: PathBuf,
-        /// Descend into subdirectories.
-        recursive: bool,
-        /// Extensions read from directories (empty: all files).
-        extensions: Vec<String>,
-    },
-    /// The sample collection bundled with cipd.
-    Sample,
 }
 
 /// The out-bound hint's shape.
@@ -725,8 +691,13 @@ impl Config {
             }
         };
         for (i, c) in self.collections.iter().enumerate() {
-            if let SourceConfig::Soif { path, .. } = &c.source {
-                need(format!("collection[{i}].path"), path, "collection");
+            match &c.source {
+                SourceConfig::Soif { path, .. }
+                | SourceConfig::HinaDi {
+                    location: HinaLocation::Path { path, .. },
+                    ..
+                } => need(format!("collection[{i}].path"), path, "collection"),
+                _ => {}
             }
         }
         for (i, l) in self.listen.cip_tls.iter().enumerate() {
@@ -968,6 +939,7 @@ impl Validator<'_> {
         let index = self.index(raw.index);
         let outbound = self.outbound(raw.outbound);
         let import = self.import(raw.import);
+        let hinadi = self.hinadi(raw.hinadi);
         let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             self.err(
@@ -990,6 +962,7 @@ impl Validator<'_> {
             log_level,
             outbound,
             import,
+            hinadi,
         }
     }
 
@@ -1063,61 +1036,6 @@ impl Validator<'_> {
             http,
             admin_socket,
         }
-    }
-
-    fn collections(&mut self, raw: Vec<RawCollection>) -> Vec<CollectionConfig> {
-        let mut names = HashSet::new();
-        let mut out = Vec::new();
-        for (i, c) in raw.into_iter().enumerate() {
-            let key = format!("collection[{i}]");
-            if c.name.trim().is_empty() {
-                self.err(format!("{key}.name"), "must not be empty");
-            } else if !names.insert(c.name.clone()) {
-                self.err(
-                    format!("{key}.name"),
-                    format!("{:?} is used by an earlier collection", c.name),
-                );
-            }
-            let source = match c.kind.as_str() {
-                "soif" => match c.path {
-                    Some(p) => SourceConfig::Soif {
-                        path: self.path(p),
-                        recursive: c.recursive.unwrap_or(true),
-                        extensions: c.extensions.unwrap_or_else(|| vec!["soif".to_owned()]),
-                    },
-                    None => {
-                        self.err(format!("{key}.path"), "is required for type \"soif\"");
-                        continue;
-                    }
-                },
-                "sample" => {
-                    for (set, k) in [
-                        (c.path.is_some(), "path"),
-                        (c.recursive.is_some(), "recursive"),
-                        (c.extensions.is_some(), "extensions"),
-                    ] {
-                        if set {
-                            self.err(format!("{key}.{k}"), "has no meaning for type \"sample\"");
-                        }
-                    }
-                    SourceConfig::Sample
-                }
-                other => {
-                    self.err(
-                        format!("{key}.type"),
-                        format!(
-                            "unknown collection type {other:?}; expected \"soif\" or \"sample\""
-                        ),
-                    );
-                    continue;
-                }
-            };
-            out.push(CollectionConfig {
-                name: c.name,
-                source,
-            });
-        }
-        out
     }
 
     fn export(&mut self, raw: RawExport) -> ExportConfig {

@@ -1,8 +1,9 @@
 //! `cipctl` subcommands. Each module holds one command group's clap arguments and its `run`.
 //!
-//! Offline tools (no daemon needed): [`soif`]. Commands for a running daemon: [`admin`].
+//! Offline tools (no daemon needed): [`soif`], [`hina`], [`hint`]. Commands for a running daemon: [`admin`].
 
 pub mod admin;
+pub mod hina;
 pub mod hint;
 pub mod query;
 pub mod soif;

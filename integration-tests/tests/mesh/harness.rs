@@ -56,6 +56,8 @@ pub struct NodeSpec {
     pub extra_limits: String,
     /// More tables, appended to the file.
     pub extra: String,
+    /// More `[export]` attributes (`"HINA:Keyword"`).
+    pub export: Vec<&'static str>,
 }
 
 impl NodeSpec {
@@ -68,6 +70,7 @@ impl NodeSpec {
             watch_interval: "0s",
             extra_limits: String::new(),
             extra: String::new(),
+            export: Vec::new(),
         }
     }
 
@@ -124,7 +127,7 @@ name = "docs"
 type = "soif"
 path = {coll:?}
 [export]
-attributes = ["DOCUMENT:Author", "DOCUMENT:Title"]
+attributes = ["DOCUMENT:Author", "DOCUMENT:Title"{export}]
 [limits]
 watch_interval = "{watch}"
 connect_timeout = "2s"
@@ -138,6 +141,11 @@ shutdown_grace = "5s"
         coll = dir.join("docs.soif").display().to_string(),
         watch = spec.watch_interval,
         extra_limits = spec.extra_limits,
+        export = spec
+            .export
+            .iter()
+            .map(|a| format!(", {a:?}"))
+            .collect::<String>(),
     );
     for p in &spec.peers {
         let roles: Vec<String> = p.roles.iter().map(|r| format!("{r:?}")).collect();

@@ -8,6 +8,7 @@
 mod admin;
 mod fake;
 mod harness;
+mod hinadi;
 mod identity;
 mod load;
 mod outbound;

@@ -1,0 +1,191 @@
+//! Hina-Di through the mesh: a node reads an EUC-JP antenna file, serves its own Hina-Di
+//! file with the trusted blocks re-published, a second node pulls that file over HTTP, and
+//! the root of a two-level mesh above it refers Japanese keyword queries to it.
+
+use std::time::Duration;
+
+use cip_proto::hinadi::{self, HinaLimits, KnownField};
+use cipd::fetch::{self, FetchLimits, Fetched};
+
+use crate::harness::{NodeSpec, TestNode};
+
+const PUBLISHER: &str = "1.3.6.1.4.1.99999.51";
+const PULLER: &str = "1.3.6.1.4.1.99999.52";
+const ROOT: &str = "1.3.6.1.4.1.99999.53";
+const AGENT: &str = "http://agent.example.jp/";
+
+const ANTENNA: &str = "HINA/2.2beta\r\n\
+User-Agent: WDB/2.10 (Antenna; HINA/2.2beta)\r\n\
+Content-Type: text/plain; charset=EUC-JP\r\n\
+Date: Sun, 6 Nov 1994 08:49:37 GMT\r\n\
+\r\n\
+URL:\t\thttp://diary.example.jp/yamada/\r\n\
+Title:\t\t山田の日記\r\n\
+Author-Name:\t\t山田太郎\r\n\
+Last-Modified:\t\tSun, 6 Nov 1994 08:49:37 GMT\r\n\
+Keyword:\t\t日記: 音楽\r\n\
+Authorized:\t\tWDB/2.10\r\n\
+Authorized-url:\t\thttp://agent.example.jp/\r\n\
+Method:\t\tGET/200\r\n\
+X-WDB-Title:\t\tやまだ\r\n\
+\r\n\
+URL: http://untrusted.example.jp/\r\n\
+Title: 怪しい\r\n\
+Keyword: 音楽\r\n\
+Authorized: Other/1.0\r\n\
+Authorized-url: http://other.example.jp/\r\n\
+Method: GET/200\r\n\
+\r\n\
+URL: http://noauth.example.jp/\r\n\
+Title: 無署名\r\n\
+Keyword: 音楽\r\n\
+Authorized: WDB/2.10\r\n\
+Method: HEAD/200\r\n";
+
+const OWN: &str = "@DOCUMENT { http://publisher.example.org/report.html\n\
+Title{9}:\t報告書\n\
+Author{4}:\tSato\n\
+Last-Modification-Time{10}:\t1997-02-11\n\
+}\n";
+
+const LIMITS: FetchLimits = FetchLimits {
+    timeout: Duration::from_secs(10),
+    max_bytes: 1 << 20,
+};
+
+async fn get(url: &str, ims: Option<&str>) -> Fetched {
+    fetch::get(url, ims, "test", LIMITS).await.unwrap()
+}
+
+fn blocks(bytes: &[u8]) -> hinadi::Parsed {
+    hinadi::parse_bytes(bytes, HinaLimits::default()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn antenna_files_are_read_served_pulled_and_referred() {
+    let dir = tempfile::tempdir().unwrap();
+    let (euc, _, _) = encoding_rs::EUC_JP.encode(ANTENNA);
+    std::fs::write(dir.path().join("antenna.di"), &euc).unwrap();
+    std::fs::write(dir.path().join("own.soif"), OWN).unwrap();
+    let mut spec = NodeSpec::new(PUBLISHER, &[]);
+    spec.export = vec!["HINA:Keyword", "HINA:Title"];
+    spec.extra = format!(
+        "[[collection]]\nname = \"antenna\"\ntype = \"hinadi\"\npath = {:?}\n\
+         [[collection]]\nname = \"own\"\ntype = \"soif\"\npath = {:?}\n\
+         [hinadi]\ntrusted = [{AGENT:?}]\n",
+        dir.path().join("antenna.di").display().to_string(),
+        dir.path().join("own.soif").display().to_string(),
+    );
+    let publisher = TestNode::start_in(spec, dir).await;
+    // Every block is indexed here, the untrusted ones too.
+    let local = publisher
+        .wait_for("the antenna file", |s| s.local_objects >= 4)
+        .await;
+    assert_eq!(local.local_objects, 4);
+
+    // The served file: the trusted block re-published, this node's dated document, and
+    // nothing no trusted agent vouches for.
+    let url = format!("{}/hina.di", publisher.http_url());
+    let Fetched::Body {
+        bytes,
+        last_modified,
+        content_type,
+    } = get(&url, None).await
+    else {
+        panic!("a first fetch has a body")
+    };
+    assert_eq!(content_type.as_deref(), Some("text/plain; charset=UTF-8"));
+    let served = blocks(&bytes);
+    assert!(served.diagnostics.is_empty(), "{:?}", served.diagnostics);
+    assert_eq!(
+        served
+            .header
+            .get(KnownField::UserAgent)
+            .map(|u| u.starts_with("cipd/")),
+        Some(true)
+    );
+    let urls: Vec<&str> = served.blocks.iter().filter_map(|b| b.url()).collect();
+    assert_eq!(
+        urls,
+        [
+            "http://diary.example.jp/yamada/",
+            "http://publisher.example.org/report.html"
+        ]
+    );
+    let diary = &served.blocks[0];
+    assert_eq!(diary.get(KnownField::Title), Some("山田の日記"));
+    assert_eq!(diary.get(KnownField::Keyword), Some("日記: 音楽"));
+    assert_eq!(diary.get(KnownField::Method), Some("REMOTE/GET/200"));
+    assert_eq!(diary.get(KnownField::AuthorizedUrl), Some(AGENT));
+    assert!(
+        diary.fields.iter().all(|f| !f.is_experimental()),
+        "experimental fields are not re-published"
+    );
+    let own = &served.blocks[1];
+    assert_eq!(own.get(KnownField::Method), Some("FILE/200"));
+    assert_eq!(
+        own.get(KnownField::LastModified),
+        Some("Tue, 11 Feb 1997 00:00:00 GMT")
+    );
+    let publisher_url = format!("{}/", publisher.http_url());
+    assert_eq!(
+        own.get(KnownField::AuthorizedUrl),
+        Some(publisher_url.as_str())
+    );
+
+    // The same file in EUC-JP, and revalidation.
+    let Fetched::Body { bytes: euc, .. } = get(&format!("{url}?charset=euc-jp"), None).await else {
+        panic!("body")
+    };
+    let again = blocks(&euc);
+    assert_eq!(again.header.charset, encoding_rs::EUC_JP);
+    assert_eq!(again.blocks, served.blocks);
+    assert_eq!(
+        get(&url, last_modified.as_deref()).await,
+        Fetched::NotModified
+    );
+    let bad = fetch::get(&format!("{url}?charset=klingon"), None, "test", LIMITS).await;
+    assert!(bad.unwrap_err().to_string().contains("400"));
+
+    // A second node pulls the file over HTTP and trusts both agents.
+    let mut spec = NodeSpec::new(PULLER, &[]);
+    spec.export = vec!["HINA:Keyword", "HINA:Title"];
+    spec.extra = format!(
+        "[[collection]]\nname = \"publisher\"\ntype = \"hinadi\"\nurl = {url:?}\n\
+         [hinadi]\ntrusted = [{AGENT:?}, {publisher_url:?}]\n"
+    );
+    let puller = TestNode::start(spec).await;
+    puller
+        .wait_for("the pulled file", |s| s.local_objects >= 2)
+        .await;
+    let Fetched::Body { bytes, .. } = get(&format!("{}/hina.di", puller.http_url()), None).await
+    else {
+        panic!("body")
+    };
+    let chain = blocks(&bytes);
+    let methods: Vec<&str> = chain
+        .blocks
+        .iter()
+        .filter_map(|b| b.get(KnownField::Method))
+        .collect();
+    assert_eq!(methods, ["REMOTE/REMOTE/GET/200", "REMOTE/FILE/200"]);
+
+    // The root of a two-level mesh refers Japanese keyword and title queries to the puller.
+    let root = TestNode::start(NodeSpec::new(ROOT, &[]).peer("puller", &puller, &["poll"])).await;
+    root.wait_for("the puller's hint", |s| s.hints_accepted >= 1)
+        .await;
+    for q in [
+        "HINA:Keyword=音楽",
+        "HINA:Title=報告書",
+        "HINA:Keyword=日記",
+    ] {
+        let a = root.query(q).await;
+        let dsis: Vec<&str> = a.referrals.iter().map(|r| r.dsi.as_str()).collect();
+        assert_eq!(dsis, [PULLER], "{q}: {a:?}");
+        assert_eq!(a.referrals[0].count, 1, "{q}: {a:?}");
+    }
+    assert!(root.query("HINA:Title=怪しい").await.referrals.is_empty());
+    for n in [root, puller, publisher] {
+        n.stop().await;
+    }
+}
