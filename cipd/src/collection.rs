@@ -123,9 +123,15 @@ pub fn source_for(config: &CollectionConfig, ctx: &SourceContext) -> Box<dyn Col
             },
             limits: ctx.soif,
         }),
-        SourceConfig::HinaDi { .. } => Box::new(crate::hinadi::HinaDiSource::new(
+        SourceConfig::HinaDi {
+            location,
+            charset,
+            untrusted,
+        } => Box::new(crate::hinadi::HinaDiSource::new(
             &config.name,
-            &config.source,
+            location,
+            charset,
+            *untrusted,
             ctx,
         )),
         SourceConfig::Sample => Box::new(SampleSource),

@@ -453,6 +453,12 @@ mod tests {
     }
 
     #[test]
+    fn the_deploy_example_states_the_defaults() {
+        let c = Config::from_toml(include_str!("../../../deploy/cipd.toml")).unwrap();
+        assert_eq!(c.hinadi, HinaDiConfig::default());
+    }
+
+    #[test]
     fn hinadi_problems_are_named() {
         let err = Config::from_toml(&format!(
             "{BASE}\

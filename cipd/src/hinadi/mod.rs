@@ -70,16 +70,15 @@ pub struct HinaDiSource {
 }
 
 impl HinaDiSource {
-    /// The source for collection `name` configured as `source` (a [`SourceConfig::HinaDi`]).
-    pub fn new(name: &str, source: &SourceConfig, ctx: &SourceContext) -> Self {
-        let SourceConfig::HinaDi {
-            location,
-            charset,
-            untrusted,
-        } = source
-        else {
-            unreachable!("HinaDiSource::new is only called for hinadi collections")
-        };
+    /// The source for collection `name`: `location`, read in `charset` when a file declares
+    /// none, keeping or skipping untrusted blocks.
+    pub fn new(
+        name: &str,
+        location: &HinaLocation,
+        charset: &'static encoding_rs::Encoding,
+        untrusted: Untrusted,
+        ctx: &SourceContext,
+    ) -> Self {
         let input = match location {
             HinaLocation::Path {
                 path,
@@ -98,7 +97,7 @@ impl HinaDiSource {
         Self {
             input,
             limits: ctx.hinadi.limits(charset),
-            untrusted: *untrusted,
+            untrusted,
             trusted: ctx.hinadi.trusted.clone(),
         }
     }
@@ -393,15 +392,13 @@ mod tests {
     fn source(path: &Path, untrusted: Untrusted, ctx: &SourceContext) -> HinaDiSource {
         HinaDiSource::new(
             "t",
-            &SourceConfig::HinaDi {
-                location: HinaLocation::Path {
-                    path: path.to_owned(),
-                    recursive: true,
-                    extensions: vec!["di".into()],
-                },
-                charset: encoding_rs::EUC_JP,
-                untrusted,
+            &HinaLocation::Path {
+                path: path.to_owned(),
+                recursive: true,
+                extensions: vec!["di".into()],
             },
+            encoding_rs::EUC_JP,
+            untrusted,
             ctx,
         )
     }
@@ -460,14 +457,12 @@ mod tests {
         let ctx = ctx(dir.path(), &[]);
         let s = HinaDiSource::new(
             "remote",
-            &SourceConfig::HinaDi {
-                location: HinaLocation::Url {
-                    url: "http://x.jp/hina.di".into(),
-                    interval: Duration::from_secs(60),
-                },
-                charset: encoding_rs::UTF_8,
-                untrusted: Untrusted::Index,
+            &HinaLocation::Url {
+                url: "http://x.jp/hina.di".into(),
+                interval: Duration::from_secs(60),
             },
+            encoding_rs::UTF_8,
+            Untrusted::Index,
             &ctx,
         );
         assert_eq!(s.describe(), "hinadi:http://x.jp/hina.di");

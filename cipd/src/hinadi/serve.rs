@@ -131,13 +131,18 @@ pub fn build(local: &LocalIndex, inputs: &Inputs<'_>) -> Document {
     }
 }
 
-type CacheKey = (u64, usize);
+/// The local-index generation, and a digest of what else shapes the file (the `[hinadi]`
+/// settings and this node's URL).
+type CacheKey = (u64, u64);
 
 /// The route's state: the node and the built files.
 pub struct Server {
     node: Arc<Node>,
     cache: Mutex<(CacheKey, HashMap<&'static str, Arc<Document>>)>,
     building: tokio::sync::Mutex<()>,
+    /// The build time of the newest file: a new file is stamped at least a second later,
+    /// so `If-Modified-Since` (whole seconds) never hides a change made within a second.
+    last_built: std::sync::atomic::AtomicI64,
 }
 
 impl Server {
@@ -147,12 +152,17 @@ impl Server {
             node,
             cache: Mutex::new(((0, 0), HashMap::new())),
             building: tokio::sync::Mutex::new(()),
+            last_built: std::sync::atomic::AtomicI64::new(i64::MIN),
         }
     }
 
     fn key(&self) -> CacheKey {
+        use std::hash::{Hash, Hasher};
         let config = self.node.config();
-        (self.node.local().generation, Arc::as_ptr(&config) as usize)
+        let mut h = std::hash::DefaultHasher::new();
+        format!("{:?}", config.hinadi).hash(&mut h);
+        self.node.identity().base_uris.hash(&mut h);
+        (self.node.local().generation, h.finish())
     }
 
     fn cached(&self, key: CacheKey, charset: &'static Encoding) -> Option<Arc<Document>> {
@@ -176,13 +186,19 @@ impl Server {
             return Ok(d);
         }
         let node = self.node.clone();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let previous = self.last_built.load(std::sync::atomic::Ordering::Relaxed);
+        // Files of one generation in other charsets share its stamp.
+        let now = match self.cache.lock().unwrap_or_else(|e| e.into_inner()) {
+            c if c.0 == key && !c.1.is_empty() => previous,
+            _ => now.max(previous.saturating_add(1)),
+        };
         let doc = tokio::task::spawn_blocking(move || {
             let config = node.config();
             let identity = node.identity();
             let local = node.local();
-            let now = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
             build(
                 &local,
                 &Inputs {
@@ -200,6 +216,8 @@ impl Server {
             message: format!("building the hina-di file failed: {e}"),
         })?;
         let doc = Arc::new(doc);
+        self.last_built
+            .store(doc.built, std::sync::atomic::Ordering::Relaxed);
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if c.0 != key {
             *c = (key, HashMap::new());

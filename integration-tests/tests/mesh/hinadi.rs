@@ -151,7 +151,7 @@ async fn antenna_files_are_read_served_pulled_and_referred() {
     let mut spec = NodeSpec::new(PULLER, &[]);
     spec.export = vec!["HINA:Keyword", "HINA:Title"];
     spec.extra = format!(
-        "[[collection]]\nname = \"publisher\"\ntype = \"hinadi\"\nurl = {url:?}\n\
+        "[[collection]]\nname = \"publisher\"\ntype = \"hinadi\"\nurl = {url:?}\ninterval = \"200ms\"\n\
          [hinadi]\ntrusted = [{AGENT:?}, {publisher_url:?}]\n"
     );
     let puller = TestNode::start(spec).await;
@@ -185,6 +185,24 @@ async fn antenna_files_are_read_served_pulled_and_referred() {
         assert_eq!(a.referrals[0].count, 1, "{q}: {a:?}");
     }
     assert!(root.query("HINA:Title=怪しい").await.referrals.is_empty());
+
+    // The publisher's antenna file changes; the puller's next fetch brings the new block.
+    let more = format!(
+        "{ANTENNA}\r\nURL: http://photo.example.jp/\r\nTitle: 写真館\r\nKeyword: 写真\r\n\
+         Authorized: WDB/2.10\r\nAuthorized-url: {AGENT}\r\nMethod: GET/200\r\n"
+    );
+    let (euc, _, _) = encoding_rs::EUC_JP.encode(&more);
+    std::fs::write(publisher.dir.path().join("antenna.di"), &euc).unwrap();
+    publisher.daemon.node().reload().await.unwrap();
+    puller
+        .wait_for("the changed file", |s| s.local_objects >= 3)
+        .await;
+    let page = puller.daemon.node().render_metrics();
+    assert!(crate::harness::metric(&page, "cipd_hinadi_fetches_total") >= 2.0);
+    assert_eq!(
+        crate::harness::metric(&page, "cipd_hinadi_fetch_errors_total"),
+        0.0
+    );
     for n in [root, puller, publisher] {
         n.stop().await;
     }
