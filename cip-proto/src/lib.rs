@@ -3,6 +3,8 @@
 //! * [`soif`]: Harvest's Summary Object Interchange Format (RFC 2655): an incremental,
 //!   zero-copy parser, a canonical writer, attribute matching helpers and known templates.
 //! * [`hinadi`]: Hina-Di 2.2 (Asahina Antenna metadata): reader, writer, mapping to SOIF.
+//! * [`rdm`]: Resource Description Messages: headers, queries, views, server, schema and
+//!   taxonomy descriptions, and their query languages.
 //! * [`dsi`]: dataset identifiers (RFC 2652 §2.1.2), validated on construction.
 //!
 //! The daemon (`cipd`) and the hint model (`hints`) build on these types; nothing here
@@ -12,6 +14,7 @@ pub mod base64;
 pub mod cip;
 pub mod dsi;
 pub mod hinadi;
+pub mod rdm;
 pub mod soif;
 
 pub use dsi::Dsi;
