@@ -97,6 +97,12 @@ pub trait CollectionSource: Send + Sync + std::fmt::Debug {
     ) -> Result<LoadReport, CollectionError>;
 }
 
+/// A collection name as a file-name stem: its bytes in hex, so any name is a safe, distinct
+/// file name (the stores, fetched copies, journals and pull states under `data_dir`).
+pub fn file_stem(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
 /// What building a source needs besides its own configuration.
 #[derive(Debug, Clone)]
 pub struct SourceContext {
@@ -133,6 +139,12 @@ pub fn source_for(config: &CollectionConfig, ctx: &SourceContext) -> Box<dyn Col
             charset,
             *untrusted,
             ctx,
+        )),
+        SourceConfig::Rdm { url, .. } => Box::new(crate::rdm::pull::RdmSource::new(
+            &config.name,
+            url.as_deref(),
+            &ctx.data_dir,
+            ctx.soif,
         )),
         SourceConfig::Sample => Box::new(SampleSource),
     }

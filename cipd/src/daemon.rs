@@ -141,6 +141,10 @@ impl Daemon {
         ));
         node.rebuild_local(true).await;
         node.tracker.spawn(crate::hinadi::fetch_loop(node.clone()));
+        node.tracker
+            .spawn(crate::rdm::pull::pull_loop(node.clone()));
+        node.tracker
+            .spawn(crate::rdm::journal::journal_loop(node.clone()));
         node.resolve_peers().await;
         node.begin_cold_start();
 

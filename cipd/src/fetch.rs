@@ -1,4 +1,5 @@
-//! A small HTTP/1.1 GET client for feeds this node pulls (Hina-Di URLs, RDM servers).
+//! A small HTTP/1.1 client for feeds this node pulls: `GET` for Hina-Di URLs, `POST` for RDM
+//! requests.
 //!
 //! hyper does the protocol; this adds what a pull needs: a whole-fetch timeout, a body size
 //! cap (checked while reading, so a huge reply never sits in memory), `If-Modified-Since`,
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use axum::http::{Request, StatusCode, Uri, header};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper_util::rt::TokioIo;
 
 /// Most redirects followed.
@@ -160,12 +161,14 @@ fn parse(url: &str) -> Result<(Uri, String, u16), FetchError> {
     Ok((uri, host, port))
 }
 
-async fn once(
+/// One request on a fresh connection: the status, headers and whole body (at most
+/// `max_bytes`).
+async fn send(
     url: &str,
-    if_modified_since: Option<&str>,
-    user_agent: &str,
-    limits: FetchLimits,
-) -> Result<Step, FetchError> {
+    request: axum::http::request::Builder,
+    body: Bytes,
+    max_bytes: u64,
+) -> Result<(StatusCode, axum::http::HeaderMap, Bytes), FetchError> {
     let (uri, host, port) = parse(url)?;
     let transport = |e: &dyn std::fmt::Display| FetchError::Transport {
         url: url.to_owned(),
@@ -183,82 +186,139 @@ async fn once(
     });
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let authority = uri.authority().map_or(host.clone(), |a| a.to_string());
-    let mut req = Request::get(path)
+    let req = request
+        .uri(path)
         .header(header::HOST, authority)
+        .body(http_body_util::Full::new(body))
+        .map_err(|e| transport(&e))?;
+    let result = async {
+        let resp = sender.send_request(req).await.map_err(|e| transport(&e))?;
+        let (parts, body) = resp.into_parts();
+        let body = read_body(url, body, max_bytes).await?;
+        Ok((parts.status, parts.headers, body))
+    }
+    .await;
+    driver.abort();
+    result
+}
+
+fn text_header(headers: &axum::http::HeaderMap, name: header::HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+async fn once(
+    url: &str,
+    if_modified_since: Option<&str>,
+    user_agent: &str,
+    limits: FetchLimits,
+) -> Result<Step, FetchError> {
+    let mut req = Request::get("/")
         .header(header::USER_AGENT, user_agent)
         .header(header::ACCEPT_ENCODING, "identity");
     if let Some(ims) = if_modified_since {
         req = req.header(header::IF_MODIFIED_SINCE, ims);
     }
-    let req = req.body(Empty::<Bytes>::new()).map_err(|e| transport(&e))?;
-    let result = async {
-        let resp = sender.send_request(req).await.map_err(|e| transport(&e))?;
-        let status = resp.status();
-        let text_header = |name| {
-            resp.headers()
-                .get(name)
-                .and_then(|v: &axum::http::HeaderValue| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        if status == StatusCode::NOT_MODIFIED {
-            return Ok(Step::Done(Fetched::NotModified));
-        }
-        if status.is_redirection() {
-            let Some(location) = text_header(header::LOCATION) else {
-                return Err(FetchError::Status {
-                    url: url.to_owned(),
-                    status,
-                });
-            };
-            // A relative Location resolves against this server.
-            let next = if location.starts_with('/') {
-                format!(
-                    "http://{}{location}",
-                    uri.authority().map_or("", |a| a.as_str())
-                )
-            } else {
-                location
-            };
-            return Ok(Step::Redirect(next));
-        }
-        if status != StatusCode::OK {
-            return Err(FetchError::Status {
-                url: url.to_owned(),
-                status,
-            });
-        }
-        let last_modified = text_header(header::LAST_MODIFIED);
-        let content_type = text_header(header::CONTENT_TYPE);
-        let too_large = || FetchError::TooLarge {
-            url: url.to_owned(),
-            limit: limits.max_bytes,
-        };
-        if let Some(len) = text_header(header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok())
-            && len > limits.max_bytes
-        {
-            return Err(too_large());
-        }
-        let cap = usize::try_from(limits.max_bytes).unwrap_or(usize::MAX);
-        let body = Limited::new(resp.into_body(), cap)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    too_large()
-                } else {
-                    transport(&e)
-                }
-            })?
-            .to_bytes();
-        Ok(Step::Done(Fetched::Body {
-            bytes: body,
-            last_modified,
-            content_type,
-        }))
+    let (status, headers, bytes) = send(url, req, Bytes::new(), limits.max_bytes).await?;
+    if status == StatusCode::NOT_MODIFIED {
+        return Ok(Step::Done(Fetched::NotModified));
     }
-    .await;
-    driver.abort();
-    result
+    if status.is_redirection()
+        && let Some(location) = text_header(&headers, header::LOCATION)
+    {
+        // A relative Location resolves against this server.
+        let next = if location.starts_with('/') {
+            let (uri, _, _) = parse(url)?;
+            format!(
+                "http://{}{location}",
+                uri.authority().map_or("", |a| a.as_str())
+            )
+        } else {
+            location
+        };
+        return Ok(Step::Redirect(next));
+    }
+    if status != StatusCode::OK {
+        return Err(FetchError::Status {
+            url: url.to_owned(),
+            status,
+        });
+    }
+    Ok(Step::Done(Fetched::Body {
+        bytes,
+        last_modified: text_header(&headers, header::LAST_MODIFIED),
+        content_type: text_header(&headers, header::CONTENT_TYPE),
+    }))
+}
+
+/// A whole answer to a `POST`, whatever its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Posted {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// `Content-Type`.
+    pub content_type: Option<String>,
+    /// The server's `Date`.
+    pub date: Option<String>,
+    /// Every header.
+    pub headers: axum::http::HeaderMap,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// `POST url` with `body` of `content_type`, within `limits`; any status is returned (the
+/// caller reads error bodies too).
+///
+/// # Errors
+/// Transport failures, a body over the limit, the timeout.
+pub async fn post(
+    url: &str,
+    content_type: &str,
+    body: Bytes,
+    user_agent: &str,
+    limits: FetchLimits,
+) -> Result<Posted, FetchError> {
+    let req = Request::post("/")
+        .header(header::USER_AGENT, user_agent)
+        .header(header::CONTENT_TYPE, content_type);
+    match tokio::time::timeout(limits.timeout, send(url, req, body, limits.max_bytes)).await {
+        Ok(Ok((status, headers, body))) => Ok(Posted {
+            status,
+            content_type: text_header(&headers, header::CONTENT_TYPE),
+            date: text_header(&headers, header::DATE),
+            headers,
+            body,
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(FetchError::Timeout {
+            url: url.to_owned(),
+            limit: limits.timeout,
+        }),
+    }
+}
+
+/// Reads a whole body, refusing more than `max` bytes.
+async fn read_body(url: &str, body: hyper::body::Incoming, max: u64) -> Result<Bytes, FetchError> {
+    let cap = usize::try_from(max).unwrap_or(usize::MAX);
+    Ok(Limited::new(body, cap)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                FetchError::TooLarge {
+                    url: url.to_owned(),
+                    limit: max,
+                }
+            } else {
+                FetchError::Transport {
+                    url: url.to_owned(),
+                    message: e.to_string(),
+                }
+            }
+        })?
+        .to_bytes())
 }
 
 #[cfg(test)]

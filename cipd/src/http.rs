@@ -134,8 +134,14 @@ pub fn router(node: Arc<Node>) -> Router {
     let config = node.config();
     let timeout = config.limits.http_timeout;
     let mut app = query_routes(node.clone()).merge(metrics_routes(node.clone()));
+    if let Some(path) = &config.listen.cip_http {
+        app = app.merge(crate::cip_http::routes(node.clone(), path));
+    }
     if let Some(path) = &config.hinadi.serve_path {
-        app = app.merge(crate::hinadi::serve::routes(node, path));
+        app = app.merge(crate::hinadi::serve::routes(node.clone(), path));
+    }
+    if let Some(path) = &config.rdm.path {
+        app = app.merge(crate::rdm::server::routes(node.clone(), path));
     }
     app.fallback(not_found).layer(axum::middleware::from_fn(
         move |req: Request, next: Next| request_timeout(req, next, timeout),
@@ -301,8 +307,15 @@ pub async fn serve(
             () = token.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        // Handlers that recognise peers by address (CIP over HTTP) find it as axum's
+        // `ConnectInfo` request extension.
+        let service = TowerToHyperService::new(app.clone());
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(remote));
+            hyper::service::Service::call(&service, req)
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
         let token = token.clone();
         tracker.spawn(async move {
             let _permit = permit;

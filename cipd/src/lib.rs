@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod answers;
 pub mod binding;
+pub mod cip_http;
 pub mod collection;
 pub mod config;
 pub mod ctl;
@@ -18,6 +19,7 @@ pub mod local;
 pub mod metrics;
 pub mod outbound;
 pub mod peer;
+pub mod rdm;
 pub mod sample;
 pub mod service;
 pub mod soif_io;

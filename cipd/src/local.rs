@@ -126,7 +126,7 @@ pub fn cache_dir(data_dir: &Path) -> PathBuf {
 
 /// The cache file and sidecar of collection `name` in `dir`.
 fn cache_paths(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let stem: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    let stem = crate::collection::file_stem(name);
     (
         dir.join(format!("{stem}.soif")),
         dir.join(format!("{stem}.meta")),
@@ -262,6 +262,30 @@ impl CollectionStore {
     /// Bytes of the cache file.
     pub fn bytes(&self) -> u64 {
         self.offsets.last().copied().unwrap_or(0)
+    }
+
+    /// Copies the cache file — every object as SOIF, [`CollectionStore::bytes`] bytes — to
+    /// `out` in chunks (RDM streams whole catalogs this way).
+    ///
+    /// # Errors
+    /// A read error, or whatever `out` returns.
+    pub fn copy_raw(&self, out: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let mut reader = PositionalReader {
+            file,
+            pos: 0,
+            end: self.bytes(),
+        };
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let n = reader.read(&mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            out(&buf[..n])?;
+        }
     }
 
     /// The attributes indexed (see [`indexed_attributes`]).

@@ -82,6 +82,12 @@ pub struct Metrics {
     pub hinadi_fetch_errors: AtomicU64,
     /// Requests for this node's Hina-Di file answered (304s included).
     pub hinadi_served: AtomicU64,
+    /// RDM requests answered (errors included).
+    pub rdm_requests: AtomicU64,
+    /// RDM pulls that succeeded.
+    pub rdm_pulls: AtomicU64,
+    /// RDM pulls that failed (the last copy is kept).
+    pub rdm_pull_errors: AtomicU64,
     /// Query latency.
     pub query_latency: Histogram,
     polls: Mutex<BTreeMap<String, PollCounts>>,
@@ -214,6 +220,24 @@ impl Metrics {
             "cipd_hinadi_served_total",
             "Requests for this node's Hina-Di file answered.",
             load(&self.hinadi_served),
+        );
+        counter(
+            &mut out,
+            "cipd_rdm_requests_total",
+            "RDM requests answered, errors included.",
+            load(&self.rdm_requests),
+        );
+        counter(
+            &mut out,
+            "cipd_rdm_pulls_total",
+            "RDM pulls that succeeded.",
+            load(&self.rdm_pulls),
+        );
+        counter(
+            &mut out,
+            "cipd_rdm_pull_errors_total",
+            "RDM pulls that failed; the last copy is kept.",
+            load(&self.rdm_pull_errors),
         );
         counter(
             &mut out,

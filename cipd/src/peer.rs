@@ -20,7 +20,8 @@ use cip_proto::Dsi;
 use cip_proto::cip::{Request, ResponseCode};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, PeerConfig, PeerRole};
+use crate::cip_http::{HttpClient, HttpError};
+use crate::config::{Config, PeerConfig, PeerRole, PeerTransport};
 use crate::state::{Node, hint_type};
 use crate::transport::{
     CipClient, CipConnection, ClientReply, TransportConfig, TransportError, tls,
@@ -38,6 +39,12 @@ pub enum PeerError {
     /// The peer has no port (it only pushes to us).
     #[error("peer has no port configured")]
     NoPort,
+    /// The peer has `transport = "http"` but no URL (it only pushes to us).
+    #[error("peer has no url configured")]
+    NoUrl,
+    /// An exchange over HTTP failed (RFC 2653 §2.3).
+    #[error(transparent)]
+    Http(#[from] HttpError),
     /// TLS settings could not be loaded.
     #[error("tls: {0}")]
     Tls(#[from] tls::TlsError),
@@ -240,7 +247,39 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
     }
 }
 
-async fn connect(config: &Config, peer: &PeerConfig) -> Result<CipConnection, PeerError> {
+/// A connection to a peer over its configured transport: requests and replies are the same
+/// on both, only the bytes on the wire differ.
+enum Session {
+    /// The TCP stream (RFC 2653 §2.1), negotiated.
+    Stream(CipConnection),
+    /// HTTP POSTs to the peer's URL (RFC 2653 §2.3).
+    Http(HttpClient),
+}
+
+impl Session {
+    async fn request(&mut self, request: &Request) -> Result<ClientReply, PeerError> {
+        Ok(match self {
+            Self::Stream(c) => c.request(request).await?,
+            Self::Http(c) => c.request(request).await?,
+        })
+    }
+
+    /// Ends the session: the stream's half-close and `222`; HTTP just drops its connection.
+    async fn close(self) -> Result<(), PeerError> {
+        match self {
+            Self::Stream(c) => Ok(c.close().await?),
+            Self::Http(_) => Ok(()),
+        }
+    }
+}
+
+async fn connect(config: &Config, peer: &PeerConfig) -> Result<Session, PeerError> {
+    if peer.transport == PeerTransport::Http {
+        let url = peer.url.as_deref().ok_or(PeerError::NoUrl)?;
+        return Ok(Session::Http(
+            HttpClient::connect(url, &transport_config(config)).await?,
+        ));
+    }
     let port = peer.port.ok_or(PeerError::NoPort)?;
     let tls = match &peer.tls {
         None => None,
@@ -255,7 +294,9 @@ async fn connect(config: &Config, peer: &PeerConfig) -> Result<CipConnection, Pe
             ))
         }
     };
-    Ok(CipClient::connect((peer.host.as_str(), port), tls, &transport_config(config)).await?)
+    Ok(Session::Stream(
+        CipClient::connect((peer.host.as_str(), port), tls, &transport_config(config)).await?,
+    ))
 }
 
 async fn push_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) {

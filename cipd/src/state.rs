@@ -169,6 +169,14 @@ pub struct LocalIndex {
 }
 
 impl LocalIndex {
+    /// The store of collection `name` (an RDM catalog), if loaded.
+    pub fn catalog(&self, name: &str) -> Option<Arc<CollectionStore>> {
+        self.collections
+            .iter()
+            .find(|c| c.status.name == name)
+            .map(|c| c.store.clone())
+    }
+
     /// Every collection's store, in configuration order.
     pub fn stores(&self) -> impl Iterator<Item = &CollectionStore> {
         self.collections.iter().map(|c| &*c.store)
@@ -450,6 +458,8 @@ pub struct Node {
     /// Bumped whenever something an answer depends on changes besides the table and the
     /// local hint (configuration, thesaurus, identity).
     epoch: AtomicU64,
+    /// RDM catalogs' change journals ([`crate::rdm::journal`]).
+    rdm: crate::rdm::journal::Journals,
 }
 
 impl std::fmt::Debug for Node {
@@ -545,7 +555,13 @@ impl Node {
             cold_start: std::sync::atomic::AtomicBool::new(false),
             settling: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             epoch: AtomicU64::new(0),
+            rdm: crate::rdm::journal::Journals::default(),
         })
+    }
+
+    /// The RDM catalogs' change journals.
+    pub fn rdm_journals(&self) -> &crate::rdm::journal::Journals {
+        &self.rdm
     }
 
     /// The node's metrics.
@@ -1718,9 +1734,10 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
 fn initial_peer_state(p: &crate::config::PeerConfig) -> PeerState {
     PeerState {
         name: p.name.clone(),
-        address: match p.port {
-            Some(port) => format!("{}:{port}", p.host),
-            None => p.host.clone(),
+        address: match (&p.url, p.port) {
+            (Some(url), _) => url.clone(),
+            (None, Some(port)) => format!("{}:{port}", p.host),
+            (None, None) => p.host.clone(),
         },
         roles: p.roles.iter().map(|r| r.as_str().to_owned()).collect(),
         dsi: p.dsi.as_ref().map(ToString::to_string),

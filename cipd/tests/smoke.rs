@@ -84,6 +84,50 @@ fn sample_node_answers_its_sample_query() {
         ))
         .unwrap_err();
     assert!(err.to_string().contains("HTTP 400"), "{err}");
+
+    // The same node over RDM, through cipctl.
+    let cipctl = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cipctl"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let status = cipctl(&["rdm", "status", &url]);
+    assert!(status.status.success(), "{status:?}");
+    assert!(String::from_utf8_lossy(&status.stdout).contains("catalog"));
+    let rds = cipctl(&["rdm", "get", &url, "--hits", "2", "--attributes", "Title"]);
+    assert!(rds.status.success(), "{rds:?}");
+    let objs = cip_proto::soif::parse_all(rds.stdout, cip_proto::soif::Limits::default()).unwrap();
+    assert_eq!(objs.len(), 2);
+    assert!(
+        objs.iter()
+            .all(|o| o.attributes.len() == 1 && o.first("Title").is_some())
+    );
+    let schema = cipctl(&["rdm", "schema", &url]);
+    assert!(
+        String::from_utf8_lossy(&schema.stdout).contains("@SCHEMA"),
+        "{schema:?}"
+    );
+    let missing = cipctl(&["rdm", "get", &url, "--catalog", "x-catalog://h/none"]);
+    assert_eq!(missing.status.code(), Some(1), "{missing:?}");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no catalog"));
+    // And its Hina-Di file: the sample's documents have URLs and dates.
+    let hina = rt
+        .block_on(cipd::fetch::get(
+            &format!("{url}/hina.di"),
+            None,
+            "smoke",
+            cipd::fetch::FetchLimits {
+                timeout: Duration::from_secs(10),
+                max_bytes: 1 << 20,
+            },
+        ))
+        .unwrap();
+    let cipd::fetch::Fetched::Body { bytes, .. } = hina else {
+        panic!("a body")
+    };
+    let parsed = cip_proto::hinadi::parse_bytes(&bytes, Default::default()).unwrap();
+    assert!(parsed.blocks.len() >= 24, "{}", parsed.blocks.len());
 }
 
 #[test]

@@ -26,6 +26,9 @@ enum Command {
     /// Build CIP-HINT objects from SOIF collections and inspect them (offline).
     #[command(subcommand)]
     Hint(ctl::hint::HintCommand),
+    /// Speak RDM to any server: status, server description, schema, taxonomy, RDs.
+    #[command(subcommand)]
+    Rdm(ctl::rdm::RdmCommand),
     /// Ask a node for referrals (and chase them with --follow).
     Query(ctl::query::QueryArgs),
     #[command(flatten)]
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Soif(cmd) => ctl::soif::run(cmd),
         Command::Hina(cmd) => ctl::hina::run(cmd),
         Command::Hint(cmd) => ctl::hint::run(cmd),
+        Command::Rdm(cmd) => ctl::rdm::run(cmd),
         Command::Query(args) => ctl::query::run(args),
         Command::Admin(cmd) => ctl::admin::run(cmd, &cli.admin),
     }

@@ -35,6 +35,14 @@ pub struct RawCollection {
     pub charset: Option<String>,
     /// Blocks no trusted agent vouches for: `"index"` them (default) or `"skip"` them.
     pub untrusted: Option<String>,
+    /// The CSID of the remote catalog pulled (type `rdm`; default: the server's default).
+    pub catalog: Option<String>,
+    /// Accept RD submissions from `[rdm] submitters` (type `rdm`; default false).
+    pub writable: Option<bool>,
+    /// An `@SCHEMA` file served for this catalog over RDM (default: generated).
+    pub schema: Option<PathBuf>,
+    /// A `@TAXONOMY`/`@CLASSIFICATION` file served for this catalog over RDM.
+    pub taxonomy: Option<PathBuf>,
 }
 
 /// One local collection.
@@ -44,6 +52,17 @@ pub struct CollectionConfig {
     pub name: String,
     /// Where its objects come from.
     pub source: SourceConfig,
+    /// How it is described as an RDM catalog.
+    pub catalog: CatalogConfig,
+}
+
+/// A collection as an RDM catalog.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CatalogConfig {
+    /// `@SCHEMA` file to serve instead of the generated schema.
+    pub schema: Option<PathBuf>,
+    /// `@TAXONOMY` file to serve.
+    pub taxonomy: Option<PathBuf>,
 }
 
 /// Kinds of collection source.
@@ -67,6 +86,17 @@ pub enum SourceConfig {
         charset: &'static Encoding,
         /// What becomes of blocks no trusted agent vouches for.
         untrusted: Untrusted,
+    },
+    /// RDs kept under `data_dir`, pulled from an RDM server and/or submitted to us.
+    Rdm {
+        /// The server's `/rdm/incoming` URL, when pulled.
+        url: Option<String>,
+        /// The remote catalog's CSID (default: the server's default catalog).
+        catalog: Option<String>,
+        /// Time between pulls.
+        interval: Duration,
+        /// Accept submissions (`rd-response`, `rd-response-deleted`) from submitters.
+        writable: bool,
     },
     /// The sample collection bundled with cipd.
     Sample,
@@ -103,6 +133,9 @@ pub enum Untrusted {
     /// Leave them out.
     Skip,
 }
+
+/// Default pull interval of RDM collections.
+pub const DEFAULT_RDM_INTERVAL: Duration = Duration::from_secs(15 * 60);
 
 /// Default fetch interval of Hina-Di URLs.
 pub const DEFAULT_HINADI_INTERVAL: Duration = Duration::from_secs(30 * 60);
@@ -183,6 +216,74 @@ impl HinaDiConfig {
     }
 }
 
+/// `[rdm]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRdm {
+    /// Where the HTTP listener answers RDM (default `"/rdm/incoming"`; `""` turns it off).
+    pub path: Option<String>,
+    /// The catalog of requests that name none (default: the first collection).
+    pub default_catalog: Option<String>,
+    /// `Description` of the server description.
+    pub description: Option<String>,
+    /// `Maintainer` of the server description (an RFC 822 address).
+    pub maintainer: Option<String>,
+    /// How long answers may be cached (`Expires`; default `"1h"`).
+    pub expires: Option<String>,
+    /// Addresses allowed to submit RDs to writable catalogs.
+    pub submitters: Option<Vec<String>>,
+    /// Largest request body (default 16 MiB).
+    pub max_request_bytes: Option<usize>,
+    /// Most RDs an ordered view sorts (default 100,000).
+    pub max_ordered: Option<usize>,
+    /// Largest answer a pull accepts (default 256 MiB).
+    pub max_pull_bytes: Option<u64>,
+    /// Longest a pull may take (default `"5m"`).
+    pub pull_timeout: Option<String>,
+}
+
+/// How this node speaks RDM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmConfig {
+    /// Path of the RDM endpoint; `None` when off.
+    pub path: Option<String>,
+    /// Default catalog.
+    pub default_catalog: Option<String>,
+    /// Server description text.
+    pub description: Option<String>,
+    /// Maintainer address.
+    pub maintainer: Option<String>,
+    /// `Expires` offset of answers.
+    pub expires: Duration,
+    /// Who may submit RDs.
+    pub submitters: Vec<std::net::IpAddr>,
+    /// Largest request body.
+    pub max_request_bytes: usize,
+    /// Most RDs sorted for an ordered view.
+    pub max_ordered: usize,
+    /// Largest pulled answer.
+    pub max_pull_bytes: u64,
+    /// Longest pull.
+    pub pull_timeout: Duration,
+}
+
+impl Default for RdmConfig {
+    fn default() -> Self {
+        Self {
+            path: Some("/rdm/incoming".to_owned()),
+            default_catalog: None,
+            description: None,
+            maintainer: None,
+            expires: Duration::from_secs(3600),
+            submitters: Vec::new(),
+            max_request_bytes: 16 << 20,
+            max_ordered: 100_000,
+            max_pull_bytes: 256 << 20,
+            pull_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
 /// Checks an `http://host[:port]/path` URL.
 pub(super) fn check_http_url(u: &str) -> Result<(), String> {
     let uri: axum::http::Uri = u.parse().map_err(|e| format!("{u:?} is not a URL ({e})"))?;
@@ -217,13 +318,16 @@ impl Validator<'_> {
                 );
             }
             let kind = c.kind.clone();
+            let (schema, taxonomy) = (c.schema.clone(), c.taxonomy.clone());
             // Keys that only some types read.
             let meaningless: Vec<&str> = [
                 ("path", c.path.is_some(), ["soif", "hinadi"].as_slice()),
                 ("recursive", c.recursive.is_some(), &["soif", "hinadi"]),
                 ("extensions", c.extensions.is_some(), &["soif", "hinadi"]),
-                ("url", c.url.is_some(), &["hinadi"]),
-                ("interval", c.interval.is_some(), &["hinadi"]),
+                ("url", c.url.is_some(), &["hinadi", "rdm"]),
+                ("interval", c.interval.is_some(), &["hinadi", "rdm"]),
+                ("catalog", c.catalog.is_some(), &["rdm"]),
+                ("writable", c.writable.is_some(), &["rdm"]),
                 ("charset", c.charset.is_some(), &["hinadi"]),
                 ("untrusted", c.untrusted.is_some(), &["hinadi"]),
             ]
@@ -231,7 +335,7 @@ impl Validator<'_> {
             .filter(|(_, set, types)| *set && !types.contains(&kind.as_str()))
             .map(|(k, _, _)| k)
             .collect();
-            if ["soif", "hinadi", "sample"].contains(&kind.as_str()) {
+            if ["soif", "hinadi", "rdm", "sample"].contains(&kind.as_str()) {
                 for k in meaningless {
                     self.err(
                         format!("{key}.{k}"),
@@ -255,19 +359,57 @@ impl Validator<'_> {
                     Some(s) => s,
                     None => continue,
                 },
+                "rdm" => {
+                    let url = c.url.clone();
+                    if let Some(u) = &url
+                        && let Err(e) = check_http_url(u)
+                    {
+                        self.err(format!("{key}.url"), e);
+                    }
+                    if let Some(csid) = &c.catalog
+                        && let Err(e) = cip_proto::rdm::Csid::parse(csid)
+                    {
+                        self.err(format!("{key}.catalog"), e.to_string());
+                    }
+                    let writable = c.writable.unwrap_or(false);
+                    if url.is_none() && !writable {
+                        self.err(
+                            format!("{key}.url"),
+                            "type \"rdm\" needs a url to pull from, or writable = true",
+                        );
+                    }
+                    SourceConfig::Rdm {
+                        url,
+                        catalog: c.catalog.clone(),
+                        interval: self.duration(
+                            &format!("{key}.interval"),
+                            c.interval.clone(),
+                            DEFAULT_RDM_INTERVAL,
+                        ),
+                        writable,
+                    }
+                }
                 "sample" => SourceConfig::Sample,
                 other => {
                     self.err(
                         format!("{key}.type"),
                         format!(
-                            "unknown collection type {other:?}; expected \"soif\", \"hinadi\" \
-                             or \"sample\""
+                            "unknown collection type {other:?}; expected \"soif\", \"hinadi\", \
+                             \"rdm\" or \"sample\""
                         ),
                     );
                     continue;
                 }
             };
-            out.push(CollectionConfig { name, source });
+            let catalog = CatalogConfig {
+                schema: schema.map(|p| self.path(p)),
+                taxonomy: taxonomy.map(|p| self.path(p)),
+            };
+            out.push(CollectionConfig {
+                name,
+                source,
+                catalog,
+            });
         }
         out
     }
@@ -347,6 +489,64 @@ impl Validator<'_> {
             charset,
             untrusted,
         })
+    }
+
+    pub(super) fn rdm(&mut self, raw: RawRdm, collections: &[CollectionConfig]) -> RdmConfig {
+        let d = RdmConfig::default();
+        let path = match raw.path {
+            None => d.path,
+            Some(p) if p.is_empty() => None,
+            Some(p) if p.starts_with('/') && !p.contains(['?', '#', ' ']) => Some(p),
+            Some(p) => {
+                self.err(
+                    "rdm.path",
+                    format!("{p:?}: expected a path such as \"/rdm/incoming\" (or \"\" for none)"),
+                );
+                None
+            }
+        };
+        if let Some(c) = &raw.default_catalog
+            && !collections.iter().any(|x| &x.name == c)
+        {
+            self.err(
+                "rdm.default_catalog",
+                format!("{c:?} is not the name of a collection"),
+            );
+        }
+        let mut submitters = Vec::new();
+        for (i, a) in raw.submitters.unwrap_or_default().iter().enumerate() {
+            match a.trim().parse() {
+                Ok(ip) => submitters.push(ip),
+                Err(_) => self.err(
+                    format!("rdm.submitters[{i}]"),
+                    format!("{a:?} is not an IP address"),
+                ),
+            }
+        }
+        let max_pull_bytes = match raw.max_pull_bytes {
+            Some(0) => {
+                self.err("rdm.max_pull_bytes", "must be positive");
+                d.max_pull_bytes
+            }
+            Some(n) => n,
+            None => d.max_pull_bytes,
+        };
+        RdmConfig {
+            path,
+            default_catalog: raw.default_catalog,
+            description: raw.description,
+            maintainer: raw.maintainer,
+            expires: self.duration("rdm.expires", raw.expires, d.expires),
+            submitters,
+            max_request_bytes: self.positive(
+                "rdm.max_request_bytes",
+                raw.max_request_bytes,
+                d.max_request_bytes,
+            ),
+            max_ordered: self.positive("rdm.max_ordered", raw.max_ordered, d.max_ordered),
+            max_pull_bytes,
+            pull_timeout: self.duration("rdm.pull_timeout", raw.pull_timeout, d.pull_timeout),
+        }
     }
 
     pub(super) fn hinadi(&mut self, raw: RawHinaDi) -> HinaDiConfig {
@@ -456,6 +656,63 @@ mod tests {
     fn the_deploy_example_states_the_defaults() {
         let c = Config::from_toml(include_str!("../../../deploy/cipd.toml")).unwrap();
         assert_eq!(c.hinadi, HinaDiConfig::default());
+        assert_eq!(c.rdm, RdmConfig::default());
+    }
+
+    #[test]
+    fn rdm_collections_and_section() {
+        let c = Config::from_toml(&format!(
+            "{BASE}\
+             [[collection]]\nname = \"p\"\ntype = \"rdm\"\nurl = \"http://x.org/rdm/incoming\"\n\
+             catalog = \"x-catalog://x.org:80/docs\"\ninterval = \"1m\"\ntaxonomy = \"t.soif\"\n\
+             [[collection]]\nname = \"inbox\"\ntype = \"rdm\"\nwritable = true\n\
+             [rdm]\ndefault_catalog = \"inbox\"\nsubmitters = [\"10.0.0.1\", \"::1\"]\nexpires = \"10m\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.collections[0].source,
+            SourceConfig::Rdm {
+                url: Some("http://x.org/rdm/incoming".into()),
+                catalog: Some("x-catalog://x.org:80/docs".into()),
+                interval: Duration::from_secs(60),
+                writable: false,
+            }
+        );
+        assert_eq!(
+            c.collections[0].catalog.taxonomy.as_deref(),
+            Some(std::path::Path::new("t.soif"))
+        );
+        assert!(matches!(
+            c.collections[1].source,
+            SourceConfig::Rdm {
+                url: None,
+                writable: true,
+                ..
+            }
+        ));
+        assert_eq!(c.rdm.submitters.len(), 2);
+        assert_eq!(c.rdm.expires, Duration::from_secs(600));
+        let err = Config::from_toml(&format!(
+            "{BASE}\
+             [[collection]]\nname = \"a\"\ntype = \"rdm\"\n\
+             [[collection]]\nname = \"b\"\ntype = \"rdm\"\nurl = \"http://x/\"\ncatalog = \"docs\"\n\
+             [[collection]]\nname = \"c\"\ntype = \"soif\"\npath = \"x\"\nwritable = true\n\
+             [rdm]\ndefault_catalog = \"zzz\"\nsubmitters = [\"somewhere\"]\npath = \"rdm\"\n"
+        ))
+        .unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "collection[0].url",
+                "collection[1].catalog",
+                "collection[2].writable",
+                "rdm.path",
+                "rdm.default_catalog",
+                "rdm.submitters[0]"
+            ],
+            "{err}"
+        );
     }
 
     #[test]

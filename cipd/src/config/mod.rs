@@ -26,7 +26,8 @@ mod pipeline;
 pub use crate::import::ImportConfig;
 pub use crate::outbound::OutboundConfig;
 pub use collection::{
-    CollectionConfig, HinaDiConfig, HinaLocation, RawCollection, RawHinaDi, SourceConfig, Untrusted,
+    CatalogConfig, CollectionConfig, HinaDiConfig, HinaLocation, RawCollection, RawHinaDi, RawRdm,
+    RdmConfig, SourceConfig, Untrusted,
 };
 pub use pipeline::{RawImport, RawOutbound};
 
@@ -74,6 +75,9 @@ pub struct RawConfig {
     /// `[hinadi]`: how Hina-Di is read, trusted and served.
     #[serde(default)]
     pub hinadi: RawHinaDi,
+    /// `[rdm]`: how this node speaks RDM.
+    #[serde(default)]
+    pub rdm: RawRdm,
 }
 
 /// `[node]`.
@@ -123,6 +127,9 @@ pub struct RawListen {
     pub http: Vec<String>,
     /// Path of the admin socket (Unix domain socket).
     pub admin_socket: Option<PathBuf>,
+    /// Path of CIP over HTTP (RFC 2653 §2.3) on the HTTP listeners (`"/cip"`); off when
+    /// absent.
+    pub cip_http: Option<String>,
 }
 
 /// `[[listen.cip_tls]]`.
@@ -158,10 +165,15 @@ pub struct RawExport {
 pub struct RawPeer {
     /// Name used in logs, status and admin commands.
     pub name: String,
-    /// Host name or address.
+    /// Host name or address (default for `transport = "http"`: the URL's host).
+    #[serde(default)]
     pub host: String,
     /// CIP port (CIP has no default port, RFC 2653 §2.1).
     pub port: Option<u16>,
+    /// `stream` (default, RFC 2653 §2.1) or `http` (RFC 2653 §2.3).
+    pub transport: Option<String>,
+    /// The peer's CIP URL, for `transport = "http"` (`"http://hub.example:7080/cip"`).
+    pub url: Option<String>,
     /// One role or a list: `poll`, `poller`, `push`, `pusher`.
     pub role: Option<OneOrMany>,
     /// The peer's DSI, when known in advance.
@@ -344,6 +356,8 @@ pub struct Config {
     pub import: ImportConfig,
     /// Hina-Di reading, trust and serving.
     pub hinadi: HinaDiConfig,
+    /// RDM serving and pulling.
+    pub rdm: RdmConfig,
 }
 
 /// This node's identity.
@@ -368,6 +382,8 @@ pub struct ListenConfig {
     pub http: Vec<SocketAddr>,
     /// Admin socket path.
     pub admin_socket: Option<PathBuf>,
+    /// Path of CIP over HTTP on the HTTP listeners; `None` when off.
+    pub cip_http: Option<String>,
 }
 
 /// One TLS CIP listener.
@@ -430,8 +446,14 @@ pub struct PeerConfig {
     pub name: String,
     /// Host name or address.
     pub host: String,
-    /// CIP port; `None` only for peers we never connect to (role `pusher` alone).
+    /// CIP port; `None` for peers we never connect to (role `pusher` alone) and for
+    /// `transport = "http"`.
     pub port: Option<u16>,
+    /// How we reach the peer.
+    pub transport: PeerTransport,
+    /// The peer's CIP URL (`transport = "http"`); `None` for the stream transport and for
+    /// peers we never connect to.
+    pub url: Option<String>,
     /// Roles, sorted, without duplicates.
     pub roles: Vec<PeerRole>,
     /// The peer's DSI, if configured.
@@ -446,6 +468,26 @@ impl PeerConfig {
     /// True when the peer has role `role`.
     pub fn has_role(&self, role: PeerRole) -> bool {
         self.roles.contains(&role)
+    }
+}
+
+/// The transport we use towards a peer (RFC 2653 §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PeerTransport {
+    /// CIP's TCP stream (§2.1) to `host`:`port`, optionally over TLS.
+    #[default]
+    Stream,
+    /// HTTP POSTs to `url` (§2.3): one request per POST, plain `http://`.
+    Http,
+}
+
+impl PeerTransport {
+    /// The spelling used in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stream => "stream",
+            Self::Http => "http",
+        }
     }
 }
 
@@ -699,6 +741,14 @@ impl Config {
                 } => need(format!("collection[{i}].path"), path, "collection"),
                 _ => {}
             }
+            for (k, f) in [
+                ("schema", &c.catalog.schema),
+                ("taxonomy", &c.catalog.taxonomy),
+            ] {
+                if let Some(f) = f {
+                    need(format!("collection[{i}].{k}"), f, "file");
+                }
+            }
         }
         for (i, l) in self.listen.cip_tls.iter().enumerate() {
             need(format!("listen.cip_tls[{i}].cert"), &l.cert, "certificate");
@@ -940,6 +990,8 @@ impl Validator<'_> {
         let outbound = self.outbound(raw.outbound);
         let import = self.import(raw.import);
         let hinadi = self.hinadi(raw.hinadi);
+        let rdm = self.rdm(raw.rdm, &collections);
+        self.cip_http_route(&listen, &[&hinadi.serve_path, &rdm.path]);
         let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             self.err(
@@ -963,6 +1015,7 @@ impl Validator<'_> {
             outbound,
             import,
             hinadi,
+            rdm,
         }
     }
 
@@ -1030,11 +1083,45 @@ impl Validator<'_> {
             })
             .collect();
         let admin_socket = raw.admin_socket.map(|p| self.path(p));
+        let cip_http = match raw.cip_http {
+            Some(p) if is_route_path(&p) => Some(p),
+            Some(p) => {
+                self.err(
+                    "listen.cip_http",
+                    format!(
+                        "{p:?}: expected a path such as \"/cip\" (a '/', then letters, digits, \
+                         '-', '.', '_', '~', '/')"
+                    ),
+                );
+                None
+            }
+            None => None,
+        };
         ListenConfig {
             cip,
             cip_tls,
             http,
             admin_socket,
+            cip_http,
+        }
+    }
+
+    /// CIP over HTTP needs an HTTP listener, and a path no other route uses.
+    /// `others` are the optional routes' paths (Hina-Di, RDM).
+    fn cip_http_route(&mut self, listen: &ListenConfig, others: &[&Option<String>]) {
+        let Some(path) = &listen.cip_http else { return };
+        if listen.http.is_empty() {
+            self.err(
+                "listen.cip_http",
+                "needs an HTTP listener (listen.http) to serve CIP over HTTP on",
+            );
+        }
+        let taken = ["/v1/referrals", "/v1/objects", "/v1/status", "/metrics"];
+        if taken.contains(&path.as_str()) || others.iter().any(|o| o.as_ref() == Some(path)) {
+            self.err(
+                "listen.cip_http",
+                format!("{path:?} is already served by another route; pick another path"),
+            );
         }
     }
 
@@ -1114,9 +1201,6 @@ impl Validator<'_> {
                     format!("{:?} is used by an earlier peer", p.name),
                 );
             }
-            if p.host.trim().is_empty() {
-                self.err(format!("{key}.host"), "must not be empty");
-            }
             let mut roles = Vec::new();
             match p.role {
                 None => self.err(
@@ -1147,13 +1231,64 @@ impl Validator<'_> {
             let connects = roles
                 .iter()
                 .any(|r| matches!(r, PeerRole::Poll | PeerRole::Poller | PeerRole::Push));
-            match p.port {
-                Some(0) => self.err(format!("{key}.port"), "must be 1-65535"),
-                None if connects => self.err(
-                    format!("{key}.port"),
-                    "is required: CIP has no default port (RFC 2653 §2.1)",
-                ),
-                _ => {}
+            let transport = match p.transport.as_deref() {
+                None | Some("stream") => PeerTransport::Stream,
+                Some("http") => PeerTransport::Http,
+                Some(other) => {
+                    self.err(
+                        format!("{key}.transport"),
+                        format!("unknown transport {other:?}; expected \"stream\" or \"http\""),
+                    );
+                    PeerTransport::Stream
+                }
+            };
+            let mut host = p.host.clone();
+            match transport {
+                PeerTransport::Stream => {
+                    match p.port {
+                        Some(0) => self.err(format!("{key}.port"), "must be 1-65535"),
+                        None if connects => self.err(
+                            format!("{key}.port"),
+                            "is required: CIP has no default port (RFC 2653 §2.1)",
+                        ),
+                        _ => {}
+                    }
+                    if p.url.is_some() {
+                        self.err(
+                            format!("{key}.url"),
+                            "is only used with transport = \"http\"",
+                        );
+                    }
+                }
+                PeerTransport::Http => {
+                    if p.port.is_some() {
+                        self.err(
+                            format!("{key}.port"),
+                            "is not used with transport = \"http\": the url names the port",
+                        );
+                    }
+                    if p.tls.is_some() {
+                        self.err(
+                            format!("{key}.tls"),
+                            "is not supported with transport = \"http\" (plain http:// only); \
+                             use the stream transport for TLS",
+                        );
+                    }
+                    match p.url.as_deref().map(crate::cip_http::CipUrl::parse) {
+                        Some(Ok(u)) if host.trim().is_empty() => host = u.host,
+                        Some(Ok(_)) => {}
+                        Some(Err(m)) => self.err(format!("{key}.url"), m),
+                        None if connects => self.err(
+                            format!("{key}.url"),
+                            "is required with transport = \"http\": the peer's CIP URL \
+                             (e.g. \"http://hub.example:7080/cip\")",
+                        ),
+                        None => {}
+                    }
+                }
+            }
+            if host.trim().is_empty() {
+                self.err(format!("{key}.host"), "must not be empty");
             }
             let dsi = match p.dsi.as_deref().map(Dsi::new) {
                 Some(Ok(d)) => Some(d),
@@ -1183,15 +1318,17 @@ impl Validator<'_> {
                 }
                 PeerTlsConfig {
                     ca: t.ca.map(|c| self.path(c)).unwrap_or_default(),
-                    server_name: t.server_name.unwrap_or_else(|| p.host.clone()),
+                    server_name: t.server_name.unwrap_or_else(|| host.clone()),
                     client_cert: t.client_cert.map(|c| self.path(c)),
                     client_key: t.client_key.map(|c| self.path(c)),
                 }
             });
             out.push(PeerConfig {
                 name: p.name,
-                host: p.host,
+                host,
                 port: p.port,
+                transport,
+                url: p.url.filter(|_| transport == PeerTransport::Http),
                 roles,
                 dsi,
                 poll_interval,
@@ -1371,6 +1508,13 @@ fn placeholder_dsi() -> Dsi {
 fn parse_attr_spec(s: &str) -> Result<AttrSpec, String> {
     AttrSpec::parse(s)
         .map_err(|e| format!("{s:?} is not Template:Attribute (e.g. \"DOCUMENT:Author\"): {e}"))
+}
+
+/// A path axum can route as it is: `/`, then letters, digits and `-._~/`.
+fn is_route_path(p: &str) -> bool {
+    p.starts_with('/')
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~/".contains(&b))
 }
 
 fn check_uri(u: &str) -> Result<(), String> {
@@ -1642,6 +1786,71 @@ level = "=="
         ] {
             let err = Config::from_toml(&format!("{MINIMAL}[index]\n{bad}\n")).unwrap_err();
             assert!(err.to_string().contains("index"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn cip_over_http_listener_and_peers() {
+        let c = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.listen.cip_http, None, "off by default");
+        let text = format!(
+            "{MINIMAL}[listen]\nhttp = [\"127.0.0.1:0\"]\ncip_http = \"/cip\"\n\
+             [[peer]]\nname = \"hub\"\ntransport = \"http\"\nurl = \"http://hub.example:7080/cip\"\n\
+             role = [\"poll\", \"poller\", \"push\"]\n\
+             [[peer]]\nname = \"leaf\"\nhost = \"leaf.example\"\nport = 7070\nrole = \"poll\"\n\
+             [[peer]]\nname = \"feeder\"\nhost = \"10.0.0.9\"\ntransport = \"http\"\nrole = \"pusher\"\n"
+        );
+        let c = Config::from_toml(&text).unwrap();
+        assert_eq!(c.listen.cip_http.as_deref(), Some("/cip"));
+        let hub = &c.peers[0];
+        assert_eq!(hub.transport, PeerTransport::Http);
+        assert_eq!(hub.url.as_deref(), Some("http://hub.example:7080/cip"));
+        assert_eq!(hub.host, "hub.example", "host defaults to the url's");
+        assert_eq!(hub.port, None);
+        assert_eq!(c.peers[1].transport, PeerTransport::Stream);
+        assert_eq!(c.peers[2].url, None, "a pusher needs no url");
+
+        let bad = format!(
+            "{MINIMAL}[listen]\ncip_http = \"cip\"\n\
+             [[peer]]\nname = \"a\"\ntransport = \"http\"\nrole = \"poll\"\nport = 7070\n\
+             tls = {{ ca = \"ca.pem\" }}\n\
+             [[peer]]\nname = \"b\"\nhost = \"b.example\"\nport = 1\nurl = \"http://b/\"\nrole = \"poll\"\n\
+             [[peer]]\nname = \"c\"\ntransport = \"pigeon\"\nhost = \"c\"\nport = 1\nrole = \"poll\"\n\
+             [[peer]]\nname = \"d\"\ntransport = \"http\"\nurl = \"https://d.example/cip\"\nrole = \"poll\"\n"
+        );
+        let err = Config::from_toml(&bad).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        for k in [
+            "listen.cip_http",
+            "peer[0].url",
+            "peer[0].port",
+            "peer[0].tls",
+            "peer[0].host",
+            "peer[1].url",
+            "peer[2].transport",
+            "peer[3].url",
+        ] {
+            assert!(keys.contains(&k), "missing {k} in {keys:?}");
+        }
+        // No HTTP listener to serve it on, or a path another route has.
+        for (listen, why) in [
+            ("cip_http = \"/cip\"", "needs an HTTP listener"),
+            (
+                "http = [\"127.0.0.1:0\"]\ncip_http = \"/hina.di\"",
+                "already served",
+            ),
+            (
+                "http = [\"127.0.0.1:0\"]\ncip_http = \"/metrics\"",
+                "already served",
+            ),
+            (
+                "http = [\"127.0.0.1:0\"]\ncip_http = \"/x\"\n[rdm]\npath = \"/x\"",
+                "already served",
+            ),
+        ] {
+            let err = Config::from_toml(&format!("{MINIMAL}[listen]\n{listen}\n")).unwrap_err();
+            assert_eq!(err.problems()[0].key, "listen.cip_http", "{err}");
+            assert!(err.to_string().contains(why), "{listen}: {err}");
         }
     }
 

@@ -1,11 +1,12 @@
 //! `cipctl` subcommands. Each module holds one command group's clap arguments and its `run`.
 //!
-//! Offline tools (no daemon needed): [`soif`], [`hina`], [`hint`]. Commands for a running daemon: [`admin`].
+//! Offline tools (no daemon needed): [`soif`], [`hina`], [`hint`]. Commands for a running daemon: [`admin`]. Talking to other servers: [`query`], [`rdm`].
 
 pub mod admin;
 pub mod hina;
 pub mod hint;
 pub mod query;
+pub mod rdm;
 pub mod soif;
 
 use std::process::ExitCode;

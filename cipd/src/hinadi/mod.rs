@@ -36,7 +36,7 @@ pub fn user_agent() -> String {
 
 /// The fetched copy of URL collection `name`, and its sidecar.
 pub fn fetched_paths(data_dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let stem: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    let stem = crate::collection::file_stem(name);
     let dir = data_dir.join(FETCHED_DIR);
     (
         dir.join(format!("{stem}.di")),
@@ -356,13 +356,21 @@ async fn fetch_one(
     }
 }
 
+/// `path` with `.tmp` appended: the temporary file an atomic write of `path` goes through
+/// (distinct for every file, whatever its extension).
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
 /// Writes `bytes` to `path` through a temporary file and a rename, so readers see the old
 /// copy or the new one, never half of one.
-fn write_copy(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub fn write_copy(path: &Path, bytes: &[u8]) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir)?;
     }
-    let tmp = path.with_extension("tmp");
+    let tmp = tmp_path(path);
     {
         use std::io::Write;
         let mut f = fs::File::create(&tmp)?;

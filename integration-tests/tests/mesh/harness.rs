@@ -56,6 +56,8 @@ pub struct NodeSpec {
     pub extra_limits: String,
     /// More tables, appended to the file.
     pub extra: String,
+    /// More `[listen]` keys, one per line.
+    pub listen_extra: String,
     /// More `[export]` attributes (`"HINA:Keyword"`).
     pub export: Vec<&'static str>,
 }
@@ -70,6 +72,7 @@ impl NodeSpec {
             watch_interval: "0s",
             extra_limits: String::new(),
             extra: String::new(),
+            listen_extra: String::new(),
             export: Vec::new(),
         }
     }
@@ -122,6 +125,7 @@ description = "test node {dsi}"
 cip = ["127.0.0.1:0"]
 http = ["127.0.0.1:0"]
 admin_socket = {admin:?}
+{listen_extra}
 [[collection]]
 name = "docs"
 type = "soif"
@@ -141,6 +145,7 @@ shutdown_grace = "5s"
         coll = dir.join("docs.soif").display().to_string(),
         watch = spec.watch_interval,
         extra_limits = spec.extra_limits,
+        listen_extra = spec.listen_extra,
         export = spec
             .export
             .iter()

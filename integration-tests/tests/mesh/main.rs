@@ -6,11 +6,13 @@
 #![allow(missing_docs)]
 
 mod admin;
+mod cip_http;
 mod fake;
 mod harness;
 mod hinadi;
 mod identity;
 mod load;
 mod outbound;
+mod rdm;
 mod scenarios;
 mod tls;

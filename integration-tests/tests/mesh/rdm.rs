@@ -1,0 +1,417 @@
+//! RDM against in-process daemons: every request type by GET and POST, views, `since`
+//! across reloads that change and delete RDs, submissions, and a pull between two daemons
+//! whose RDs a third node then refers to.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use cip_proto::rdm::{
+    self, Body, Csid, GathererScope, Header, Message, Query, RdmType, Schema, ServerDescription,
+    View,
+};
+use cip_proto::soif::{Limits, SoifObject};
+use cipd::fetch::{self, FetchLimits, Fetched, Posted};
+use cipd::rdm::pull::rd_request;
+
+use crate::harness::{NodeSpec, TestNode};
+
+const SERVER: &str = "1.3.6.1.4.1.99999.61";
+const PULLER: &str = "1.3.6.1.4.1.99999.62";
+const ROOT: &str = "1.3.6.1.4.1.99999.63";
+
+const LIMITS: FetchLimits = FetchLimits {
+    timeout: Duration::from_secs(10),
+    max_bytes: 16 << 20,
+};
+
+const TAXONOMY: &str = "@TAXONOMY { -\nId{4}:\tdocs\n}\n\
+@CLASSIFICATION { -\nId{7}:\tReports\nParent-Id{4}:\tROOT\nTaxonomy-Id{4}:\tdocs\n}\n\
+@CLASSIFICATION { -\nId{14}:\tReports:Annual\nParent-Id{7}:\tReports\nTaxonomy-Id{4}:\tdocs\n}\n";
+
+async fn post(url: &str, m: &Message) -> (Posted, Message) {
+    let p = fetch::post(
+        url,
+        rdm::CONTENT_TYPE,
+        Bytes::from(m.write()),
+        "test",
+        LIMITS,
+    )
+    .await
+    .unwrap();
+    assert_eq!(p.content_type.as_deref(), Some(rdm::CONTENT_TYPE));
+    assert!(p.headers.contains_key("expires"), "{:?}", p.headers);
+    let parsed = Message::parse(p.body.clone(), Limits::unlimited()).unwrap();
+    (p, parsed)
+}
+
+async fn get(url: &str, form: &str) -> Message {
+    match fetch::get(&format!("{url}?{form}"), None, "test", LIMITS).await {
+        Ok(Fetched::Body { bytes, .. }) => Message::parse(bytes, Limits::unlimited()).unwrap(),
+        other => panic!("{form}: {other:?}"),
+    }
+}
+
+fn objects(m: &Message) -> &[SoifObject] {
+    match &m.body {
+        Body::Objects(o) => o,
+        _ => &[],
+    }
+}
+
+fn urls(m: &Message) -> Vec<String> {
+    objects(m)
+        .iter()
+        .map(|o| o.url_str().unwrap().to_owned())
+        .collect()
+}
+
+fn request(ty: RdmType, ql: Option<&str>, csid: Option<&str>, q: Option<Query>) -> Message {
+    Message::new(
+        Header {
+            query_language: ql.map(str::to_owned),
+            csid: csid.map(|c| Csid::parse(c).unwrap()),
+            ..Header::new(ty)
+        },
+        q.map_or(Body::Empty, Body::Query),
+    )
+}
+
+fn scope(s: &str) -> Option<Query> {
+    Some(Query {
+        scope: Some(s.to_owned()),
+        view: View::default(),
+    })
+}
+
+/// Waits (on the clock, not a fixed time) until the next whole second has begun.
+async fn next_second() -> i64 {
+    let t0 = cipd::rdm::journal::now();
+    while cipd::rdm::journal::now() <= t0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    t0 + 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdm_serves_every_type_tracks_changes_and_pulls() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("taxonomy.soif"), TAXONOMY).unwrap();
+    let mut spec = NodeSpec::new(SERVER, &["Garcia", "Okafor", "Becker"]);
+    spec.extra = "[[collection]]\nname = \"inbox\"\ntype = \"rdm\"\nwritable = true\n\
+         [rdm]\ndefault_catalog = \"docs\"\nsubmitters = [\"127.0.0.1\"]\n\
+         maintainer = \"ops@example.org\"\n"
+        .to_owned();
+    let server = TestNode::start_in(spec, dir).await;
+    // The harness writes the docs collection's table: give it the taxonomy and reload.
+    let config_path = server.dir.path().join("cipd.toml");
+    let text = std::fs::read_to_string(&config_path).unwrap().replace(
+        "type = \"soif\"\n",
+        &format!(
+            "type = \"soif\"\ntaxonomy = {:?}\n",
+            server
+                .dir
+                .path()
+                .join("taxonomy.soif")
+                .display()
+                .to_string()
+        ),
+    );
+    std::fs::write(&config_path, text).unwrap();
+    server.daemon.node().reload().await.unwrap();
+    let url = format!("{}/rdm/incoming", server.http_url());
+    let host = server.http_url().trim_start_matches("http://").to_owned();
+    let docs = format!("x-catalog://{host}/docs");
+    let inbox = format!("x-catalog://{host}/inbox");
+
+    // Status, by GET and POST.
+    let s = get(&url, "type=status-request").await;
+    assert_eq!(s.header.rdm_type, RdmType::StatusResponse);
+    assert!(matches!(&s.body, Body::Html(h) if h.contains("HTML 2.0")));
+    let (p, s) = post(&url, &request(RdmType::StatusRequest, None, None, None)).await;
+    assert_eq!(p.status, 200);
+    assert_eq!(s.header.error_message, None);
+
+    // Server description.
+    let (_, sd) = post(
+        &url,
+        &request(RdmType::ServerDescriptionRequest, None, None, None),
+    )
+    .await;
+    assert_eq!(sd.header.rdm_type, RdmType::ServerDescriptionResponse);
+    let sd = ServerDescription::from_object(&objects(&sd)[0]).unwrap();
+    assert_eq!(sd.url, docs);
+    assert_eq!(sd.catalogs, [docs.clone(), inbox.clone()]);
+    assert!(sd.supported_types.contains(&"rd-response".to_owned()));
+    assert!(
+        sd.supported_query_languages
+            .contains(&"gatherer".to_owned())
+    );
+    assert_eq!(sd.maintainer.as_deref(), Some("ops@example.org"));
+    assert_eq!(sd.samples.len(), 3);
+    let by_get = get(&url, "type=server-request").await;
+    assert_eq!(by_get.header.rdm_type, RdmType::ServerDescriptionResponse);
+
+    // Schema: generated from the RDs, exported attributes indexed.
+    let (_, m) = post(
+        &url,
+        &request(
+            RdmType::SchemaDescriptionRequest,
+            Some("schema-basic"),
+            None,
+            scope("defined SOIF-Attribute"),
+        ),
+    )
+    .await;
+    let schema = Schema::from_object(&objects(&m)[0]).unwrap();
+    let attrs: Vec<&str> = schema
+        .entries
+        .iter()
+        .map(|e| e.soif_attribute.as_str())
+        .collect();
+    assert_eq!(attrs, ["Author", "Title"]);
+    assert_eq!(schema.entries[0].get("Index-Attribute"), Some("1"));
+    assert_eq!(schema.name.as_deref(), Some("DOCUMENT"));
+    let m = get(
+        &url,
+        "type=schema-description-request&ql=schema-basic&scope=defined%20Index-Attribute&view-attributes=index-attribute",
+    )
+    .await;
+    let indexed = Schema::from_object(&objects(&m)[0]).unwrap();
+    assert_eq!(indexed.entries.len(), 2, "both exported");
+    assert!(indexed.entries.iter().all(|e| e.properties.len() == 1));
+
+    // Taxonomy.
+    let m = get(
+        &url,
+        "type=taxonomy-description-request&ql=taxonomy-basic&scope=anklebiter%20ROOT",
+    )
+    .await;
+    let ids: Vec<String> = objects(&m)
+        .iter()
+        .filter_map(|o| {
+            o.first("Id")
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+        .collect();
+    assert_eq!(ids, ["docs", "Reports"]);
+    let (_, m) = post(
+        &url,
+        &request(
+            RdmType::TaxonomyDescriptionRequest,
+            Some("taxonomy-basic"),
+            Some(&docs),
+            scope("descendant Reports"),
+        ),
+    )
+    .await;
+    assert_eq!(objects(&m).len(), 3);
+    let (p, m) = post(
+        &url,
+        &request(
+            RdmType::TaxonomyDescriptionRequest,
+            Some("taxonomy-basic"),
+            None,
+            scope("descendant Nowhere"),
+        ),
+    )
+    .await;
+    assert_eq!(p.status, 404);
+    assert!(m.header.error_message.unwrap().contains("Nowhere"));
+
+    // RDs: the whole catalog (streamed with its length), views, and errors.
+    let all = get(&url, "type=rd-request&ql=gatherer&scope=all").await;
+    assert_eq!(all.header.rdm_type, RdmType::RdResponse);
+    assert_eq!(urls(&all).len(), 3);
+    let view = get(
+        &url,
+        "type=rd-request&ql=gatherer&scope=all&view-attributes=url,author&view-hits=2&view-order=-author",
+    )
+    .await;
+    let authors: Vec<String> = objects(&view)
+        .iter()
+        .map(|o| String::from_utf8_lossy(o.first("Author").unwrap()).into_owned())
+        .collect();
+    assert_eq!(authors, ["Okafor", "Garcia"]);
+    assert!(objects(&view).iter().all(|o| o.attributes.len() == 1));
+    let hits = get(&url, "type=rd-request&ql=gatherer&scope=all&view-hits=1").await;
+    assert_eq!(urls(&hits).len(), 1);
+    let q = get(
+        &url,
+        &format!(
+            "type=rd-request&ql=cip-query&scope={}",
+            cipd::ctl::query::percent_encode("DOCUMENT:Author=Becker")
+        ),
+    )
+    .await;
+    assert_eq!(urls(&q), ["http://docs.example/2"]);
+    for (m, status, needle) in [
+        (
+            request(
+                RdmType::RdRequest,
+                Some("gatherer"),
+                Some("x-catalog://h/none"),
+                scope("all"),
+            ),
+            404,
+            "no catalog",
+        ),
+        (
+            request(RdmType::RdRequest, Some("sql"), None, scope("all")),
+            501,
+            "not supported",
+        ),
+        (
+            request(
+                RdmType::RdRequest,
+                Some("gatherer"),
+                None,
+                scope("sometimes"),
+            ),
+            400,
+            "bad scope",
+        ),
+        (
+            request(RdmType::RdRequest, None, None, scope("all")),
+            400,
+            "RDM-Query-Language",
+        ),
+        (
+            request(RdmType::SchemaDescriptionResponse, None, None, None),
+            501,
+            "not accepted",
+        ),
+    ] {
+        let (p, answer) = post(&url, &m).await;
+        assert_eq!(p.status, status, "{m:?}");
+        assert_eq!(answer.header.rdm_type, RdmType::StatusResponse);
+        let e = answer.header.error_message.unwrap();
+        assert!(e.contains(needle), "{e}");
+    }
+    let err = fetch::get(&format!("{url}?type=rd-gossip"), None, "t", LIMITS)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("400"), "{err}");
+    let wrong = fetch::post(&url, "text/plain", Bytes::from_static(b"x"), "t", LIMITS)
+        .await
+        .unwrap();
+    assert_eq!(wrong.status, 415);
+
+    // A second node pulls the docs catalog.
+    let mut spec = NodeSpec::new(PULLER, &[]);
+    spec.extra = format!(
+        "[[collection]]\nname = \"pulled\"\ntype = \"rdm\"\nurl = {url:?}\ncatalog = {docs:?}\n\
+         interval = \"200ms\"\n"
+    );
+    let puller = TestNode::start(spec).await;
+    puller
+        .wait_for("the first pull", |s| s.local_objects >= 3)
+        .await;
+
+    // Changes on the server: one RD changed, one deleted; `since` sees exactly those.
+    let since = next_second().await;
+    let mut server = server;
+    server.set_authors(&["Garcia", "Lindqvist"]).await;
+    let scope_since = GathererScope::Since(since).to_scope();
+    let (_, changed) = post(
+        &url,
+        &request(
+            RdmType::RdRequest,
+            Some("gatherer"),
+            None,
+            scope(&scope_since),
+        ),
+    )
+    .await;
+    assert_eq!(urls(&changed), ["http://docs.example/1"]);
+    let (_, gone) = post(
+        &url,
+        &rd_request(true, GathererScope::Since(since), Some(&docs)),
+    )
+    .await;
+    assert_eq!(urls(&gone), ["http://docs.example/2"]);
+    assert!(objects(&gone)[0].attributes.is_empty());
+    let (_, none_yet) = post(
+        &url,
+        &rd_request(true, GathererScope::Since(since + 3600), None),
+    )
+    .await;
+    assert!(objects(&none_yet).is_empty());
+    // The puller applies both.
+    puller
+        .wait_for("the deletion", |s| s.local_objects == 2)
+        .await;
+    let lind = puller.query("Author=Lindqvist").await;
+    assert_eq!(lind.local, 1, "{lind:?}");
+
+    // Submissions: only to the writable catalog, only from submitters.
+    let rds: Vec<SoifObject> = (0..2)
+        .map(|i| {
+            let mut o = SoifObject::new("DOCUMENT", format!("http://sub.example/{i}")).unwrap();
+            o.push("Author", "Submitted").unwrap();
+            o
+        })
+        .collect();
+    let submit = |ty, csid: &str, rds: Vec<SoifObject>| {
+        Message::new(
+            Header {
+                csid: Some(Csid::parse(csid).unwrap()),
+                ..Header::new(ty)
+            },
+            Body::Objects(rds),
+        )
+    };
+    let (p, ok) = post(&url, &submit(RdmType::RdResponse, &inbox, rds.clone())).await;
+    assert_eq!(p.status, 200, "{ok:?}");
+    let (p, _) = post(&url, &submit(RdmType::RdResponse, &docs, rds.clone())).await;
+    assert_eq!(p.status, 403);
+    let (_, in_inbox) = post(
+        &url,
+        &request(
+            RdmType::RdRequest,
+            Some("gatherer"),
+            Some(&inbox),
+            scope("all"),
+        ),
+    )
+    .await;
+    assert_eq!(urls(&in_inbox).len(), 2);
+    let (p, m) = post(
+        &url,
+        &submit(RdmType::RdResponseDeleted, &inbox, rds[..1].to_vec()),
+    )
+    .await;
+    assert_eq!(p.status, 200, "{m:?}");
+    let (_, in_inbox) = post(
+        &url,
+        &request(
+            RdmType::RdRequest,
+            Some("gatherer"),
+            Some(&inbox),
+            scope("all"),
+        ),
+    )
+    .await;
+    assert_eq!(urls(&in_inbox), ["http://sub.example/1"]);
+
+    // A root above the puller refers to it, over CIP and as RDM cip-referral objects.
+    let root = TestNode::start(NodeSpec::new(ROOT, &[]).peer("puller", &puller, &["poll"])).await;
+    root.wait_for("the puller's hint", |s| s.hints_accepted >= 1)
+        .await;
+    let a = root.query("Author=Lindqvist").await;
+    assert_eq!(a.referrals[0].dsi, PULLER, "{a:?}");
+    let refs = get(
+        &format!("{}/rdm/incoming", root.http_url()),
+        &format!(
+            "type=rd-request&ql=cip-referral&scope={}",
+            cipd::ctl::query::percent_encode("Author=Lindqvist")
+        ),
+    )
+    .await;
+    let r = &objects(&refs)[0];
+    assert_eq!(r.template().as_str(), "REFERRAL");
+    assert_eq!(&r.first("DSI").unwrap()[..], PULLER.as_bytes());
+    assert_eq!(&r.first("Count").unwrap()[..], b"1");
+    for n in [root, puller, server] {
+        n.stop().await;
+    }
+}
