@@ -5,6 +5,8 @@
 //! * [`hinadi`]: Hina-Di 2.2 (Asahina Antenna metadata): reader, writer, mapping to SOIF.
 //! * [`rdm`]: Resource Description Messages: headers, queries, views, server, schema and
 //!   taxonomy descriptions, and their query languages.
+//! * [`tagged`]: RFC 2654's tagged index object: parser, canonical writer, incremental
+//!   updates, and conversions to per-template value counts and from records.
 //! * [`dsi`]: dataset identifiers (RFC 2652 §2.1.2), validated on construction.
 //!
 //! The daemon (`cipd`) and the hint model (`hints`) build on these types; nothing here
@@ -16,6 +18,7 @@ pub mod dsi;
 pub mod hinadi;
 pub mod rdm;
 pub mod soif;
+pub mod tagged;
 
 pub use dsi::Dsi;
 pub use soif::{Attribute, Identifier, SoifError, SoifObject};

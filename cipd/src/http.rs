@@ -143,6 +143,9 @@ pub fn router(node: Arc<Node>) -> Router {
     if let Some(path) = &config.rdm.path {
         app = app.merge(crate::rdm::server::routes(node.clone(), path));
     }
+    if let Some(path) = &config.console.path {
+        app = app.merge(crate::console::routes(node.clone(), path));
+    }
     app.fallback(not_found).layer(axum::middleware::from_fn(
         move |req: Request, next: Next| request_timeout(req, next, timeout),
     ))

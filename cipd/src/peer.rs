@@ -133,6 +133,24 @@ pub fn next_delay(interval: Duration, failures: u32, max_backoff: Duration) -> D
     jitter(base)
 }
 
+/// True when `e` says the peer is not a CIPv3 server at all: it refused the version line
+/// with a 5xx, or answered it with Whois++ (or other) text.
+pub fn not_cipv3(e: &PeerError) -> bool {
+    matches!(
+        e,
+        PeerError::Transport(
+            TransportError::VersionRefused { .. } | TransportError::NotCipV3 { .. }
+        )
+    )
+}
+
+/// How long a peer found not to speak CIPv3 waits before the next try: an hour, or longer
+/// when the poll interval or `limits.max_backoff` is (an operator's `cipctl poll` still
+/// tries at once).
+pub fn legacy_delay(interval: Duration, max_backoff: Duration) -> Duration {
+    jitter(interval.max(max_backoff).max(Duration::from_secs(3600)))
+}
+
 fn jitter(d: Duration) -> Duration {
     d.mul_f64(0.9 + 0.2 * fastrand::f64())
 }
@@ -171,17 +189,36 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
-                tracing::warn!(peer = %peer.name, error = %e, failures, "poll failed");
+                let legacy = not_cipv3(&e);
+                let message = if legacy {
+                    let wait = legacy_delay(peer.poll_interval, max_backoff);
+                    tracing::warn!(peer = %peer.name, error = %e, retry_in = %humantime::format_duration(wait), "peer is not a CIPv3 server; polling it rarely");
+                    format!(
+                        "{e} (recorded as not CIPv3; next try in {})",
+                        humantime::format_duration(wait)
+                    )
+                } else {
+                    tracing::warn!(peer = %peer.name, error = %e, failures, "poll failed");
+                    e.to_string()
+                };
                 node.update_peer(&peer.name, |s| {
-                    s.last_error = Some(e.to_string());
+                    s.last_error = Some(message);
                     s.consecutive_failures = failures;
                     s.failures += 1;
                 });
                 node.metrics().poll_done(&peer.name, false);
                 node.update_status(|s| s.polls_failed += 1);
+                if legacy {
+                    failures = u32::MAX;
+                }
             }
         }
-        let delay = next_delay(peer.poll_interval, failures, max_backoff);
+        let delay = if failures == u32::MAX {
+            failures = 1;
+            legacy_delay(peer.poll_interval, max_backoff)
+        } else {
+            next_delay(peer.poll_interval, failures, max_backoff)
+        };
         node.update_peer(&peer.name, |s| {
             s.next_attempt = Some(SystemTime::now() + delay)
         });
@@ -204,21 +241,53 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
     // `dsi` names the dataset asked for: the peer's, when known. A pollee answers with its
     // out-bound index whatever the DSI, so our own stands in before the first answer.
     let asked = node.peer_dsi(&peer.name).unwrap_or_else(|| own.clone());
-    let request = Request::Poll {
-        index_type: hint_type(),
-        dsi: asked,
-        params: vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())],
-        body: Bytes::new(),
+    // The types to ask for: the configured one; else the one learned, then the others
+    // (a legacy peer that has no SOIF index answers 200 "no index of that type").
+    use crate::index_types::IndexKind;
+    let kinds: Vec<IndexKind> = match peer.index_type {
+        Some(k) => vec![k],
+        None => {
+            let first = node
+                .index_state()
+                .learned(&peer.name)
+                .unwrap_or(IndexKind::Soif);
+            std::iter::once(first)
+                .chain(IndexKind::ALL.into_iter().filter(|k| *k != first))
+                .collect()
+        }
     };
     let reply = tokio::time::timeout(config.limits.poll_timeout, async {
         let mut conn = connect(&config, peer).await?;
-        let reply = conn.request(&request).await?;
+        let mut reply = None;
+        for kind in &kinds {
+            let request = Request::Poll {
+                index_type: kind.index_type(),
+                dsi: asked.clone(),
+                params: vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())],
+                body: Bytes::new(),
+            };
+            let r = conn.request(&request).await?;
+            let done = r.code != ResponseCode::Ok;
+            reply = Some(r);
+            if done {
+                break;
+            }
+        }
         let _ = conn.close().await;
-
-        Ok::<_, PeerError>(reply)
+        // Invariant: `kinds` is never empty.
+        Ok::<_, PeerError>(reply.expect("at least one poll"))
     })
     .await
     .map_err(|_| PeerError::Timeout)??;
+    if peer.index_type.is_none()
+        && let Some(kind) = reply
+            .result
+            .as_ref()
+            .and_then(|r| r.objects.first())
+            .and_then(|o| IndexKind::of(&o.index_type))
+    {
+        node.index_state().learn(&peer.name, kind);
+    }
     match reply.code {
         ResponseCode::OkOutputFollows => {
             let objects = reply.result.map(|r| r.objects).unwrap_or_default();

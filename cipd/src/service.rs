@@ -1,6 +1,8 @@
 //! The CIP service: how this node answers requests on its stream listeners.
 //!
 //! * `noop` → 200 (RFC 2652 §2.3.1).
+//! * `poll` for `tagged` (RFC 2654) → 201 with a tagged index object of the local
+//!   collections (legacy Whois++ gatherers poll so);
 //! * `poll` for `HARVEST-SOIF-1` → 201 with our out-bound hint in a `multipart/mixed`
 //!   result (RFC 2652 §2.4), leaving out the poller's own data when it names itself with
 //!   `poller-dsi` or is recognised by address (digest A21); other types → 200, "no index of
@@ -21,7 +23,7 @@ use cip_proto::cip::{PollResult, Request, ResponseCode};
 
 use crate::config::PeerRole;
 use crate::peer::POLLER_DSI_PARAM;
-use crate::state::{Node, hint_type};
+use crate::state::Node;
 use crate::transport::{PeerContext, Reply, RequestHandler};
 
 /// The [`RequestHandler`] of a node's CIP listeners.
@@ -54,11 +56,25 @@ impl RequestHandler for CipService {
             Request::Poll {
                 index_type, params, ..
             } => {
-                if index_type != hint_type() {
-                    return Reply::status(
-                        ResponseCode::Ok,
-                        format!("no index of type {}", index_type.as_str()),
-                    );
+                match crate::index_types::IndexKind::of(&index_type) {
+                    Some(crate::index_types::IndexKind::Soif) => {}
+                    Some(crate::index_types::IndexKind::Tagged) => {
+                        // Legacy Whois++ gatherers poll for tagged objects: ours describe
+                        // the local collections, a record per object.
+                        return match crate::tagged::local_object(node).await {
+                            Ok(obj) => Reply::result(PollResult { objects: vec![obj] }),
+                            Err(e) => Reply::status(
+                                ResponseCode::TemporarilyUnable,
+                                format!("cannot build the tagged index: {e}"),
+                            ),
+                        };
+                    }
+                    None => {
+                        return Reply::status(
+                            ResponseCode::Ok,
+                            format!("no index of type {}", index_type.as_str()),
+                        );
+                    }
                 }
                 let named = params
                     .iter()

@@ -460,6 +460,8 @@ pub struct Node {
     epoch: AtomicU64,
     /// RDM catalogs' change journals ([`crate::rdm::journal`]).
     rdm: crate::rdm::journal::Journals,
+    /// Per-type state: stored tagged totals, learned peer types ([`crate::index_types`]).
+    index_state: crate::index_types::State,
 }
 
 impl std::fmt::Debug for Node {
@@ -556,7 +558,13 @@ impl Node {
             settling: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             epoch: AtomicU64::new(0),
             rdm: crate::rdm::journal::Journals::default(),
+            index_state: crate::index_types::State::default(),
         })
+    }
+
+    /// Per-type state: tagged totals held, index types learned from peers.
+    pub fn index_state(&self) -> &crate::index_types::State {
+        &self.index_state
     }
 
     /// The RDM catalogs' change journals.
@@ -1037,7 +1045,7 @@ impl Node {
     }
 
     async fn accept_index_inner(&self, peer: &str, obj: IndexObject) -> Result<(), Rejection> {
-        if obj.index_type != hint_type() {
+        if crate::index_types::IndexKind::of(&obj.index_type).is_none() {
             return Err(Rejection::UnsupportedType(
                 obj.index_type.as_str().to_owned(),
             ));
@@ -1076,17 +1084,23 @@ impl Node {
                 obj.dsi_description.clone(),
             );
             let hasher = self.payload_hasher.clone();
+            // Invariant: accept_index_inner let only known kinds through.
+            let kind = crate::index_types::IndexKind::of(&obj.index_type)
+                .ok_or_else(|| Rejection::UnsupportedType(obj.index_type.as_str().to_owned()))?;
+            let previous = self.index_state.stored(&obj.dsi);
             tokio::task::spawn_blocking(move || {
-                let hint = parse_hint(&payload, limits)?;
+                let converted =
+                    crate::index_types::convert(kind, &payload, previous.as_ref(), limits)?;
                 // Everything the out-bound aggregate reads from this object: the payload,
                 // and the base-uris (their schemes decide whether it is aggregated) and
                 // description.
-                let digest = hasher.hash_one((&payload[..], &base_uris, &description));
-                Ok::<_, Rejection>((hint, digest))
+                let digest = hasher.hash_one((&converted.stored[..], &base_uris, &description));
+                Ok::<_, Rejection>(((converted.hint, converted.stored), digest))
             })
             .await
             .map_err(|e| Rejection::Storage(format!("parse task failed: {e}")))??
         };
+        let (hint, stored) = hint;
         let received = SystemTime::now();
         let meta = PeerMeta {
             dsi: obj.dsi.clone(),
@@ -1106,6 +1120,18 @@ impl Node {
                 QueueError::Refused(r) => Rejection::Refused(r),
                 other => Rejection::Storage(other.to_string()),
             })?;
+        // A reload may have ended the peer's binding while the object waited in the import
+        // queue (the reload dropped what the binding vouched for before this landed): what
+        // the ended binding brought goes again, and is not spooled.
+        if self.bindings.get(peer).is_none_or(|b| b.dsi != obj.dsi) {
+            tracing::info!(%peer, dsi = %obj.dsi, "binding ended during the import; its hint dropped");
+            self.drop_dataset(&obj.dsi);
+            return Err(Rejection::Storage(
+                "the peer's dsi binding ended while its object was imported".into(),
+            ));
+        }
+        self.index_state
+            .note_stored(obj.index_type.as_str(), &obj.dsi, &stored);
         let entry = SpoolEntry {
             peer: peer.to_owned(),
             dsi: obj.dsi,
@@ -1113,7 +1139,7 @@ impl Node {
             base_uris: obj.base_uris,
             description: obj.dsi_description,
             received,
-            payload: obj.payload,
+            payload: stored,
         };
         let spool = self.spool.clone();
         let stored = tokio::task::spawn_blocking(move || spool.store(&entry)).await;
@@ -1261,6 +1287,8 @@ impl Node {
                         },
                         hint,
                     ));
+                    self.index_state
+                        .note_stored(&e.index_type, &e.dsi, &e.payload);
                     restored_from.push((e, digest));
                 }
                 Err(err) => {
@@ -1704,6 +1732,19 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     if old.data_dir != new.data_dir {
         out.push("data_dir".to_owned());
     }
+    // The HTTP router is built once, at start.
+    for (changed, key) in [
+        (old.console.path != new.console.path, "console.path"),
+        (
+            old.hinadi.serve_path != new.hinadi.serve_path,
+            "hinadi.path",
+        ),
+        (old.rdm.path != new.rdm.path, "rdm.path"),
+    ] {
+        if changed {
+            out.push(key.to_owned());
+        }
+    }
     if old.log_format != new.log_format {
         out.push("log.format".to_owned());
     }
@@ -1785,7 +1826,14 @@ fn parse_spooled(
         chunk
             .into_iter()
             .map(|e| {
-                let r = parse_hint(&e.payload, limits).map(|h| {
+                let r = match crate::index_types::IndexKind::from_name(&e.index_type) {
+                    // The spool keeps totals: a tagged entry converts on its own.
+                    Some(kind) => {
+                        crate::index_types::convert(kind, &e.payload, None, limits).map(|c| c.hint)
+                    }
+                    None => Err(Rejection::UnsupportedType(e.index_type.clone())),
+                }
+                .map(|h| {
                     let digest = hasher.hash_one((&e.payload[..], &e.base_uris, &e.description));
                     (h, digest)
                 });

@@ -1,6 +1,7 @@
 //! Fuzzes the CIP stream decoder: decode -> encode -> decode must give the same frames.
 //!
-//! The first input byte picks what the codec expects (message, status or version line) and
+//! The first input byte picks what the codec expects (message, legacy-tolerant result,
+//! status or version line) and
 //! how the rest is split into reads; the rest is the wire data.
 
 #![no_main]
@@ -51,12 +52,13 @@ fuzz_target!(|data: &[u8]| {
     let Some((&selector, wire)) = data.split_first() else {
         return;
     };
-    let expect = match selector % 3 {
+    let expect = match selector % 4 {
         0 => Expect::Message,
         1 => Expect::Status,
+        2 => Expect::Result,
         _ => Expect::Version,
     };
-    let chunk = usize::from(selector / 3) + 1;
+    let chunk = usize::from(selector / 4) + 1;
     let Ok(frames) = decode_all(expect, wire, chunk, limits()) else {
         // The pure scanner must agree that something is wrong or incomplete, without panics.
         let _ = scan_message(wire, &mut Default::default(), &limits());
@@ -84,7 +86,7 @@ fuzz_target!(|data: &[u8]| {
     let back =
         decode_all(expect, &again, again.len().max(1), roomy).expect("re-encoded frames decode");
     match expect {
-        Expect::Message => assert_eq!(back, frames),
+        Expect::Message | Expect::Result => assert_eq!(back, frames),
         Expect::Status => {
             let codes: Vec<_> = frames.iter().map(code_of).collect();
             assert_eq!(back.iter().map(code_of).collect::<Vec<_>>(), codes);

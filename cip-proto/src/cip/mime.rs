@@ -142,7 +142,9 @@ pub struct Entity {
 impl Entity {
     /// Parses a header section and takes the rest as the body.
     ///
-    /// The header section ends at the first empty line (CRLF or bare LF). An input that ends
+    /// The header section ends at the first empty line (CRLF or bare LF), or at a line
+    /// starting with `--` (a multipart boundary that legacy servers put right after the
+    /// header fields, with no blank line; no field name starts with `-`). An input that ends
     /// without one is all headers with an empty body, which tolerates peers that put the
     /// separator's line end into the transport terminator. Continuation lines (starting with
     /// space or tab) are appended to the previous field as RFC 822 §3.1.1 unfolding.
@@ -175,6 +177,14 @@ impl Entity {
                 return Ok(Self {
                     headers,
                     body: input.slice(next..),
+                });
+            }
+            // A boundary line straight after the header fields (legacy servers omit the
+            // blank line): the body starts here.
+            if line.starts_with(b"--") {
+                return Ok(Self {
+                    headers,
+                    body: input.slice(pos..),
                 });
             }
             let text = String::from_utf8_lossy(line);

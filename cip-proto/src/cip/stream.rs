@@ -114,8 +114,11 @@ pub enum StreamError {
 pub enum Expect {
     /// One line: the sender's `# CIP-Version: N` (receiver side, after the banner).
     Version,
-    /// A dot-terminated message (a request on the receiver side, a result on the sender's).
+    /// A dot-terminated message (a request on the receiver side).
     Message,
+    /// A dot-terminated result after a `201` (sender side), read with the tolerance legacy
+    /// servers need: see [`scan_result`].
+    Result,
     /// A status line with optional continuation lines (sender side).
     Status,
 }
@@ -289,6 +292,169 @@ pub fn unstuff(body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Resumable state of [`scan_result`]. Start from `ResultScan::default()`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResultScan {
+    /// Offset of the first line not yet examined.
+    scanned: usize,
+    /// Whether an all-period line (to be unstuffed) was seen.
+    stuffed: bool,
+    /// `None` while in the top-level header section; then the multipart boundary, if any.
+    boundary: Option<Option<String>>,
+    /// Whether the multipart's close delimiter was seen.
+    closed: bool,
+    /// A lone `.` line (start, end) inside an open multipart, awaiting the next line.
+    held: Option<(usize, usize)>,
+    /// Lone `.` lines dropped from the body: (start, end) offsets, end past the LF.
+    dropped: Vec<(usize, usize)>,
+}
+
+/// Result of [`scan_result`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResultScanned {
+    /// More bytes are needed.
+    Incomplete,
+    /// A whole result.
+    Complete {
+        /// Bytes before the terminator line.
+        body_len: usize,
+        /// Bytes up to and including the terminator line's line end.
+        frame_len: usize,
+        /// Whether the body holds stuffed lines.
+        stuffed: bool,
+        /// Misplaced terminator lines to remove from the body before unstuffing.
+        dropped: Vec<(usize, usize)>,
+    },
+}
+
+/// The multipart boundary of a header section, if its `Content-Type` is multipart (folded
+/// continuation lines are unfolded; names compare ignoring case).
+fn header_boundary(head: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(head);
+    let mut fields: Vec<String> = Vec::new();
+    for line in text.lines() {
+        match (line.starts_with([' ', '\t']), fields.last_mut()) {
+            (true, Some(last)) => last.push_str(line),
+            _ => fields.push(line.to_owned()),
+        }
+    }
+    let value = fields.iter().find_map(|f| {
+        let (name, value) = f.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("content-type")
+            .then_some(value)
+    })?;
+    let ct = super::mime::ContentType::parse(value.trim()).ok()?;
+    if !ct.mime_type().starts_with("multipart/") {
+        return None;
+    }
+    ct.param("boundary").map(str::to_owned)
+}
+
+/// Like [`scan_message`], for the result that follows a `201`, with the tolerance of
+/// legacy CIPv3 servers (PROTOCOL.md, legacy peers): when the result's top-level header
+/// section (which may run straight into the first boundary line, without a blank line)
+/// declares a multipart, a lone `.` line met before the close delimiter and followed by a
+/// delimiter line is a misplaced terminator: it is dropped, and the result runs on to the
+/// `.` after the close delimiter. A `.` followed by anything else still ends the result.
+///
+/// # Errors
+/// As [`scan_message`].
+pub fn scan_result(
+    buf: &[u8],
+    state: &mut ResultScan,
+    limits: &Limits,
+) -> Result<ResultScanned, StreamError> {
+    let mut pos = state.scanned;
+    while pos < buf.len() {
+        let Some(i) = memchr::memchr(b'\n', &buf[pos..]) else {
+            if buf.len() - pos > limits.max_line.saturating_add(1) {
+                return Err(StreamError::LineTooLong {
+                    offset: pos,
+                    max: limits.max_line,
+                });
+            }
+            break;
+        };
+        let nl = pos + i;
+        let line = strip_cr(&buf[pos..nl]);
+        if line.len() > limits.max_line {
+            return Err(StreamError::LineTooLong {
+                offset: pos,
+                max: limits.max_line,
+            });
+        }
+        if let Some((hs, he)) = state.held.take() {
+            // The line after a held `.`: a delimiter makes the `.` misplaced.
+            if line.starts_with(b"--") {
+                state.dropped.push((hs, he));
+            } else {
+                let done = ResultScanned::Complete {
+                    body_len: hs,
+                    frame_len: he,
+                    stuffed: state.stuffed,
+                    dropped: std::mem::take(&mut state.dropped),
+                };
+                *state = ResultScan::default();
+                return Ok(done);
+            }
+        }
+        if state.boundary.is_none() && (line.is_empty() || line.starts_with(b"--")) {
+            if pos > limits.max_header {
+                return Err(StreamError::MessageTooLarge {
+                    max: limits.max_header,
+                });
+            }
+            state.boundary = Some(header_boundary(&buf[..pos]));
+        }
+        let open = matches!(&state.boundary, Some(Some(_))) && !state.closed;
+        if let Some(Some(b)) = &state.boundary
+            && let Some(rest) = line.strip_prefix(b"--")
+            && let Some(rest) = rest.strip_prefix(b.as_bytes())
+            && rest.starts_with(b"--")
+            && trim_end(&rest[2..]).is_empty()
+        {
+            state.closed = true;
+        }
+        if !line.is_empty() && line[0] == b'.' && all_periods(line) {
+            if line.len() == 1 {
+                if open {
+                    state.held = Some((pos, nl + 1));
+                    pos = nl + 1;
+                    continue;
+                }
+                let done = ResultScanned::Complete {
+                    body_len: pos,
+                    frame_len: nl + 1,
+                    stuffed: state.stuffed,
+                    dropped: std::mem::take(&mut state.dropped),
+                };
+                *state = ResultScan::default();
+                return Ok(done);
+            }
+            state.stuffed = true;
+        }
+        pos = nl + 1;
+        if pos > limits.max_message {
+            return Err(StreamError::MessageTooLarge {
+                max: limits.max_message,
+            });
+        }
+    }
+    state.scanned = pos;
+    if buf.len()
+        > limits
+            .max_message
+            .saturating_add(limits.max_line)
+            .saturating_add(2)
+    {
+        return Err(StreamError::MessageTooLarge {
+            max: limits.max_message,
+        });
+    }
+    Ok(ResultScanned::Incomplete)
+}
+
 /// Appends `body` to `dst` as a dot-terminated message.
 ///
 /// Lines made only of periods get one more (RFC 2653 §2.1); a body that is not empty and does
@@ -427,6 +593,7 @@ pub struct CipCodec {
     limits: Limits,
     expect: Expect,
     message: MessageScan,
+    result: ResultScan,
     status_scanned: usize,
     continuation: Vec<String>,
 }
@@ -438,6 +605,7 @@ impl CipCodec {
             limits,
             expect,
             message: MessageScan::default(),
+            result: ResultScan::default(),
             status_scanned: 0,
             continuation: Vec::new(),
         }
@@ -471,6 +639,39 @@ impl CipCodec {
             } => {
                 let mut frame = src.split_to(frame_len);
                 frame.truncate(body_len);
+                let body = if stuffed {
+                    Bytes::from(unstuff(&frame))
+                } else {
+                    frame.freeze()
+                };
+                Ok(Some(Frame::Message(body)))
+            }
+        }
+    }
+
+    fn decode_result(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, StreamError> {
+        match scan_result(src, &mut self.result, &self.limits)? {
+            ResultScanned::Incomplete => Ok(None),
+            ResultScanned::Complete {
+                body_len,
+                frame_len,
+                stuffed,
+                dropped,
+            } => {
+                let mut frame = src.split_to(frame_len);
+                frame.truncate(body_len);
+                let frame = if dropped.is_empty() {
+                    frame
+                } else {
+                    let mut kept = BytesMut::with_capacity(frame.len());
+                    let mut at = 0;
+                    for (start, end) in dropped {
+                        kept.extend_from_slice(&frame[at..start]);
+                        at = end;
+                    }
+                    kept.extend_from_slice(&frame[at..]);
+                    kept
+                };
                 let body = if stuffed {
                     Bytes::from(unstuff(&frame))
                 } else {
@@ -563,6 +764,7 @@ impl Decoder for CipCodec {
         }
         match self.expect {
             Expect::Message => self.decode_message(src),
+            Expect::Result => self.decode_result(src),
             Expect::Version => self.decode_version(src),
             Expect::Status => self.decode_status(src),
         }
@@ -929,7 +1131,80 @@ mod tests {
         })
     }
 
+    /// The result a legacy (pre-RFC) CIPv3 server sends after `% 201`: `Content-type`
+    /// before `Mime-Version`, the boundary on a continuation line, LF-only line ends in some
+    /// headers, the first boundary right after the headers, an index.response part first,
+    /// and a lone `.` before the close delimiter.
+    pub(crate) const LEGACY_RESULT: &[u8] = b"Content-type: multipart/mixed;\r\n\
+\tboundary=\"legacy-42\"\n\
+Mime-Version: 1.0\n\
+--legacy-42\r\n\
+Content-Type: application/index.response; code=201\r\n\
+\r\n\
+201 Here are the results\r\n\
+--legacy-42\r\n\
+Content-type: application/index.obj.tagged; dsi=1.2.3.4; base-uri=\"whois://legacy.example:43\"\r\n\
+\r\n\
+version: x-tagged-index-1\r\n\
+.\r\n\
+--legacy-42--\r\n\
+.\r\n";
+
+    #[test]
+    fn legacy_results_read_to_the_close_delimiter() {
+        let mut codec = CipCodec::new(Limits::default(), Expect::Result);
+        let frames = decode_all(&mut codec, LEGACY_RESULT).unwrap();
+        let [Frame::Message(body)] = frames.as_slice() else {
+            panic!("{frames:?}")
+        };
+        assert!(body.ends_with(b"--legacy-42--\r\n"), "{body:?}");
+        assert!(
+            !body.windows(5).any(|w| w == b"\r\n.\r\n"),
+            "the stray period is gone"
+        );
+        let result =
+            crate::cip::PollResult::from_mime(body, &Limits::default()).expect("a poll result");
+        assert_eq!(result.objects.len(), 1);
+        assert_eq!(result.objects[0].index_type.as_str(), "tagged");
+        assert_eq!(&result.objects[0].payload[..], b"version: x-tagged-index-1");
+        // Fed a byte at a time, the same.
+        let mut codec = CipCodec::new(Limits::default(), Expect::Result);
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for b in LEGACY_RESULT {
+            buf.extend_from_slice(&[*b]);
+            if let Some(f) = codec.decode(&mut buf).unwrap() {
+                got = Some(f);
+            }
+        }
+        assert_eq!(got.as_ref(), frames.first());
+    }
+
+    #[test]
+    fn a_period_not_followed_by_a_delimiter_still_ends_the_result() {
+        let input =
+            b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\r\nx\r\n.\r\nnext\r\n";
+        let mut codec = CipCodec::new(Limits::default(), Expect::Result);
+        let mut buf = BytesMut::from(&input[..]);
+        let Some(Frame::Message(body)) = codec.decode(&mut buf).unwrap() else {
+            panic!("a frame")
+        };
+        assert!(body.ends_with(b"x\r\n"));
+        assert_eq!(&buf[..], b"next\r\n");
+    }
+
     proptest! {
+        #[test]
+        fn results_of_conforming_senders_decode_as_messages(body in body_strategy()) {
+            let mut wire = BytesMut::new();
+            encode_message(&body, &mut wire, &Limits::default()).unwrap();
+            let mut a = CipCodec::new(Limits::default(), Expect::Message);
+            let mut b = CipCodec::new(Limits::default(), Expect::Result);
+            let fa = decode_all(&mut a, &wire).unwrap();
+            let fb = decode_all(&mut b, &wire).unwrap();
+            prop_assert_eq!(fa, fb);
+        }
+
         #[test]
         fn dot_stuffing_round_trip(body in body_strategy()) {
             let mut wire = BytesMut::new();

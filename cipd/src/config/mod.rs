@@ -21,6 +21,7 @@ use hints::summary::SummaryConfig;
 use serde::Deserialize;
 
 mod collection;
+mod console;
 mod pipeline;
 
 pub use crate::import::ImportConfig;
@@ -29,6 +30,7 @@ pub use collection::{
     CatalogConfig, CollectionConfig, HinaDiConfig, HinaLocation, RawCollection, RawHinaDi, RawRdm,
     RdmConfig, SourceConfig, Untrusted,
 };
+pub use console::{ConsoleConfig, RawConsole};
 pub use pipeline::{RawImport, RawOutbound};
 
 /// The configuration file as written: every table and key the file may hold.
@@ -78,6 +80,9 @@ pub struct RawConfig {
     /// `[rdm]`: how this node speaks RDM.
     #[serde(default)]
     pub rdm: RawRdm,
+    /// `[console]`: the operators' web console on the HTTP listener.
+    #[serde(default)]
+    pub console: RawConsole,
 }
 
 /// `[node]`.
@@ -174,6 +179,9 @@ pub struct RawPeer {
     pub transport: Option<String>,
     /// The peer's CIP URL, for `transport = "http"` (`"http://hub.example:7080/cip"`).
     pub url: Option<String>,
+    /// The index type we poll it for: `HARVEST-SOIF-1` or `tagged` (default: learned from
+    /// its answers, SOIF first).
+    pub index_type: Option<String>,
     /// One role or a list: `poll`, `poller`, `push`, `pusher`.
     pub role: Option<OneOrMany>,
     /// The peer's DSI, when known in advance.
@@ -358,6 +366,8 @@ pub struct Config {
     pub hinadi: HinaDiConfig,
     /// RDM serving and pulling.
     pub rdm: RdmConfig,
+    /// The operators' web console.
+    pub console: ConsoleConfig,
 }
 
 /// This node's identity.
@@ -454,6 +464,8 @@ pub struct PeerConfig {
     /// The peer's CIP URL (`transport = "http"`); `None` for the stream transport and for
     /// peers we never connect to.
     pub url: Option<String>,
+    /// The index type we poll it for; `None`: learned from its answers.
+    pub index_type: Option<crate::index_types::IndexKind>,
     /// Roles, sorted, without duplicates.
     pub roles: Vec<PeerRole>,
     /// The peer's DSI, if configured.
@@ -992,6 +1004,14 @@ impl Validator<'_> {
         let hinadi = self.hinadi(raw.hinadi);
         let rdm = self.rdm(raw.rdm, &collections);
         self.cip_http_route(&listen, &[&hinadi.serve_path, &rdm.path]);
+        let console = self.console(
+            raw.console,
+            &[
+                ("listen.cip_http", &listen.cip_http),
+                ("hinadi.path", &hinadi.serve_path),
+                ("rdm.path", &rdm.path),
+            ],
+        );
         let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             self.err(
@@ -1016,6 +1036,7 @@ impl Validator<'_> {
             import,
             hinadi,
             rdm,
+            console,
         }
     }
 
@@ -1323,10 +1344,24 @@ impl Validator<'_> {
                     client_key: t.client_key.map(|c| self.path(c)),
                 }
             });
+            let index_type = match p.index_type.as_deref() {
+                None => None,
+                Some(t) => match crate::index_types::IndexKind::from_name(t) {
+                    Some(k) => Some(k),
+                    None => {
+                        self.err(
+                            format!("{key}.index_type"),
+                            format!("{t:?}: expected \"HARVEST-SOIF-1\" or \"tagged\""),
+                        );
+                        None
+                    }
+                },
+            };
             out.push(PeerConfig {
                 name: p.name,
                 host,
                 port: p.port,
+                index_type,
                 transport,
                 url: p.url.filter(|_| transport == PeerTransport::Http),
                 roles,

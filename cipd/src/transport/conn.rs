@@ -124,7 +124,8 @@ where
 
 fn unreachable_frame() -> ! {
     // Invariant: CipCodec yields only Version frames in Expect::Version, Message frames in
-    // Expect::Message and Status frames in Expect::Status; read_frame sets the expectation.
+    // Expect::Message and Expect::Result, and Status frames in Expect::Status; read_frame
+    // sets the expectation.
     unreachable!("codec returned a frame of another kind than expected")
 }
 
@@ -226,7 +227,17 @@ impl CipConnection {
         )
         .await?;
         let wait = Wait::new(config.negotiation_timeout, Phase::Negotiation, None);
-        let status = conn.read_status(wait).await?;
+        let status = match conn.read_status(wait).await {
+            Ok(s) => s,
+            Err(TransportError::Stream(
+                StreamError::BadStatusLine { line } | StreamError::UnknownCode { line, .. },
+            )) => {
+                return Err(TransportError::NotCipV3 {
+                    answer: line.chars().take(80).collect(),
+                });
+            }
+            Err(e) => return Err(e),
+        };
         match status.code {
             ResponseCode::VersionAccepted => {}
             code if code.is_permanent_failure() => {
@@ -287,7 +298,7 @@ impl CipConnection {
             result: None,
         };
         if status.code == ResponseCode::OkOutputFollows {
-            let output = match self.conn.read_frame(Expect::Message, wait, None).await? {
+            let output = match self.conn.read_frame(Expect::Result, wait, None).await? {
                 Read::Frame(Frame::Message(m)) => m,
                 _ => {
                     return Err(TransportError::Closed {

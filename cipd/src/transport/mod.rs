@@ -122,6 +122,13 @@ pub enum TransportError {
         /// The peer's status line.
         status: Status,
     },
+    /// The peer answered the version line with something that is not a CIP status line:
+    /// a Whois++ (or other) server, not CIPv3.
+    #[error("not a CIPv3 server: it answered the version line with {answer:?}")]
+    NotCipV3 {
+        /// What it sent (shortened).
+        answer: String,
+    },
     /// The sender did not start with `# CIP-Version: 3` (receiver side; answered 500).
     #[error("peer did not negotiate cip version 3: {line:?}")]
     NotNegotiated {

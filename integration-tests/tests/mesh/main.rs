@@ -7,10 +7,12 @@
 
 mod admin;
 mod cip_http;
+mod console;
 mod fake;
 mod harness;
 mod hinadi;
 mod identity;
+mod legacy;
 mod load;
 mod outbound;
 mod rdm;

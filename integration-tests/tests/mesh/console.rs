@@ -1,0 +1,308 @@
+//! Issue #17: the operators' web console, in a real browser.
+//!
+//! Three nodes (root polls mid polls leaf; each lists its poller), one leaf author a script
+//! tag. Headless Chromium loads each node's console with a query in the URL fragment, and
+//! the test reads the DOM it ends with: peers, ranked referrals with links to the next
+//! node's console (followed, root to mid to leaf), the SVG mesh, and the hostile value
+//! shown as text with no element injected. Screenshots land in
+//! `target/tmp/console-screenshots/`.
+//!
+//! Chromium's `--virtual-time-budget` lets the page run its fetches and timers before the
+//! DOM is dumped; each run is bounded by a deadline and killed past it. Without
+//! `/usr/bin/chromium` (or `$CIPD_TEST_CHROMIUM`) the test says so and passes.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{NodeSpec, TestNode};
+
+const LEAF: &str = "1.3.6.1.4.1.99999.171";
+const MID: &str = "1.3.6.1.4.1.99999.172";
+const ROOT: &str = "1.3.6.1.4.1.99999.173";
+const HOSTILE: &str = "<script>alert(1)</script>";
+const ESCAPED: &str = "&lt;script&gt;alert(1)&lt;/script&gt;";
+const TOKEN: &str = "browser-test-token-0123456789";
+/// Longest one browser run may take; it only bounds failure.
+const BROWSER_DEADLINE: Duration = Duration::from_secs(120);
+
+fn chromium_path() -> PathBuf {
+    std::env::var_os("CIPD_TEST_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+}
+
+/// What one page load is for.
+enum Output<'a> {
+    /// Print the DOM after the page settled.
+    Dom,
+    /// Save a screenshot there, 1280 pixels wide and this high.
+    Screenshot(&'a Path, u32),
+}
+
+/// Loads `url` in a fresh headless Chromium profile under `work`; returns its stdout (the
+/// DOM, for [`Output::Dom`]).
+fn browse(work: &Path, url: &str, output: Output<'_>) -> String {
+    let run = tempfile::tempdir_in(work).unwrap();
+    let mut args = vec![
+        "--headless=new".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--no-sandbox".to_owned(),
+        "--no-first-run".to_owned(),
+        "--no-default-browser-check".to_owned(),
+        "--disable-extensions".to_owned(),
+        "--disable-dev-shm-usage".to_owned(),
+        "--hide-scrollbars".to_owned(),
+        format!("--user-data-dir={}", run.path().join("profile").display()),
+        "--virtual-time-budget=5000".to_owned(),
+    ];
+    match output {
+        Output::Dom => args.push("--dump-dom".to_owned()),
+        Output::Screenshot(path, height) => {
+            args.push(format!("--screenshot={}", path.display()));
+            args.push(format!("--window-size=1280,{height}"));
+        }
+    }
+    args.push(url.to_owned());
+    // Files, not pipes: a big DOM must not fill a pipe nobody reads while we wait.
+    let (out_path, err_path) = (run.path().join("stdout"), run.path().join("stderr"));
+    let mut child = Command::new(chromium_path())
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("chromium starts");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > BROWSER_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "chromium took longer than {BROWSER_DEADLINE:?} on {url}; stderr:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        // Re-check for the exit; the deadline above bounds the wait.
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    std::fs::File::open(&out_path)
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(
+        status.success(),
+        "chromium failed ({status}) on {url}; stderr:\n{}",
+        std::fs::read_to_string(&err_path).unwrap_or_default()
+    );
+    out
+}
+
+/// The DOM of `url` ([`browse`] on the blocking pool: the nodes answering the browser run
+/// on this runtime).
+async fn load(work: &Path, url: &str) -> String {
+    let (work, url) = (work.to_owned(), url.to_owned());
+    tokio::task::spawn_blocking(move || browse(&work, &url, Output::Dom))
+        .await
+        .unwrap()
+}
+
+/// The DOM of the console at `url`.
+async fn page(work: &Path, url: &str) -> String {
+    let dom = load(work, url).await;
+    assert!(
+        dom.contains("<html") && dom.contains("id=\"mesh-svg\""),
+        "not the console: {dom}"
+    );
+    dom
+}
+
+/// A screenshot of `url` at `path`, `height` pixels high (900: the first screen; more to
+/// show the query and table sections too).
+async fn screenshot(work: &Path, url: &str, path: PathBuf, height: u32) {
+    let (work, url, shown) = (work.to_owned(), url.to_owned(), path.clone());
+    tokio::task::spawn_blocking(move || browse(&work, &url, Output::Screenshot(&path, height)))
+        .await
+        .unwrap();
+    let size = std::fs::metadata(&shown).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 0, "no screenshot at {}", shown.display());
+    println!("screenshot: {}", shown.display());
+}
+
+/// The value of attribute `attr` of the first element whose opening tag contains `marker`.
+fn attribute(dom: &str, marker: &str, attr: &str) -> Option<String> {
+    let at = dom.find(marker)?;
+    let start = dom[..at].rfind('<')?;
+    let tag = &dom[start..start + dom[start..].find('>')?];
+    let key = format!(" {attr}=\"");
+    let from = tag.find(&key)? + key.len();
+    let value = &tag[from..from + tag[from..].find('"')?];
+    Some(value.replace("&amp;", "&"))
+}
+
+/// The DOM shows `HOSTILE` as text only: escaped, never as markup.
+fn assert_inert(dom: &str, what: &str) {
+    assert!(dom.contains(ESCAPED), "{what}: the value is shown, escaped");
+    assert_eq!(
+        dom.matches("<script").count(),
+        1,
+        "{what}: only the console's own script element exists"
+    );
+    assert!(
+        dom.contains("<script src=\"/console/app.js\" defer=\"\"></script>"),
+        "{what}: that one is the console's"
+    );
+    assert!(
+        !dom.contains(HOSTILE),
+        "{what}: no raw markup from the data"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_a_browser_follows_referrals_down_the_mesh() {
+    if !chromium_path().exists() {
+        println!(
+            "skipped: chromium not installed (apt-get install chromium), looked for {}",
+            chromium_path().display()
+        );
+        return;
+    }
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).unwrap();
+    let work = tempfile::tempdir().unwrap();
+
+    let mut leaf = TestNode::start(NodeSpec::new(LEAF, &["Garcia", HOSTILE, "Okafor"])).await;
+    let mut mid = TestNode::start(NodeSpec::new(MID, &[]).peer("leaf", &leaf, &["poll"])).await;
+    let mut root_spec = NodeSpec::new(ROOT, &[]).peer("mid", &mid, &["poll"]);
+    root_spec.extra = format!("[console]\ntoken = \"{TOKEN}\"\n");
+    let root = TestNode::start(root_spec).await;
+    // Each node lists its poller too, so the pictures show both directions.
+    let spec = leaf.spec.clone().peer("mid", &mid, &["poller"]);
+    leaf.reconfigure(spec).await;
+    let spec = mid.spec.clone().peer("root", &root, &["poller"]);
+    mid.reconfigure(spec).await;
+    let refers = |a: &cipd::state::QueryAnswer, dsi: &str| a.referrals.iter().any(|r| r.dsi == dsi);
+    mid.wait_query("Author=Garcia", |a| refers(a, LEAF)).await;
+    root.wait_query("Author=Garcia", |a| refers(a, MID)).await;
+    root.wait_query("Author~script", |a| refers(a, MID)).await;
+
+    // The root, opened with its token, a query in the fragment.
+    let root_url = format!("{}/?token={TOKEN}#q=Author%3DGarcia", root.http_url());
+    let dom = page(work.path(), &root_url).await;
+    assert!(
+        dom.contains("<span id=\"ready\" class=\"badge ok\">ready</span>"),
+        "{dom}"
+    );
+    assert!(dom.contains(&format!("<span id=\"node-dsi\">{ROOT}</span>")));
+    assert!(
+        dom.contains("<tr class=\"peer\" data-name=\"mid\">"),
+        "peers: {dom}"
+    );
+    assert!(dom.contains(&format!("<td class=\"dsi\">{MID}</td>")));
+    assert!(
+        dom.contains(&format!("<tr class=\"referral\" data-dsi=\"{MID}\">")),
+        "referrals: {dom}"
+    );
+    assert!(
+        dom.contains("1 referral for <code>Author=Garcia</code>"),
+        "{dom}"
+    );
+    // The picture: this node, the peer it polls, and the leaf behind it (provenance).
+    let svg = &dom[dom.find("<svg id=\"mesh-svg\"").unwrap()..];
+    let svg = &svg[..svg.find("</svg>").unwrap()];
+    for key in ["self", "peer:mid", &format!("dsi:{LEAF}")] {
+        assert!(
+            svg.contains(&format!("data-key=\"{key}\"")),
+            "{key} in {svg}"
+        );
+    }
+    assert!(svg.contains("class=\"edge provenance\""), "{svg}");
+    for series in ["polls", "imports", "queries"] {
+        assert!(
+            dom.contains(&format!("data-series=\"{series}\"")),
+            "{series}"
+        );
+    }
+    // The routing table section lists the leaf's values, the hostile one as text.
+    assert!(dom.contains("<tr class=\"table-row\">"), "table: {dom}");
+    assert_inert(&dom, "root");
+    let to_mid = attribute(&dom, "class=\"follow\"", "href").expect("a link to mid's console");
+    assert_eq!(to_mid, format!("{}/#q=Author%3DGarcia", mid.http_url()));
+    assert!(!to_mid.contains(TOKEN), "the token stays home");
+    screenshot(work.path(), &root_url, shots.join("root.png"), 900).await;
+
+    // The hostile value matched by a query: shown in the explanation as text.
+    let hostile_url = format!("{}/?token={TOKEN}#q=Author~script", root.http_url());
+    let dom = page(work.path(), &hostile_url).await;
+    assert!(
+        dom.contains(&format!("<span class=\"value\">{ESCAPED}</span>")),
+        "explanation: {dom}"
+    );
+    assert_inert(&dom, "root, hostile query");
+    screenshot(
+        work.path(),
+        &hostile_url,
+        shots.join("root-hostile.png"),
+        2000,
+    )
+    .await;
+
+    // Without the token the root answers with nothing but the refusal.
+    let locked = load(
+        work.path(),
+        &format!("{}/#q=Author%3DGarcia", root.http_url()),
+    )
+    .await;
+    assert!(locked.contains("unauthorized"), "{locked}");
+    assert!(
+        !locked.contains(MID) && !locked.contains("mesh-svg"),
+        "{locked}"
+    );
+
+    // Follow the referral: mid's console, same query, refers on to the leaf.
+    let dom = page(work.path(), &to_mid).await;
+    assert!(
+        dom.contains(&format!("<span id=\"node-dsi\">{MID}</span>")),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(&format!("<tr class=\"referral\" data-dsi=\"{LEAF}\">")),
+        "{dom}"
+    );
+    assert!(dom.contains("<tr class=\"peer\" data-name=\"root\">"));
+    assert!(dom.contains("<tr class=\"peer\" data-name=\"leaf\">"));
+    for key in ["self", "peer:root", "peer:leaf"] {
+        assert!(dom.contains(&format!("data-key=\"{key}\"")), "{key}");
+    }
+    assert_inert(&dom, "mid");
+    screenshot(work.path(), &to_mid, shots.join("mid.png"), 900).await;
+    let to_leaf = attribute(&dom, "class=\"follow\"", "href").expect("a link to the leaf");
+    assert_eq!(to_leaf, format!("{}/#q=Author%3DGarcia", leaf.http_url()));
+
+    // The leaf holds the object itself and refers nowhere.
+    let dom = page(work.path(), &to_leaf).await;
+    assert!(
+        dom.contains(&format!("<span id=\"node-dsi\">{LEAF}</span>")),
+        "{dom}"
+    );
+    assert!(
+        dom.contains(
+            "0 referrals for <code>Author=Garcia</code>; this node holds 1 matching object itself."
+        ),
+        "{dom}"
+    );
+    assert!(dom.contains("<tr class=\"peer\" data-name=\"mid\">"));
+    assert!(dom.contains("data-key=\"peer:mid\""));
+    assert!(!dom.contains("<script>"), "{dom}");
+    screenshot(work.path(), &to_leaf, shots.join("leaf.png"), 900).await;
+
+    for n in [root, mid, leaf] {
+        n.stop().await;
+    }
+}
