@@ -103,6 +103,22 @@ pub fn file_stem(name: &str) -> String {
     name.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Two files of collection `name` under `data_dir/dir`: `<stem>.<first>` and
+/// `<stem>.<second>` (a copy and its sidecar).
+pub fn data_files(
+    data_dir: &Path,
+    dir: &str,
+    name: &str,
+    [first, second]: [&str; 2],
+) -> (PathBuf, PathBuf) {
+    let stem = file_stem(name);
+    let dir = data_dir.join(dir);
+    (
+        dir.join(format!("{stem}.{first}")),
+        dir.join(format!("{stem}.{second}")),
+    )
+}
+
 /// What building a source needs besides its own configuration.
 #[derive(Debug, Clone)]
 pub struct SourceContext {

@@ -208,6 +208,52 @@ pub enum Scan {
     },
 }
 
+/// The next complete line of `buf` at `pos`: `(line without its end, offset of the LF)`;
+/// `None` when the line is not complete yet.
+///
+/// # Errors
+/// [`StreamError::LineTooLong`] as soon as the line (complete or not) exceeds the limit.
+fn next_line<'a>(
+    buf: &'a [u8],
+    pos: usize,
+    limits: &Limits,
+) -> Result<Option<(&'a [u8], usize)>, StreamError> {
+    let Some(i) = memchr::memchr(b'\n', &buf[pos..]) else {
+        // A partial line: "+ 1" leaves room for a CR whose LF has not arrived.
+        if buf.len() - pos > limits.max_line.saturating_add(1) {
+            return Err(StreamError::LineTooLong {
+                offset: pos,
+                max: limits.max_line,
+            });
+        }
+        return Ok(None);
+    };
+    let nl = pos + i;
+    let line = strip_cr(&buf[pos..nl]);
+    if line.len() > limits.max_line {
+        return Err(StreamError::LineTooLong {
+            offset: pos,
+            max: limits.max_line,
+        });
+    }
+    Ok(Some((line, nl)))
+}
+
+/// Refuses a message whose lines scanned so far (up to `pos`) exceed the limit, or — with
+/// `buf`, once no terminator is in it — whose buffered bytes prove it will.
+fn check_message_size(buf: Option<&[u8]>, pos: usize, limits: &Limits) -> Result<(), StreamError> {
+    let buffered = limits
+        .max_message
+        .saturating_add(limits.max_line)
+        .saturating_add(2);
+    if pos > limits.max_message || buf.is_some_and(|b| b.len() > buffered) {
+        return Err(StreamError::MessageTooLarge {
+            max: limits.max_message,
+        });
+    }
+    Ok(())
+}
+
 /// Looks for the end of a dot-terminated message in `buf`, resuming at `state.scanned`.
 ///
 /// Lines end in LF with an optional CR before it. Each complete line is examined once, so a
@@ -223,24 +269,9 @@ pub fn scan_message(
 ) -> Result<Scan, StreamError> {
     let mut pos = state.scanned;
     while pos < buf.len() {
-        let Some(i) = memchr::memchr(b'\n', &buf[pos..]) else {
-            // A partial line: "+ 1" leaves room for a CR whose LF has not arrived.
-            if buf.len() - pos > limits.max_line.saturating_add(1) {
-                return Err(StreamError::LineTooLong {
-                    offset: pos,
-                    max: limits.max_line,
-                });
-            }
+        let Some((line, nl)) = next_line(buf, pos, limits)? else {
             break;
         };
-        let nl = pos + i;
-        let line = strip_cr(&buf[pos..nl]);
-        if line.len() > limits.max_line {
-            return Err(StreamError::LineTooLong {
-                offset: pos,
-                max: limits.max_line,
-            });
-        }
         if !line.is_empty() && line[0] == b'.' && all_periods(line) {
             if line.len() == 1 {
                 let done = Scan::Complete {
@@ -254,23 +285,10 @@ pub fn scan_message(
             state.stuffed = true;
         }
         pos = nl + 1;
-        if pos > limits.max_message {
-            return Err(StreamError::MessageTooLarge {
-                max: limits.max_message,
-            });
-        }
+        check_message_size(None, pos, limits)?;
     }
     state.scanned = pos;
-    if buf.len()
-        > limits
-            .max_message
-            .saturating_add(limits.max_line)
-            .saturating_add(2)
-    {
-        return Err(StreamError::MessageTooLarge {
-            max: limits.max_message,
-        });
-    }
+    check_message_size(Some(buf), 0, limits)?;
     Ok(Scan::Incomplete)
 }
 
@@ -367,23 +385,9 @@ pub fn scan_result(
 ) -> Result<ResultScanned, StreamError> {
     let mut pos = state.scanned;
     while pos < buf.len() {
-        let Some(i) = memchr::memchr(b'\n', &buf[pos..]) else {
-            if buf.len() - pos > limits.max_line.saturating_add(1) {
-                return Err(StreamError::LineTooLong {
-                    offset: pos,
-                    max: limits.max_line,
-                });
-            }
+        let Some((line, nl)) = next_line(buf, pos, limits)? else {
             break;
         };
-        let nl = pos + i;
-        let line = strip_cr(&buf[pos..nl]);
-        if line.len() > limits.max_line {
-            return Err(StreamError::LineTooLong {
-                offset: pos,
-                max: limits.max_line,
-            });
-        }
         if let Some((hs, he)) = state.held.take() {
             // The line after a held `.`: a delimiter makes the `.` misplaced.
             if line.starts_with(b"--") {
@@ -435,23 +439,10 @@ pub fn scan_result(
             state.stuffed = true;
         }
         pos = nl + 1;
-        if pos > limits.max_message {
-            return Err(StreamError::MessageTooLarge {
-                max: limits.max_message,
-            });
-        }
+        check_message_size(None, pos, limits)?;
     }
     state.scanned = pos;
-    if buf.len()
-        > limits
-            .max_message
-            .saturating_add(limits.max_line)
-            .saturating_add(2)
-    {
-        return Err(StreamError::MessageTooLarge {
-            max: limits.max_message,
-        });
-    }
+    check_message_size(Some(buf), 0, limits)?;
     Ok(ResultScanned::Incomplete)
 }
 

@@ -36,12 +36,7 @@ pub fn user_agent() -> String {
 
 /// The fetched copy of URL collection `name`, and its sidecar.
 pub fn fetched_paths(data_dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let stem = crate::collection::file_stem(name);
-    let dir = data_dir.join(FETCHED_DIR);
-    (
-        dir.join(format!("{stem}.di")),
-        dir.join(format!("{stem}.json")),
-    )
+    crate::collection::data_files(data_dir, FETCHED_DIR, name, ["di", "json"])
 }
 
 /// What is known of a URL collection's last fetch (the sidecar of its copy).

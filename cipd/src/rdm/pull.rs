@@ -27,12 +27,7 @@ use crate::state::Node;
 
 /// The copy and pull-state files of RDM collection `name`.
 pub fn copy_paths(data_dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let stem = crate::collection::file_stem(name);
-    let dir = data_dir.join("rdm");
-    (
-        dir.join(format!("{stem}.soif")),
-        dir.join(format!("{stem}.pull.json")),
-    )
+    crate::collection::data_files(data_dir, "rdm", name, ["soif", "pull.json"])
 }
 
 /// What is remembered of the last pull.

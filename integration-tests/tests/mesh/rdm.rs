@@ -307,7 +307,11 @@ async fn rdm_serves_every_type_tracks_changes_and_pulls() {
         .wait_for("the first pull", |s| s.local_objects >= 3)
         .await;
 
-    // Changes on the server: one RD changed, one deleted; `since` sees exactly those.
+    // Changes on the server: one RD changed, one deleted; `since` sees exactly those. (The
+    // journal has seen the catalog before the change: a deletion request syncs it, so a
+    // loaded machine cannot delay that past the change.)
+    let (_, nothing) = post(&url, &rd_request(true, GathererScope::All, None)).await;
+    assert!(objects(&nothing).is_empty(), "nothing deleted yet");
     let since = next_second().await;
     let mut server = server;
     server.set_authors(&["Garcia", "Lindqvist"]).await;
