@@ -215,6 +215,12 @@ impl Daemon {
         node.tracker.spawn(import_progress(node.clone()));
         node.update_status(|s| s.ready = true);
         tracing::info!(dsi = %node.identity().dsi, "cipd ready");
+        crate::notify::ready(&format!(
+            "serving {}: {} local objects",
+            node.identity().dsi,
+            node.local_objects_count()
+        ));
+        crate::notify::spawn_watchdog(&node);
         let status = node.subscribe();
         Ok(RunningDaemon {
             node,
@@ -276,6 +282,7 @@ impl RunningDaemon {
     /// Stops: cancels every task, lets in-flight requests finish within the grace period.
     /// Returns false when the grace period ran out.
     pub async fn shutdown(self) -> bool {
+        crate::notify::stopping();
         self.node.token.cancel();
         self.node.tracker.close();
         let done = tokio::time::timeout(self.grace, self.node.tracker.wait())

@@ -128,12 +128,25 @@ fn bad_parameter(name: &str, value: &str, expected: &str) -> ApiError {
     }
 }
 
+/// The routes every HTTP listener serves whatever the configuration: optional routes
+/// (Hina-Di, RDM, CIP over HTTP, the console) must not take these paths.
+pub const FIXED_ROUTES: &[&str] = &[
+    "/v1/referrals",
+    "/v1/objects",
+    "/v1/status",
+    "/metrics",
+    "/healthz",
+    "/readyz",
+];
+
 /// The whole HTTP application of a node: the query API, `/metrics` and the Hina-Di file.
 /// Later front-ends (RDM, CIP over HTTP) are merged in here as further route sets.
 pub fn router(node: Arc<Node>) -> Router {
     let config = node.config();
     let timeout = config.limits.http_timeout;
-    let mut app = query_routes(node.clone()).merge(metrics_routes(node.clone()));
+    let mut app = query_routes(node.clone())
+        .merge(metrics_routes(node.clone()))
+        .merge(health_routes(node.clone()));
     if let Some(path) = &config.listen.cip_http {
         app = app.merge(crate::cip_http::routes(node.clone(), path));
     }
@@ -158,6 +171,36 @@ pub fn query_routes(node: Arc<Node>) -> Router {
         .route("/v1/objects", get(objects))
         .route("/v1/status", get(status))
         .with_state(node)
+}
+
+/// `GET /healthz` (the process answers: 200) and `GET /readyz` (200 once the node serves
+/// with its start-up import done; 503 with the reason before), for load balancers and
+/// orchestrators.
+pub fn health_routes(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(node)
+}
+
+async fn readyz(State(node): State<Arc<Node>>) -> Response {
+    let status = node.status_snapshot();
+    let (expected, imported) = node.import_progress();
+    if !status.ready {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting: listeners not up yet\n",
+        )
+            .into_response();
+    }
+    if node.cold_starting() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("starting: {imported} of {expected} peers' hints imported\n"),
+        )
+            .into_response();
+    }
+    "ready\n".into_response()
 }
 
 /// `GET /metrics`: Prometheus text exposition format.

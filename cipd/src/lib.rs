@@ -19,6 +19,7 @@ pub mod import;
 pub mod index_types;
 pub mod local;
 pub mod metrics;
+pub mod notify;
 pub mod outbound;
 pub mod peer;
 pub mod rdm;

@@ -1622,6 +1622,16 @@ impl Node {
     /// # Errors
     /// [`ReloadError`] when the new configuration is invalid.
     pub async fn reload(self: &Arc<Self>) -> Result<ReloadReport, ReloadError> {
+        crate::notify::reloading();
+        let result = self.reload_inner().await;
+        crate::notify::ready(match &result {
+            Ok(_) => "reloaded",
+            Err(_) => "reload refused; running configuration kept",
+        });
+        result
+    }
+
+    async fn reload_inner(self: &Arc<Self>) -> Result<ReloadReport, ReloadError> {
         let mut report = ReloadReport::default();
         if let Some(path) = &self.config_path {
             let new = match read_config(path) {

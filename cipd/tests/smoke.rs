@@ -194,12 +194,89 @@ fn check_config_explains_problems_and_exits_64() {
 fn every_deploy_config_parses() {
     let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
     let mut n = 0;
-    for entry in std::fs::read_dir(&deploy).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            cipd::config::read_config(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            n += 1;
+    let mut dirs = vec![deploy.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                cipd::config::read_config(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                n += 1;
+            }
         }
     }
-    assert!(n >= 1, "no configs in {}", deploy.display());
+    assert!(n >= 4, "configs in {}: {n}", deploy.display());
+}
+
+/// Under systemd (`Type=notify`), the daemon says READY=1 once it serves, and STOPPING=1 on
+/// SIGTERM; `/healthz` and `/readyz` answer in between.
+#[test]
+fn systemd_hears_ready_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().join("notify");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cipd"))
+        .env("XDG_STATE_HOME", state.path())
+        .env("XDG_RUNTIME_DIR", state.path())
+        .env("NOTIFY_SOCKET", &path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let pid = child.id();
+    let _guard = Running(child);
+    let mut url = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some(u) = line.strip_prefix("listening for queries on ") {
+            url = Some(u.to_owned());
+            break;
+        }
+    }
+    let url = url.expect("an HTTP listener");
+    let mut buf = [0u8; 512];
+    let n = sock.recv(&mut buf).expect("a notification");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(msg.contains("READY=1"), "{msg}");
+    assert!(msg.contains("STATUS=serving"), "{msg}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let limits = cipd::fetch::FetchLimits {
+        timeout: Duration::from_secs(10),
+        max_bytes: 1 << 10,
+    };
+    for path in ["/healthz", "/readyz"] {
+        let got = rt
+            .block_on(cipd::fetch::get(
+                &format!("{url}{path}"),
+                None,
+                "smoke",
+                limits,
+            ))
+            .unwrap();
+        assert!(
+            matches!(got, cipd::fetch::Fetched::Body { .. }),
+            "{path}: {got:?}"
+        );
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let n = sock.recv(&mut buf).expect("a stopping notification");
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
 }

@@ -549,6 +549,21 @@ impl Validator<'_> {
         }
     }
 
+    /// `hinadi.path` and `rdm.path` must not take a fixed route or each other's path (the
+    /// router would refuse to start).
+    pub(super) fn optional_routes(&mut self, hinadi: &HinaDiConfig, rdm: &RdmConfig) {
+        for (key, path) in [("hinadi.path", &hinadi.serve_path), ("rdm.path", &rdm.path)] {
+            if let Some(p) = path
+                && crate::http::FIXED_ROUTES.contains(&p.as_str())
+            {
+                self.err(key, format!("{p:?} is already served by another route"));
+            }
+        }
+        if hinadi.serve_path.is_some() && hinadi.serve_path == rdm.path {
+            self.err("rdm.path", "is the same as hinadi.path");
+        }
+    }
+
     pub(super) fn hinadi(&mut self, raw: RawHinaDi) -> HinaDiConfig {
         let d = HinaDiConfig::default();
         let serve_path = match raw.path {
@@ -724,7 +739,8 @@ mod tests {
              [[collection]]\nname = \"c\"\ntype = \"hinadi\"\npath = \"x\"\ncharset = \"klingon\"\n\
              [[collection]]\nname = \"d\"\ntype = \"soif\"\npath = \"x\"\nurl = \"http://x/\"\n\
              [[collection]]\nname = \"e\"\ntype = \"hinadi\"\npath = \"x\"\nurl = \"http://x/\"\n\
-             [hinadi]\npath = \"hina.di\"\ntrusted = [\"agent\"]\n"
+             [hinadi]\npath = \"hina.di\"\ntrusted = [\"agent\"]\n\
+             [rdm]\npath = \"/healthz\"\n"
         ))
         .unwrap_err();
         let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
@@ -737,7 +753,8 @@ mod tests {
                 "collection[3].url",
                 "collection[4]",
                 "hinadi.path",
-                "hinadi.trusted[0]"
+                "hinadi.trusted[0]",
+                "rdm.path"
             ],
             "{err}"
         );

@@ -21,7 +21,7 @@ pub const DEFAULT_CONSOLE_PATH: &str = "/";
 pub const MIN_TOKEN_LEN: usize = 16;
 
 /// The routes of the query API and `/metrics`, which the console must leave alone.
-const FIXED_ROUTES: &[&str] = &["/v1/referrals", "/v1/objects", "/v1/status", "/metrics"];
+use crate::http::FIXED_ROUTES;
 
 /// `[console]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -1003,6 +1003,7 @@ impl Validator<'_> {
         let import = self.import(raw.import);
         let hinadi = self.hinadi(raw.hinadi);
         let rdm = self.rdm(raw.rdm, &collections);
+        self.optional_routes(&hinadi, &rdm);
         self.cip_http_route(&listen, &[&hinadi.serve_path, &rdm.path]);
         let console = self.console(
             raw.console,
@@ -1137,8 +1138,9 @@ impl Validator<'_> {
                 "needs an HTTP listener (listen.http) to serve CIP over HTTP on",
             );
         }
-        let taken = ["/v1/referrals", "/v1/objects", "/v1/status", "/metrics"];
-        if taken.contains(&path.as_str()) || others.iter().any(|o| o.as_ref() == Some(path)) {
+        if crate::http::FIXED_ROUTES.contains(&path.as_str())
+            || others.iter().any(|o| o.as_ref() == Some(path))
+        {
             self.err(
                 "listen.cip_http",
                 format!("{path:?} is already served by another route; pick another path"),
