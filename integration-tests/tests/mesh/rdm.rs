@@ -419,3 +419,43 @@ async fn rdm_serves_every_type_tracks_changes_and_pulls() {
         n.stop().await;
     }
 }
+
+/// A puller restarted in its directory goes on incrementally: its first pull after the
+/// restart asks `since` its last pull (and for deletions), not for the whole catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_puller_goes_on_incrementally() {
+    let mut server = TestNode::start(NodeSpec::new(SERVER, &["Garcia", "Okafor", "Becker"])).await;
+    let url = format!("{}/rdm/incoming", server.http_url());
+    let mut spec = NodeSpec::new(PULLER, &[]);
+    spec.extra = format!(
+        "[[collection]]\nname = \"pulled\"\ntype = \"rdm\"\nurl = {url:?}\ninterval = \"1h\"\n"
+    );
+    let puller = TestNode::start(spec.clone()).await;
+    puller
+        .wait_for("the first pull", |s| s.local_objects == 3)
+        .await;
+    let dir = puller.stop().await;
+    let (_, state) = cipd::rdm::pull::copy_paths(&dir.path().join("spool"), "pulled");
+    let kept: cipd::rdm::pull::PullState =
+        serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert!(kept.last_pull.is_some(), "{kept:?}");
+    // The server syncs its journal, then loses an RD while the puller is down.
+    let (_, _) = post(&url, &rd_request(true, GathererScope::All, None)).await;
+    next_second().await;
+    server.set_authors(&["Garcia", "Okafor"]).await;
+    let requests = || {
+        crate::harness::metric(
+            &server.daemon.node().render_metrics(),
+            "cipd_rdm_requests_total",
+        )
+    };
+    let before = requests();
+    let puller = TestNode::start_in(spec, dir).await;
+    puller
+        .wait_for("the deletion", |s| s.local_objects == 2)
+        .await;
+    // `since` and `rd-request-deleted`: two requests (a full pull would be one).
+    assert_eq!(requests() - before, 2.0);
+    puller.stop().await;
+    server.stop().await;
+}
