@@ -12,6 +12,7 @@ pub mod config;
 pub mod console;
 pub mod ctl;
 pub mod daemon;
+pub mod feeds;
 pub mod fetch;
 pub mod hinadi;
 pub mod http;

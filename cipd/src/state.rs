@@ -1045,16 +1045,16 @@ impl Node {
     }
 
     async fn accept_index_inner(&self, peer: &str, obj: IndexObject) -> Result<(), Rejection> {
-        if crate::index_types::IndexKind::of(&obj.index_type).is_none() {
+        let Some(kind) = crate::index_types::IndexKind::of(&obj.index_type) else {
             return Err(Rejection::UnsupportedType(
                 obj.index_type.as_str().to_owned(),
             ));
-        }
+        };
         // Identity first: an object for somebody else's DSI costs no parsing, and never
         // reaches the table or the spool.
         let dsi = obj.dsi.clone();
         let claim = self.bindings.claim(peer, &dsi)?;
-        let result = self.import_object(peer, obj).await;
+        let result = self.import_object(peer, kind, obj).await;
         if claim == Claim::New {
             match &result {
                 Ok(()) => {
@@ -1069,7 +1069,12 @@ impl Node {
 
     /// Parses `obj` (on the blocking pool), imports it through the import queue and
     /// spools it.
-    async fn import_object(&self, peer: &str, obj: IndexObject) -> Result<(), Rejection> {
+    async fn import_object(
+        &self,
+        peer: &str,
+        kind: crate::index_types::IndexKind,
+        obj: IndexObject,
+    ) -> Result<(), Rejection> {
         let config = self.config();
         let limits = soif_limits(&config);
         let (hint, digest) = {
@@ -1084,10 +1089,10 @@ impl Node {
                 obj.dsi_description.clone(),
             );
             let hasher = self.payload_hasher.clone();
-            // Invariant: accept_index_inner let only known kinds through.
-            let kind = crate::index_types::IndexKind::of(&obj.index_type)
-                .ok_or_else(|| Rejection::UnsupportedType(obj.index_type.as_str().to_owned()))?;
-            let previous = self.index_state.stored(&obj.dsi);
+            // Only a tagged update applies to what is held; SOIF hints are always totals.
+            let previous = (kind == crate::index_types::IndexKind::Tagged)
+                .then(|| self.index_state.stored(&obj.dsi))
+                .flatten();
             tokio::task::spawn_blocking(move || {
                 let converted =
                     crate::index_types::convert(kind, &payload, previous.as_ref(), limits)?;

@@ -1,15 +1,13 @@
 //! Hina-Di in the daemon: collections read from Hina-Di files and URLs ([`HinaDiSource`]),
-//! the task that fetches URL collections ([`fetch_loop`]), and this node's own Hina-Di file
+//! the task that fetches URL collections ([`fetch_loop`], on the schedule of [`crate::feeds`]), and this node's own Hina-Di file
 //! on the HTTP listener ([`serve`]).
 
 pub mod serve;
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use cip_proto::hinadi::{self, HinaLimits, HinaReader, Severity, propagate};
 use cip_proto::soif::SoifObject;
@@ -232,65 +230,52 @@ impl CollectionSource for HinaDiSource {
     }
 }
 
-/// When each URL collection is due, and what its last fetch said.
-#[derive(Debug, Default)]
-struct Schedule {
-    due: HashMap<String, (String, Instant)>,
-}
-
-/// Fetches every URL collection on its interval, keeping the copy under `data_dir` and
-/// reloading the collections whose copy changed. Follows configuration reloads (checked at
-/// least every few seconds).
+/// Fetches every URL collection on its interval ([`crate::feeds`]), keeping the copy under
+/// `data_dir` and reloading the collections whose copy changed.
 pub async fn fetch_loop(node: Arc<Node>) {
-    let token = node.token.child_token();
-    let mut schedule = Schedule::default();
-    loop {
-        let config = node.config();
-        let now = Instant::now();
-        let mut next_check = now + Duration::from_secs(5);
-        let mut changed = false;
-        let mut live = Vec::new();
-        for c in &config.collections {
-            let SourceConfig::HinaDi {
+    crate::feeds::run(
+        node,
+        "hina-di fetch",
+        |c| match &c.source {
+            SourceConfig::HinaDi {
                 location: HinaLocation::Url { url, interval },
+                ..
+            } => Some(crate::feeds::Feed {
+                url: url.clone(),
+                interval: *interval,
+            }),
+            _ => None,
+        },
+        |node, config, c| async move {
+            let SourceConfig::HinaDi {
+                location: HinaLocation::Url { url, .. },
                 ..
             } = &c.source
             else {
-                continue;
+                return Ok(false);
             };
-            live.push(c.name.clone());
-            let due = match schedule.due.get(&c.name) {
-                Some((u, at)) if u == url => *at,
-                _ => now,
+            let result = fetch_one(&config.data_dir, &c.name, url, &config.hinadi).await;
+            let counter = match &result {
+                Ok(_) => &node.metrics().hinadi_fetches,
+                Err(_) => &node.metrics().hinadi_fetch_errors,
             };
-            if due > now {
-                next_check = next_check.min(due);
-                continue;
-            }
-            changed |= fetch_one(&node, &config.data_dir, &c.name, url, &config.hinadi).await;
-            let at = Instant::now() + *interval;
-            next_check = next_check.min(at);
-            schedule.due.insert(c.name.clone(), (url.clone(), at));
-        }
-        schedule.due.retain(|name, _| live.contains(name));
-        if changed {
-            node.rebuild_local(false).await;
-        }
-        tokio::select! {
-            () = token.cancelled() => return,
-            () = tokio::time::sleep_until(next_check.into()) => {}
-        }
-    }
+            crate::metrics::Metrics::inc(counter);
+            result
+        },
+    )
+    .await;
 }
 
 /// One fetch of `url` into collection `name`'s copy; true when the copy changed.
+///
+/// # Errors
+/// Why the fetch, or keeping its copy, failed.
 async fn fetch_one(
-    node: &Node,
     data_dir: &Path,
     name: &str,
     url: &str,
     cfg: &crate::config::HinaDiConfig,
-) -> bool {
+) -> Result<bool, String> {
     let (copy, sidecar) = fetched_paths(data_dir, name);
     let state: FetchState = fs::read(&sidecar)
         .ok()
@@ -304,51 +289,31 @@ async fn fetch_one(
         timeout: cfg.fetch_timeout,
         max_bytes: cfg.max_fetch_bytes,
     };
-    let metrics = node.metrics();
-    match crate::fetch::get(url, ims, &user_agent(), limits).await {
-        Ok(crate::fetch::Fetched::NotModified) => {
-            tracing::debug!(collection = name, url, "hina-di unchanged");
-            crate::metrics::Metrics::inc(&metrics.hinadi_fetches);
-            false
-        }
-        Ok(crate::fetch::Fetched::Body {
-            bytes,
-            last_modified,
-            ..
-        }) => {
-            crate::metrics::Metrics::inc(&metrics.hinadi_fetches);
-            let state = FetchState {
-                url: url.to_owned(),
-                last_modified,
-            };
-            let (copy2, sidecar2) = (copy.clone(), sidecar.clone());
-            let written = tokio::task::spawn_blocking(move || {
-                write_copy(&copy2, &bytes)?;
-                write_copy(&sidecar2, &serde_json::to_vec(&state).unwrap_or_default())
-            })
-            .await;
-            match written {
-                Ok(Ok(())) => {
-                    tracing::info!(collection = name, url, "hina-di fetched");
-                    true
-                }
-                Ok(Err(e)) => {
-                    crate::metrics::Metrics::inc(&metrics.hinadi_fetch_errors);
-                    tracing::warn!(collection = name, url, error = %e, "cannot keep the fetched hina-di file");
-                    false
-                }
-                Err(e) => {
-                    tracing::error!(collection = name, error = %e, "hina-di write task failed");
-                    false
-                }
-            }
-        }
-        Err(e) => {
-            crate::metrics::Metrics::inc(&metrics.hinadi_fetch_errors);
-            tracing::warn!(collection = name, error = %e, "hina-di fetch failed; keeping the last copy");
-            false
-        }
-    }
+    let fetched = crate::fetch::get(url, ims, &user_agent(), limits)
+        .await
+        .map_err(|e| e.to_string())?;
+    let crate::fetch::Fetched::Body {
+        bytes,
+        last_modified,
+        ..
+    } = fetched
+    else {
+        tracing::debug!(collection = name, url, "hina-di unchanged");
+        return Ok(false);
+    };
+    let state = FetchState {
+        url: url.to_owned(),
+        last_modified,
+    };
+    tokio::task::spawn_blocking(move || {
+        write_copy(&copy, &bytes)?;
+        write_copy(&sidecar, &serde_json::to_vec(&state).unwrap_or_default())
+    })
+    .await
+    .map_err(|e| format!("write task failed: {e}"))?
+    .map_err(|e| format!("cannot keep the fetched file: {e}"))?;
+    tracing::info!(collection = name, url, "hina-di fetched");
+    Ok(true)
 }
 
 /// `path` with `.tmp` appended: the temporary file an atomic write of `path` goes through
@@ -462,7 +427,7 @@ mod tests {
             "remote",
             &HinaLocation::Url {
                 url: "http://x.jp/hina.di".into(),
-                interval: Duration::from_secs(60),
+                interval: std::time::Duration::from_secs(60),
             },
             encoding_rs::UTF_8,
             Untrusted::Index,

@@ -5,13 +5,12 @@
 //! <last pull>` after, plus `rd-request-deleted` since then, and applies both to the copy.
 //! The time of a pull is the server's `Date` (a second earlier, to be safe against clock
 //! edges); it is kept in `<hex(name)>.pull.json`, so a restart goes on incrementally. A
-//! failed pull is retried with doubling delays up to the interval.
+//! failed pull is retried with doubling delays up to the interval ([`crate::feeds`]).
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cip_proto::rdm::{self, Body, Csid, GathererScope, Header, Message, Query, RdmType};
@@ -377,64 +376,42 @@ pub async fn pull_once(
     Ok(applied.any() || replace)
 }
 
-/// Pulls every RDM collection with a URL on its interval, backing off after failures, and
-/// reloads the collections whose copy changed. Follows configuration reloads.
+/// Pulls every RDM collection with a URL on its interval ([`crate::feeds`]: backoff after
+/// failures, reload when a copy changed).
 pub async fn pull_loop(node: Arc<Node>) {
-    let token = node.token.child_token();
-    // name -> (url, next due, consecutive failures)
-    let mut due: HashMap<String, (String, Instant, u32)> = HashMap::new();
-    loop {
-        let config = node.config();
-        let now = Instant::now();
-        let mut next_check = now + Duration::from_secs(5);
-        let mut changed = false;
-        let mut live = Vec::new();
-        for c in &config.collections {
+    crate::feeds::run(
+        node,
+        "rdm pull",
+        |c| match &c.source {
+            SourceConfig::Rdm {
+                url: Some(url),
+                interval,
+                ..
+            } => Some(crate::feeds::Feed {
+                url: url.clone(),
+                interval: *interval,
+            }),
+            _ => None,
+        },
+        |node, _config, c| async move {
             let SourceConfig::Rdm {
                 url: Some(url),
                 catalog,
-                interval,
                 ..
             } = &c.source
             else {
-                continue;
+                return Ok(false);
             };
-            live.push(c.name.clone());
-            let (at, failures) = match due.get(&c.name) {
-                Some((u, at, f)) if u == url => (*at, *f),
-                _ => (now, 0),
+            let result = pull_once(&node, &c.name, url, catalog.as_deref()).await;
+            let counter = match &result {
+                Ok(_) => &node.metrics().rdm_pulls,
+                Err(_) => &node.metrics().rdm_pull_errors,
             };
-            if at > now {
-                next_check = next_check.min(at);
-                continue;
-            }
-            let (next, failures) = match pull_once(&node, &c.name, url, catalog.as_deref()).await {
-                Ok(ch) => {
-                    changed |= ch;
-                    crate::metrics::Metrics::inc(&node.metrics().rdm_pulls);
-                    (*interval, 0)
-                }
-                Err(e) => {
-                    crate::metrics::Metrics::inc(&node.metrics().rdm_pull_errors);
-                    let failures = failures.saturating_add(1);
-                    let backoff = Duration::from_secs(1 << failures.min(16)).min(*interval);
-                    tracing::warn!(collection = %c.name, error = %e, failures, retry_in = ?backoff, "rdm pull failed; keeping the last copy");
-                    (backoff, failures)
-                }
-            };
-            let at = Instant::now() + next;
-            next_check = next_check.min(at);
-            due.insert(c.name.clone(), (url.clone(), at, failures));
-        }
-        due.retain(|name, _| live.contains(name));
-        if changed {
-            node.rebuild_local(false).await;
-        }
-        tokio::select! {
-            () = token.cancelled() => return,
-            () = tokio::time::sleep_until(next_check.into()) => {}
-        }
-    }
+            crate::metrics::Metrics::inc(counter);
+            result
+        },
+    )
+    .await;
 }
 
 #[cfg(test)]

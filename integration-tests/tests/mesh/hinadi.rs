@@ -207,3 +207,36 @@ async fn antenna_files_are_read_served_pulled_and_referred() {
         n.stop().await;
     }
 }
+
+/// Feeds that cannot be reached are counted, keep what they had (nothing, here) and do not
+/// stop the node: a Hina-Di URL and an RDM server on a port nobody listens on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_feeds_are_counted_and_retried() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut spec = NodeSpec::new(PULLER, &["Garcia"]);
+    spec.extra = format!(
+        "[[collection]]\nname = \"antenna\"\ntype = \"hinadi\"\nurl = \"http://{closed}/hina.di\"\n\
+         [[collection]]\nname = \"partner\"\ntype = \"rdm\"\nurl = \"http://{closed}/rdm/incoming\"\n\
+         [hinadi]\nfetch_timeout = \"2s\"\n[rdm]\npull_timeout = \"2s\"\n"
+    );
+    let node = TestNode::start(spec).await;
+    let n = node.daemon.node();
+    crate::harness::eventually("both failures counted", || {
+        let page = n.render_metrics();
+        crate::harness::metric(&page, "cipd_hinadi_fetch_errors_total") >= 1.0
+            && crate::harness::metric(&page, "cipd_rdm_pull_errors_total") >= 1.0
+    })
+    .await;
+    let page = n.render_metrics();
+    assert_eq!(
+        crate::harness::metric(&page, "cipd_hinadi_fetches_total"),
+        0.0
+    );
+    assert_eq!(crate::harness::metric(&page, "cipd_rdm_pulls_total"), 0.0);
+    // The node answers from what it has.
+    assert_eq!(node.query("Author=Garcia").await.local, 1);
+    node.stop().await;
+}
