@@ -166,25 +166,33 @@ async fn serve(config: Config, options: StartOptions, sample: bool) -> anyhow::R
     };
     signals.handle(daemon.node());
     if sample {
+        // A banner for the person at the terminal: a closed stdout (a reader that went away)
+        // must not take the node down, so write errors are ignored.
+        use std::io::Write as _;
         let l = daemon.listeners();
-        println!(
-            "cipd: no configuration given; serving the built-in sample node (DSI {SAMPLE_DSI})"
+        let mut banner = format!(
+            "cipd: no configuration given; serving the built-in sample node (DSI {SAMPLE_DSI})\n"
         );
         for a in &l.cip {
-            println!("listening for CIP on {a}");
+            banner.push_str(&format!("listening for CIP on {a}\n"));
         }
         for a in &l.http {
-            println!("listening for queries on http://{a}");
+            banner.push_str(&format!("listening for queries on http://{a}\n"));
         }
         if let Some(p) = &l.admin {
-            println!("listening for admin commands on {}", p.display());
+            banner.push_str(&format!(
+                "listening for admin commands on {}\n",
+                p.display()
+            ));
         }
         if let Some(a) = l.http.first() {
-            println!(
-                "try: cipctl query --server http://{a} '{}'",
+            banner.push_str(&format!(
+                "try: cipctl query --server http://{a} '{}'\n",
                 cipd::sample::SAMPLE_QUERY
-            );
+            ));
         }
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
     }
     Ok(daemon.run_until_stopped().await)
 }

@@ -232,8 +232,9 @@ fn systemd_hears_ready_and_stopping() {
     let stdout = child.stdout.take().unwrap();
     let pid = child.id();
     let _guard = Running(child);
+    let mut lines = BufReader::new(stdout).lines();
     let mut url = None;
-    for line in BufReader::new(stdout).lines() {
+    for line in lines.by_ref() {
         let line = line.unwrap();
         if let Some(u) = line.strip_prefix("listening for queries on ") {
             url = Some(u.to_owned());
@@ -241,6 +242,8 @@ fn systemd_hears_ready_and_stopping() {
         }
     }
     let url = url.expect("an HTTP listener");
+    // Keep reading what the daemon still prints, to its end.
+    std::thread::spawn(move || lines.for_each(drop));
     let mut buf = [0u8; 512];
     let n = sock.recv(&mut buf).expect("a notification");
     let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
