@@ -12,12 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::conn_limit::{CIP_BUSY, ConnLimiter};
 use crate::metrics::Metrics;
 use crate::service::CipService;
 use crate::state::{Listeners, Node, Status, display_addr};
@@ -53,6 +53,9 @@ pub enum StartError {
     /// A worker thread (the import thread) could not be started.
     #[error("cannot start a worker thread: {0}")]
     Thread(std::io::Error),
+    /// The signing key (`[signing] key`) could not be loaded.
+    #[error("signing key: {0}")]
+    Key(#[from] crate::trust::keys::KeyError),
 }
 
 /// Options beside the configuration.
@@ -149,7 +152,17 @@ impl Daemon {
         node.begin_cold_start();
 
         let config = node.config();
-        let permits = Arc::new(Semaphore::new(config.limits.max_connections));
+        // One limiter for the CIP listeners (plain and TLS), one for the HTTP listeners.
+        let permits = ConnLimiter::new(
+            "cip",
+            config.limits.max_connections,
+            config.limits.max_connections_per_address,
+        );
+        let http_permits = ConnLimiter::new(
+            "http",
+            config.limits.max_http_connections,
+            config.limits.max_http_connections_per_address,
+        );
         let service = Arc::new(CipService::new(node.clone()));
         for l in cip {
             let addr = l.local_addr().ok();
@@ -191,8 +204,10 @@ impl Daemon {
                 idle_timeout: config.limits.http_idle_timeout,
             };
             let (t, tracker) = (node.token.child_token(), node.tracker.clone());
+            let http_permits = http_permits.clone();
             node.tracker.spawn(async move {
-                if let Err(e) = crate::http::serve(l, limits, app, t, tracker).await {
+                let served = crate::http::serve_limited(l, limits, http_permits, app, t, tracker);
+                if let Err(e) = served.await {
                     tracing::error!(error = %e, "http server failed");
                 }
             });
@@ -308,12 +323,12 @@ async fn accept_loop(
     listener: TcpListener,
     tls_config: Option<Arc<rustls::ServerConfig>>,
     service: Arc<CipService>,
-    permits: Arc<Semaphore>,
+    permits: Arc<ConnLimiter>,
 ) {
     let token = node.token.child_token();
     let transport = crate::peer::transport_config(&node.config());
     loop {
-        let (mut stream, remote) = tokio::select! {
+        let (stream, remote) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
@@ -325,18 +340,16 @@ async fn accept_loop(
             },
             () = token.cancelled() => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::warn!(%remote, "connection limit reached; refusing");
-            Metrics::inc(&node.metrics().cip_connections_refused);
-            node.tracker.spawn(async move {
-                let _ = stream
-                    .write_all(
-                        b"% 400 Temporarily unable to process request: too many connections\r\n",
-                    )
-                    .await;
-                let _ = stream.shutdown().await;
-            });
-            continue;
+        // Never wait for a slot: refuse at once and go on accepting. Plain CIP gets the
+        // temporary-failure line; TLS is closed without an answer (no handshake spent).
+        let permit = match permits.try_acquire(Some(remote.ip())) {
+            Ok(p) => p,
+            Err(why) => {
+                Metrics::inc(&node.metrics().cip_connections_refused);
+                let answer = tls_config.is_none().then_some(CIP_BUSY);
+                permits.refuse(stream, remote, why, answer, &node.tracker, &token);
+                continue;
+            }
         };
         let (service, transport, token, tls_config) = (
             service.clone(),

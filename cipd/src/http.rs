@@ -5,9 +5,10 @@
 //! adds (CIP over HTTP, RDM, metrics) through [`Router::merge`]. Every error is JSON:
 //! `{"status": 400, "error": "bad-query", "message": "..."}`.
 //!
-//! Serving ([`serve`]) caps open connections with a semaphore, bounds each request with the
-//! configured HTTP timeout, and drains in-flight requests when the daemon's token is
-//! cancelled.
+//! Serving ([`serve`], [`serve_limited`]) caps open connections overall and per source
+//! address ([`crate::conn_limit`]; over the limit: `503` with `Retry-After`, then close),
+//! bounds the header section's size and time, each request with the configured HTTP timeout
+//! and each stalled write, and drains in-flight requests when the daemon's token is cancelled.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,11 +24,16 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::conn_limit::{ConnLimiter, HTTP_BUSY};
 use crate::state::{Node, QueryError};
+
+/// Most bytes of a request line and header section; a larger one gets `431` (or `414`) and
+/// the connection is closed. Also hyper's read buffer size, so it bounds what one
+/// connection buffers while its headers arrive.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// An error answered as JSON with a fitting status.
 #[derive(Debug)]
@@ -305,19 +311,18 @@ async fn status(State(node): State<Arc<Node>>) -> Response {
 /// How the HTTP listener treats connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
-    /// Connections served at once; further clients wait in the listen backlog.
+    /// Connections served at once; further clients get `503` with `Retry-After` and are
+    /// closed.
     pub max_connections: usize,
     /// Time a connection may take to send a request's headers, and may sit idle between
-    /// keep-alive requests, before it is closed.
+    /// keep-alive requests, before it is closed; also how long a write to a client that
+    /// reads nothing may stall.
     pub idle_timeout: Duration,
 }
 
-/// Serves `app` on `listener` until `token` is cancelled, then lets open requests finish.
-///
-/// Each connection is an HTTP/1.1 connection of its own task on `tracker`, holding one of
-/// `max_connections` permits; hyper's header-read timeout closes connections that are slow
-/// to send headers or idle between requests (slow-client protection); the router's own
-/// timeout bounds each request.
+/// Serves `app` on `listener` until `token` is cancelled, then lets open requests finish;
+/// at most `limits.max_connections` connections at once, whatever their address. See
+/// [`serve_limited`].
 ///
 /// # Errors
 /// None today; the signature leaves room for listeners that can fail for good.
@@ -328,18 +333,38 @@ pub async fn serve(
     token: CancellationToken,
     tracker: TaskTracker,
 ) -> std::io::Result<()> {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let limiter = ConnLimiter::total_only("http", limits.max_connections);
+    serve_limited(listener, limits, limiter, app, token, tracker).await
+}
+
+/// Serves `app` on `listener` until `token` is cancelled, then lets open requests finish.
+///
+/// Each connection is an HTTP/1.1 connection of its own task on `tracker`, holding a slot of
+/// `limiter` (which may be shared by several listeners; `limits.max_connections` is not
+/// used). The loop never waits for a slot: a connection over the limit is answered `503`
+/// with `Retry-After` and closed at once. Hyper's header-read timeout closes connections that
+/// are slow to send headers or idle between requests (slow-client protection), a header
+/// section over [`MAX_HEADER_BYTES`] is refused before more is buffered, a write that makes
+/// no progress for `limits.idle_timeout` ends the connection, and the router's own timeout
+/// bounds each request.
+///
+/// # Errors
+/// None today; the signature leaves room for listeners that can fail for good.
+pub async fn serve_limited(
+    listener: TcpListener,
+    limits: HttpLimits,
+    limiter: Arc<ConnLimiter>,
+    app: Router,
+    token: CancellationToken,
+    tracker: TaskTracker,
+) -> std::io::Result<()> {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
+        .max_buf_size(MAX_HEADER_BYTES)
         .keep_alive(true);
     loop {
-        let permit = tokio::select! {
-            // Invariant: the semaphore is never closed.
-            p = permits.clone().acquire_owned() => p.expect("semaphore open"),
-            () = token.cancelled() => break,
-        };
         let (stream, remote) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -352,7 +377,15 @@ pub async fn serve(
             },
             () = token.cancelled() => break,
         };
+        let permit = match limiter.try_acquire(Some(remote.ip())) {
+            Ok(p) => p,
+            Err(why) => {
+                limiter.refuse(stream, remote, why, Some(HTTP_BUSY), &tracker, &token);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
+        let stream = StallGuard::new(stream, limits.idle_timeout);
         // Handlers that recognise peers by address (CIP over HTTP) find it as axum's
         // `ConnectInfo` request extension.
         let service = TowerToHyperService::new(app.clone());
@@ -379,6 +412,103 @@ pub async fn serve(
         });
     }
     Ok(())
+}
+
+/// A stream whose writes fail with `TimedOut` once they make no progress for `limit`, so a
+/// client that stops reading cannot hold its connection (and its slot) forever.
+struct StallGuard<S> {
+    io: S,
+    limit: Duration,
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> StallGuard<S> {
+    fn new(io: S, limit: Duration) -> Self {
+        Self {
+            io,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// Passes a write's result on; a pending write starts (or goes on with) the stall timer.
+    fn check<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        result: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::task::Poll;
+        if result.is_ready() {
+            self.stalled = None;
+            return result;
+        }
+        let limit = self.limit;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if timer.as_mut().poll(cx).is_ready() {
+            self.stalled = None;
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client reads nothing: write stalled",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for StallGuard<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for StallGuard<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = std::pin::Pin::new(&mut this.io).poll_write(cx, buf);
+        this.check(cx, r)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let r = std::pin::Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.check(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = std::pin::Pin::new(&mut this.io).poll_flush(cx);
+        this.check(cx, r)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let r = std::pin::Pin::new(&mut this.io).poll_shutdown(cx);
+        this.check(cx, r)
+    }
 }
 
 #[cfg(test)]
@@ -455,32 +585,184 @@ mod tests {
         tracker.wait().await;
     }
 
-    #[tokio::test]
-    async fn connection_limit_queues_clients() {
+    /// Re-checks `f` every 10 ms until it holds; panics after 10 s.
+    async fn wait_until(mut f: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "condition never held"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Sends `request` on a new connection and reads until the server closes (bounded).
+    async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(request).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut out))
+            .await
+            .expect("the server answers and closes");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_limit_get_503_and_close() {
         let limits = HttpLimits {
             max_connections: 1,
             idle_timeout: Duration::from_secs(30),
         };
         let (addr, token, tracker) = server(limits).await;
-        let _first = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
-        second
-            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        let first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let refused = exchange(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(refused.starts_with("HTTP/1.1 503 "), "{refused}");
+        assert!(refused.contains("Retry-After: "), "{refused}");
+        // The slot comes back when the first client leaves; the loop never stopped accepting.
+        drop(first);
+        let mut answer = String::new();
+        for _ in 0..100 {
+            answer = exchange(
+                addr,
+                b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            )
+            .await;
+            if !answer.starts_with("HTTP/1.1 503 ") {
+                break;
+            }
+            // The server notices the first client's close asynchronously.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(answer.ends_with("hi"), "{answer}");
+        token.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    #[tokio::test]
+    async fn per_address_limit_spares_other_addresses() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/", get(|| async { "hi" }));
+        let (token, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let limits = HttpLimits {
+            max_connections: 100,
+            idle_timeout: Duration::from_secs(30),
+        };
+        let limiter = ConnLimiter::new("http", 100, 2);
+        tracker.spawn(serve_limited(
+            listener,
+            limits,
+            limiter.clone(),
+            app,
+            token.clone(),
+            tracker.clone(),
+        ));
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        wait_until(|| limiter.open() == 2).await;
+        let refused = exchange(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(refused.starts_with("HTTP/1.1 503 "), "{refused}");
+        // Another loopback address has its own share.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut other = socket.connect(addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        other
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .await
             .unwrap();
-        let mut buf = vec![0u8; 256];
-        let waiting = tokio::time::timeout(Duration::from_millis(300), second.read(&mut buf)).await;
+        let mut out = Vec::new();
+        other.read_to_end(&mut out).await.unwrap();
+        assert!(String::from_utf8_lossy(&out).ends_with("hi"));
+        assert_eq!(limiter.refused(), 1);
+        token.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    #[tokio::test]
+    async fn oversize_headers_and_garbage_are_refused_and_closed() {
+        let limits = HttpLimits {
+            max_connections: 4,
+            idle_timeout: Duration::from_secs(30),
+        };
+        let (addr, token, tracker) = server(limits).await;
+        let garbage = exchange(addr, b"\x16\x03\x01 not http at all\r\n\r\n").await;
+        assert!(garbage.starts_with("HTTP/1.1 400 "), "{garbage}");
+        // A header section past the limit: refused once the limit is reached, not buffered
+        // to the end (the client keeps sending far more than the server reads).
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut r, mut w) = c.into_split();
+        let writer = tokio::spawn(async move {
+            w.write_all(b"GET / HTTP/1.1\r\nX-Big: ").await?;
+            let chunk = vec![b'a'; 64 * 1024];
+            let mut sent = 0usize;
+            while sent < 64 << 20 {
+                w.write_all(&chunk).await?;
+                sent += chunk.len();
+            }
+            std::io::Result::Ok(sent)
+        });
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), r.read_to_end(&mut out))
+            .await
+            .unwrap();
         assert!(
-            waiting.is_err(),
-            "the second client waits while the first holds the only slot"
+            String::from_utf8_lossy(&out).starts_with("HTTP/1.1 431 "),
+            "{}",
+            String::from_utf8_lossy(&out)
         );
-        drop(_first);
-        let n = tokio::time::timeout(Duration::from_secs(10), second.read(&mut buf))
+        assert!(
+            writer.await.unwrap().is_err(),
+            "the server closed before 64 MiB were sent"
+        );
+        token.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    #[tokio::test]
+    async fn a_client_that_reads_nothing_is_closed() {
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // An answer far larger than the socket buffers.
+        let big: Arc<str> = "x".repeat(32 << 20).into();
+        let app = Router::new().route(
+            "/",
+            get(move || {
+                let big = big.to_string();
+                async move { big }
+            }),
+        );
+        let (token, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let limits = HttpLimits {
+            max_connections: 4,
+            idle_timeout: Duration::from_millis(300),
+        };
+        let limiter = ConnLimiter::total_only("http", 4);
+        tracker.spawn(serve_limited(
+            listener,
+            limits,
+            limiter.clone(),
+            app,
+            token.clone(),
+            tracker.clone(),
+        ));
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
-            .expect("served once the slot frees")
             .unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).ends_with("hi"));
+        // Never read: the server's write stalls, and the connection gives its slot back.
+        wait_until(|| limiter.open() == 1).await;
+        wait_until(|| limiter.open() == 0).await;
+        drop(c);
         token.cancel();
         tracker.close();
         tracker.wait().await;

@@ -70,6 +70,14 @@ pub struct Metrics {
     /// In-bound index objects refused for counts that cannot be true (also counted in
     /// `index_objects_rejected`).
     pub index_objects_implausible: AtomicU64,
+    /// In-bound hints refused for the routing table's memory budgets (also counted in
+    /// `index_objects_rejected`).
+    pub index_objects_over_budget: AtomicU64,
+    /// In-bound hints whose signature verified.
+    pub hint_signatures_valid: AtomicU64,
+    /// In-bound hints refused for their signature: missing under `require`, invalid,
+    /// replayed, undated, or uncheckable (also counted in `index_objects_rejected`).
+    pub hint_signatures_refused: AtomicU64,
     /// CIP connections accepted.
     pub cip_connections: AtomicU64,
     /// CIP connections open now.
@@ -112,6 +120,8 @@ pub struct Gauges {
     pub table_value_bytes: u64,
     /// Bytes of the table's substring summaries.
     pub table_summary_bytes: u64,
+    /// The hints' charge against `limits.max_table_bytes`.
+    pub table_budget_bytes: u64,
     /// Objects in local collections.
     pub local_objects: u64,
     /// Seconds since the daemon started.
@@ -202,6 +212,24 @@ impl Metrics {
             "cipd_index_objects_implausible_total",
             "In-bound index objects refused for counts that cannot be true.",
             load(&self.index_objects_implausible),
+        );
+        counter(
+            &mut out,
+            "cipd_index_objects_over_budget_total",
+            "In-bound index objects refused for the routing table's memory budgets.",
+            load(&self.index_objects_over_budget),
+        );
+        counter(
+            &mut out,
+            "cipd_hint_signatures_valid_total",
+            "In-bound hints whose signature verified.",
+            load(&self.hint_signatures_valid),
+        );
+        counter(
+            &mut out,
+            "cipd_hint_signatures_refused_total",
+            "In-bound hints refused for their signature (missing, invalid, replayed, uncheckable).",
+            load(&self.hint_signatures_refused),
         );
         counter(
             &mut out,
@@ -398,6 +426,12 @@ impl Metrics {
             "cipd_table_summary_bytes",
             "Bytes of the routing table's substring summaries.",
             gauges.table_summary_bytes as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_budget_bytes",
+            "The routing table's hints charged against limits.max_table_bytes.",
+            gauges.table_budget_bytes as f64,
         );
         gauge(
             &mut out,

@@ -78,6 +78,8 @@ pub struct BuildInput {
     pub local_generation: u64,
     /// The node as out-bound hints name it.
     pub node: hints::aggregate::NodeIdentity,
+    /// The node's key: when set, every built hint is dated at build time and signed.
+    pub signer: Option<Arc<crate::trust::keys::NodeKey>>,
 }
 
 /// One built out-bound hint.
@@ -103,13 +105,25 @@ pub fn build(input: &BuildInput, table: &RoutingTable, exclude: Option<&Dsi>) ->
     let aggregate = hints::aggregate::aggregate(Some(&input.local), table, &input.node, exclude);
     let mut hint = aggregate.hint;
     hint.date = input.local.date.clone();
+    if let Some(key) = &input.signer {
+        // A signed hint carries the time it was built: receivers refuse older dates.
+        let now = std::time::SystemTime::now();
+        hint.date = Some(hints::hint::format_date(now));
+        crate::trust::signature::sign(&mut hint, key, now);
+    }
     // Every dataset whose data is in the hint, also those behind an included peer: a
     // poller among them must not get the shared payload (it would refuse it as a loop).
     // The aggregate writes valid provenance; an unreadable one only costs the sharing.
     let contributors = hints::table::provenance(&hint).unwrap_or_default();
     let soif = hint.to_soif();
     drop(hint);
-    let digest = soif_digest(&soif);
+    let mut digest = soif_digest(&soif);
+    if let Some(key) = &input.signer {
+        // A new key is a change even when the content is not: pollers get the new signature.
+        let mut hasher = std::hash::DefaultHasher::new();
+        (digest, key.public().verifying_key().as_bytes()).hash(&mut hasher);
+        digest = hasher.finish();
+    }
     Built {
         payload: Bytes::from(soif.to_bytes()),
         digest,
@@ -121,14 +135,16 @@ pub fn build(input: &BuildInput, table: &RoutingTable, exclude: Option<&Dsi>) ->
 }
 
 fn soif_digest(hint: &SoifObject) -> u64 {
-    // The date changes on every rebuild; leave it out so only content changes count.
+    // The date (and so a signature) changes on every rebuild; leave them out so only
+    // content changes count.
     let mut hasher = std::hash::DefaultHasher::new();
     hint.url().hash(&mut hasher);
-    for a in hint
-        .attributes
-        .iter()
-        .filter(|a| !a.name.as_str().eq_ignore_ascii_case("Date"))
-    {
+    for a in hint.attributes.iter().filter(|a| {
+        let n = a.name.as_str();
+        !["Date", "Certification", "Certification-Type"]
+            .iter()
+            .any(|x| n.eq_ignore_ascii_case(x))
+    }) {
         a.name.as_bytes().hash(&mut hasher);
         a.value.hash(&mut hasher);
     }
@@ -618,9 +634,25 @@ mod tests {
                 base_uris: vec!["cip://n/".into()],
                 url: "-".into(),
             },
+            signer: None,
         };
         let b = build(&input, &table, None);
         assert_eq!(b.contributors, vec![dsi("1.1"), dsi("1.2"), dsi("1.7")]);
+        // Signed, the same build differs only in Date and Certification: its content
+        // digest depends on the key, not on when it was built.
+        let signed = |seed: u8| BuildInput {
+            signer: Some(Arc::new(crate::trust::keys::NodeKey::from_seed(
+                &[seed; 32],
+            ))),
+            ..input.clone()
+        };
+        let (a, b2) = (
+            build(&signed(1), &table, None),
+            build(&signed(1), &table, None),
+        );
+        assert_eq!(a.digest, b2.digest);
+        assert_ne!(a.digest, build(&signed(2), &table, None).digest);
+        assert!(String::from_utf8_lossy(&a.payload).contains("Certification-Type{7}:\tEd25519"));
     }
 
     #[test]

@@ -237,6 +237,14 @@ impl Spool {
         Ok(n)
     }
 
+    /// Reads the entry stored for `peer` and `dsi`.
+    ///
+    /// # Errors
+    /// When there is none, or it cannot be read or decoded.
+    pub fn load(&self, peer: &str, dsi: &Dsi) -> Result<SpoolEntry, SpoolError> {
+        read_entry(&self.path_for(peer, dsi))
+    }
+
     /// Reads every entry. Corrupt files are moved aside (`*.corrupt`) and reported; entries
     /// older than `ttl` at `now` are removed and counted.
     ///

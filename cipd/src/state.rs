@@ -96,6 +96,12 @@ pub struct Status {
     pub implausible_refusals: u64,
     /// Spool entries set aside at start (peer or DSI no longer matching).
     pub spool_set_aside: u64,
+    /// In-bound hints refused for their signature (missing, invalid, replayed,
+    /// uncheckable).
+    pub signature_refusals: u64,
+    /// In-bound hints refused because they would put the routing table over a memory
+    /// budget.
+    pub budget_refusals: u64,
 }
 
 /// What the node knows about one configured peer (shown by the admin socket).
@@ -368,6 +374,10 @@ pub enum Rejection {
     /// Its DSI is not the sending peer's (see [`crate::binding`]).
     #[error("{0}")]
     Binding(#[from] crate::binding::BindingError),
+    /// Its signature is missing, invalid, replayed or cannot be checked
+    /// ([`crate::trust`]).
+    #[error("signature: {0}")]
+    Signature(#[from] crate::trust::signature::SignatureError),
 }
 
 impl Rejection {
@@ -378,13 +388,16 @@ impl Rejection {
         match self {
             Self::UnsupportedType(_) => C::UnknownRequest,
             Self::Invalid(_) => C::BadMimeFormat,
-            Self::Refused(ImportError::TooManyPeers { .. } | ImportError::TooLarge) => {
-                C::TemporarilyUnable
-            }
+            Self::Refused(
+                ImportError::TooManyPeers { .. }
+                | ImportError::TooLarge
+                | ImportError::OverTableBudget { .. },
+            ) => C::TemporarilyUnable,
             Self::Refused(_) => C::UnknownRequest,
             Self::Storage(_) => C::TemporarilyUnable,
             // Refused on authentication grounds: RFC 2652 §4.2 wants the 530 series.
             Self::Binding(_) => C::SignatureRequired,
+            Self::Signature(e) => e.code(),
         }
     }
 }
@@ -396,6 +409,9 @@ pub enum ReloadError {
     /// The new configuration is invalid.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The new signing key cannot be loaded.
+    #[error("signing key: {0}")]
+    Key(crate::trust::keys::KeyError),
 }
 
 /// What a reload changed.
@@ -462,6 +478,8 @@ pub struct Node {
     rdm: crate::rdm::journal::Journals,
     /// Per-type state: stored tagged totals, learned peer types ([`crate::index_types`]).
     index_state: crate::index_types::State,
+    /// The signing key, and what peers' signatures showed ([`crate::trust`]).
+    trust: crate::trust::Trust,
 }
 
 impl std::fmt::Debug for Node {
@@ -522,6 +540,11 @@ impl Node {
         let answer_cache_bytes = config.limits.answer_cache_bytes;
         let scans = config.limits.max_concurrent_scans;
         let polls = config.limits.max_concurrent_polls;
+        let trust = crate::trust::Trust::default();
+        trust.set_key(
+            crate::trust::Trust::load_key(config.signing.key.as_deref())
+                .map_err(|e| Box::new(crate::daemon::StartError::Key(e)))?,
+        );
         Ok(Self {
             bindings: Bindings::new(&config),
             config: ArcSwap::from_pointee(config),
@@ -559,7 +582,13 @@ impl Node {
             epoch: AtomicU64::new(0),
             rdm: crate::rdm::journal::Journals::default(),
             index_state: crate::index_types::State::default(),
+            trust,
         })
+    }
+
+    /// The signing key and what peers' signatures showed.
+    pub fn trust(&self) -> &crate::trust::Trust {
+        &self.trust
     }
 
     /// Per-type state: tagged totals held, index types learned from peers.
@@ -591,6 +620,7 @@ impl Node {
             table_summaries_pending: stats.summaries_pending as u64,
             table_value_bytes: stats.value_bytes as u64,
             table_summary_bytes: stats.summary_bytes as u64,
+            table_budget_bytes: stats.budget_bytes,
             local_objects: self.local_objects_count(),
             uptime_seconds: self.uptime().as_secs_f64(),
             table_generation: self.table.generation(),
@@ -734,6 +764,26 @@ impl Node {
             .ok_or_else(|| format!("no peer {peer:?} with role poll"))?;
         self.poll_notifier(&name).notify_one();
         Ok(name)
+    }
+
+    /// The index object last taken from `peer` (its configured name or DSI), as it arrived:
+    /// the spooled payload, signature included, so it can be checked again elsewhere.
+    ///
+    /// # Errors
+    /// When no configured peer matches or none of its hints is held.
+    pub fn received_hint(&self, peer: &str) -> Result<SpoolEntry, String> {
+        let config = self.config();
+        let p = config
+            .peers
+            .iter()
+            .find(|p| p.name == peer || self.peer_dsi(&p.name).is_some_and(|d| d.as_str() == peer))
+            .ok_or_else(|| format!("no peer {peer:?}"))?;
+        let dsi = self
+            .peer_dsi(&p.name)
+            .ok_or_else(|| format!("peer {} has sent no index object yet", p.name))?;
+        self.spool
+            .load(&p.name, &dsi)
+            .map_err(|e| format!("no stored index object of {}: {e}", p.name))
     }
 
     /// The peer's DSI: configured, else learned.
@@ -954,6 +1004,7 @@ impl Node {
                     .cloned()
                     .unwrap_or_else(|| "-".to_owned()),
             },
+            signer: self.trust.key(),
         }
     }
 
@@ -1035,6 +1086,19 @@ impl Node {
                         Metrics::inc(&self.metrics.index_objects_implausible);
                         self.update_status(|s| s.implausible_refusals += 1);
                     }
+                    Rejection::Refused(
+                        ImportError::OverPeerBudget { .. } | ImportError::OverTableBudget { .. },
+                    ) => {
+                        tracing::warn!(%peer, %dsi, error = %e, "index object refused: memory budget");
+                        Metrics::inc(&self.metrics.index_objects_over_budget);
+                        self.update_status(|s| s.budget_refusals += 1);
+                    }
+                    Rejection::Signature(s) => {
+                        tracing::warn!(%peer, %dsi, error = %e, code = s.code().code(), "index object refused: signature");
+                        Metrics::inc(&self.metrics.hint_signatures_refused);
+                        self.trust.refused(peer, s);
+                        self.update_status(|s| s.signature_refusals += 1);
+                    }
                     _ => tracing::warn!(%peer, %dsi, error = %e, "index object refused"),
                 }
                 Metrics::inc(&self.metrics.index_objects_rejected);
@@ -1089,6 +1153,12 @@ impl Node {
                 obj.dsi_description.clone(),
             );
             let hasher = self.payload_hasher.clone();
+            let trust = config
+                .peer(peer)
+                .map(|p| p.trust.clone())
+                .unwrap_or_default();
+            let last = self.trust.last(peer);
+            let skew = config.signing.max_clock_skew;
             // Only a tagged update applies to what is held; SOIF hints are always totals.
             let previous = (kind == crate::index_types::IndexKind::Tagged)
                 .then(|| self.index_state.stored(&obj.dsi))
@@ -1096,16 +1166,24 @@ impl Node {
             tokio::task::spawn_blocking(move || {
                 let converted =
                     crate::index_types::convert(kind, &payload, previous.as_ref(), limits)?;
+                // A hint that fails its peer's signature policy goes no further.
+                let verdict = crate::trust::signature::check(
+                    &converted.hint,
+                    &trust,
+                    last,
+                    SystemTime::now(),
+                    skew,
+                )?;
                 // Everything the out-bound aggregate reads from this object: the payload,
                 // and the base-uris (their schemes decide whether it is aggregated) and
                 // description.
                 let digest = hasher.hash_one((&converted.stored[..], &base_uris, &description));
-                Ok::<_, Rejection>(((converted.hint, converted.stored), digest))
+                Ok::<_, Rejection>(((converted.hint, converted.stored, verdict), digest))
             })
             .await
             .map_err(|e| Rejection::Storage(format!("parse task failed: {e}")))??
         };
-        let (hint, stored) = hint;
+        let (hint, stored, verdict) = hint;
         let received = SystemTime::now();
         let meta = PeerMeta {
             dsi: obj.dsi.clone(),
@@ -1137,6 +1215,10 @@ impl Node {
         }
         self.index_state
             .note_stored(obj.index_type.as_str(), &obj.dsi, &stored);
+        if matches!(verdict, crate::trust::signature::Verdict::Valid { .. }) {
+            Metrics::inc(&self.metrics.hint_signatures_valid);
+        }
+        self.trust.accepted(peer, &verdict);
         let entry = SpoolEntry {
             peer: peer.to_owned(),
             dsi: obj.dsi,
@@ -1279,6 +1361,10 @@ impl Node {
         let mut batch = Vec::with_capacity(parsed.len());
         let mut restored_from = Vec::with_capacity(parsed.len());
         for (e, result) in parsed {
+            let result = result.and_then(|(hint, digest)| {
+                self.check_spooled(&config, &e.peer, &hint)?;
+                Ok((hint, digest))
+            });
             match result {
                 Ok((hint, digest)) => {
                     batch.push((
@@ -1350,6 +1436,20 @@ impl Node {
         self.note_table_change();
     }
 
+    /// Checks a spooled hint against its peer's current signature policy (a key or policy
+    /// may have changed since it was stored) and notes its date as the peer's replay bound.
+    fn check_spooled(&self, config: &Config, peer: &str, hint: &CipHint) -> Result<(), Rejection> {
+        let trust = config
+            .peer(peer)
+            .map(|p| p.trust.clone())
+            .unwrap_or_default();
+        // Its date was checked against the clock when it arrived.
+        let verdict =
+            crate::trust::signature::check(hint, &trust, None, SystemTime::now(), Duration::MAX)?;
+        self.trust.accepted(peer, &verdict);
+        Ok(())
+    }
+
     /// Drops hints older than the TTL from the table and the spool.
     pub fn expire(&self) -> usize {
         let gone = {
@@ -1361,6 +1461,7 @@ impl Node {
         if gone.is_empty() {
             return 0;
         }
+        self.forget_hints(&gone);
         let peers: Vec<String> = lock(&self.peers).keys().cloned().collect();
         for dsi in &gone {
             tracing::info!(%dsi, "hint expired");
@@ -1377,10 +1478,26 @@ impl Node {
         n
     }
 
+    /// Clears the hint facts (arrival, objects) of the peers whose hints for `gone` left the
+    /// table, so listings do not show counts the table no longer holds.
+    fn forget_hints(&self, gone: &[Dsi]) {
+        let mut peers = lock(&self.peers);
+        for s in peers.values_mut() {
+            if s.dsi
+                .as_deref()
+                .is_some_and(|d| gone.iter().any(|g| g.as_str() == d))
+            {
+                s.hint_received = None;
+                s.hint_objects = None;
+            }
+        }
+    }
+
     /// Forgets the hint of dataset `dsi` (table and spool) until the next poll or push, and
     /// the learned binding of the peer that delivered it (its next answer binds it anew).
     /// Writes the table: call it off the async workers.
     pub fn drop_dataset(&self, dsi: &Dsi) -> bool {
+        self.forget_hints(std::slice::from_ref(dsi));
         if let Some(peer) = self.bindings.forget_dsi(dsi) {
             tracing::info!(%peer, %dsi, "peer's learned dsi forgotten");
             self.update_peer(&peer, |s| s.dsi = None);
@@ -1648,6 +1765,24 @@ impl Node {
                 }
             };
             let old = self.config();
+            // The key is read again (it may have been replaced in place) and must load
+            // before anything else changes.
+            let key = match crate::trust::Trust::load_key(new.signing.key.as_deref()) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::error!(error = %e, "reload refused; keeping the running configuration");
+                    self.update_status(|s| s.reload_failures += 1);
+                    return Err(ReloadError::Key(e));
+                }
+            };
+            let public =
+                |k: Option<&Arc<crate::trust::keys::NodeKey>>| k.map(|k| k.public().clone());
+            if public(key.as_ref()) != public(self.trust.key().as_ref()) {
+                self.trust.set_key(key);
+                self.outbound.request();
+            }
+            self.trust
+                .retain(|name| new.peers.iter().any(|p| p.name == name));
             report.needs_restart = restart_only_changes(&old, &new);
             for key in &report.needs_restart {
                 tracing::warn!(key = %key, "changed setting takes effect only after a restart");

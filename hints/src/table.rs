@@ -111,6 +111,25 @@ const BULK_MAX_SEGMENTS: usize = 32;
 /// collection or aggregate, far below the sums that would crowd out honest peers.
 pub const DEFAULT_MAX_TOTAL_OBJECTS: u64 = 1_000_000_000_000;
 
+/// Default for [`TableLimits::max_peer_bytes`]: 1 GiB, about 12 million short values.
+pub const DEFAULT_MAX_PEER_BYTES: u64 = 1 << 30;
+/// Default for [`TableLimits::max_table_bytes`]: 8 GiB.
+pub const DEFAULT_MAX_TABLE_BYTES: u64 = 8 << 30;
+/// What one weightlist entry is charged against the memory budgets besides its value's
+/// bytes: its share of a segment's offsets, hash slots and postings when no other peer
+/// holds the value (the README's sizing: 8 bytes per entry plus 65 per distinct value).
+pub const ENTRY_BUDGET_BYTES: u64 = 73;
+
+/// What a hint is charged against the memory budgets: every entry as if its value were
+/// held by no other peer, so an upper bound of what the hint adds to the table.
+pub fn budget_bytes(hint: &CipHint) -> u64 {
+    hint.weightlists
+        .iter()
+        .flat_map(|(_, w)| &w.entries)
+        .map(|e| e.value.len() as u64 + ENTRY_BUDGET_BYTES)
+        .sum()
+}
+
 /// Bounds on what the table accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableLimits {
@@ -127,6 +146,10 @@ pub struct TableLimits {
     /// Largest `Total-Object-Count` a hint may claim; a larger one cannot be true and would
     /// outrank every honest peer, so the hint is refused.
     pub max_total_objects: u64,
+    /// Largest memory charge ([`budget_bytes`]) of one peer's hint.
+    pub max_peer_bytes: u64,
+    /// Largest memory charge of all hints in the table together.
+    pub max_table_bytes: u64,
 }
 
 impl Default for TableLimits {
@@ -138,6 +161,8 @@ impl Default for TableLimits {
             max_provenance: DEFAULT_MAX_PROVENANCE,
             max_attributes: DEFAULT_MAX_ATTRIBUTES,
             max_total_objects: DEFAULT_MAX_TOTAL_OBJECTS,
+            max_peer_bytes: DEFAULT_MAX_PEER_BYTES,
+            max_table_bytes: DEFAULT_MAX_TABLE_BYTES,
         }
     }
 }
@@ -219,6 +244,8 @@ pub struct TableStats {
     pub summaries_pending: usize,
     /// Approximate heap bytes of the summaries (included in `approx_bytes`).
     pub summary_bytes: usize,
+    /// The hints' memory charge against [`TableLimits::max_table_bytes`] ([`budget_bytes`]).
+    pub budget_bytes: u64,
 }
 
 /// One row of [`RoutingTable::entries`].
@@ -314,6 +341,28 @@ pub enum ImportError {
     /// The hint's index would exceed 32-bit offsets.
     #[error("hint too large to index")]
     TooLarge,
+    /// The hint alone is charged more than [`TableLimits::max_peer_bytes`].
+    #[error(
+        "hint needs {bytes} bytes of table memory, above the per-peer budget of {max}          (limits.max_peer_table_bytes)"
+    )]
+    OverPeerBudget {
+        /// Its charge ([`budget_bytes`]).
+        bytes: u64,
+        /// The budget.
+        max: u64,
+    },
+    /// Taking the hint would put the table over [`TableLimits::max_table_bytes`].
+    #[error(
+        "hint needs {bytes} bytes of table memory; the table holds {held} of its budget of          {max} (limits.max_table_bytes)"
+    )]
+    OverTableBudget {
+        /// Its charge.
+        bytes: u64,
+        /// What the other hints are charged.
+        held: u64,
+        /// The budget.
+        max: u64,
+    },
     /// `Total-Object-Count` above [`TableLimits::max_total_objects`].
     #[error("Total-Object-Count {total} is above the plausible maximum {max}")]
     ImplausibleTotal {
@@ -384,6 +433,8 @@ pub(crate) struct PeerEntry {
     pub provenance: Vec<Dsi>,
     pub distinct_values: usize,
     pub entries: usize,
+    /// Its memory charge ([`budget_bytes`]).
+    pub budget: u64,
 }
 
 impl PeerEntry {
@@ -597,6 +648,23 @@ impl Snapshot {
             .filter(|(s, _)| self.entry(*s).is_some())
             .map(|e| e.1)
             .sum()
+    }
+
+    /// The memory charge of every hint held.
+    fn budget_held(&self) -> u64 {
+        self.peers
+            .values()
+            .filter_map(|&slot| self.slots.get(slot as usize)?.as_ref())
+            .map(|e| e.budget)
+            .sum()
+    }
+
+    /// The memory charge of `dsi`'s hint, 0 when none is held.
+    fn budget_of(&self, dsi: &Dsi) -> u64 {
+        self.peers
+            .get(dsi)
+            .and_then(|&slot| self.slots.get(slot as usize)?.as_ref())
+            .map_or(0, |e| e.budget)
     }
 
     fn kill(&mut self, dsi: &Dsi) -> bool {
@@ -1237,7 +1305,8 @@ impl RoutingTable {
     pub fn replace(&self, peer: PeerMeta, hint: &CipHint) -> Result<ReplaceOutcome, ImportError> {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
-        let (slot, mut entry, entries) = self.prepare(&mut next, peer, hint)?;
+        let mut held = next.budget_held();
+        let (slot, mut entry, entries) = self.prepare(&mut next, peer, hint, &mut held)?;
         let segment = Segment::from_entries(entries, slot, &self.hasher)
             .map_err(|_| ImportError::TooLarge)?;
         entry.distinct_values = segment.len();
@@ -1265,9 +1334,11 @@ impl RoutingTable {
         let mut bulk = BulkBuilder::default();
         let (mut bulk_bytes, mut bulk_entries) = (0usize, 0usize);
         let mut results = Vec::new();
+        let mut held = next.budget_held();
         for (peer, hint) in hints {
-            let result = self.prepare(&mut next, peer, hint.borrow()).and_then(
-                |(slot, mut entry, entries)| {
+            let result = self
+                .prepare(&mut next, peer, hint.borrow(), &mut held)
+                .and_then(|(slot, mut entry, entries)| {
                     let bytes: usize = entries.iter().map(|e| e.0.len()).sum();
                     if bulk_bytes + bytes > FLUSH_AT || bulk_entries + entries.len() > FLUSH_AT {
                         let full = std::mem::take(&mut bulk);
@@ -1285,8 +1356,7 @@ impl RoutingTable {
                     entry.distinct_values = distinct;
                     entry.entries = count;
                     Ok(install(&mut next, slot, entry))
-                },
-            );
+                });
             results.push(result);
         }
         if results.iter().all(Result::is_err) {
@@ -1312,13 +1382,15 @@ impl RoutingTable {
     }
 
     /// Checks a hint and turns it into a slot, a peer entry (counts not yet filled in) and
-    /// the entries `(value, attribute id, count)` to index.
+    /// the entries `(value, attribute id, count)` to index. `held` is the memory charge of
+    /// the table's hints; it is updated when the hint passes.
     #[allow(clippy::type_complexity)]
     fn prepare<'h>(
         &self,
         next: &mut Snapshot,
         peer: PeerMeta,
         hint: &'h CipHint,
+        held: &mut u64,
     ) -> Result<(u32, PeerEntry, Vec<(&'h [u8], u32, u64)>), ImportError> {
         let limits = &self.config.limits;
         let provenance = provenance(hint)?;
@@ -1385,6 +1457,22 @@ impl RoutingTable {
                 });
             }
         }
+        let budget = budget_bytes(hint);
+        if budget > limits.max_peer_bytes {
+            return Err(ImportError::OverPeerBudget {
+                bytes: budget,
+                max: limits.max_peer_bytes,
+            });
+        }
+        // The hint it replaces frees its charge.
+        let others = held.saturating_sub(next.budget_of(&peer.dsi));
+        if others.saturating_add(budget) > limits.max_table_bytes {
+            return Err(ImportError::OverTableBudget {
+                bytes: budget,
+                held: others,
+                max: limits.max_table_bytes,
+            });
+        }
         let specs = hint
             .weightlists
             .iter()
@@ -1438,7 +1526,9 @@ impl RoutingTable {
             provenance,
             distinct_values: 0,
             entries: 0,
+            budget,
         };
+        *held = others + budget;
         Ok((slot, entry, entries))
     }
 
@@ -1570,6 +1660,7 @@ impl RoutingTable {
             st.summary_bytes += seg.summary_bytes();
         }
         st.summaries_pending = *self.pending.lock();
+        st.budget_bytes = snap.budget_held();
         st.approx_bytes += snap.slots.capacity() * 8
             + snap.peers.len() * (std::mem::size_of::<PeerEntry>() + 64)
             + snap.attrs.infos.len() * 128;
@@ -3082,6 +3173,72 @@ mod tests {
         );
         // The refused replacement left the old hint in place.
         assert_eq!(t.query(&q("A=abc"), &QueryOptions::default()).len(), 1);
+    }
+
+    #[test]
+    fn memory_budgets_are_enforced_at_import() {
+        // "abc" costs 3 + 73 bytes: a per-peer budget of 200 takes two such entries, a table
+        // budget of 400 five.
+        let t = RoutingTable::new(TableConfig {
+            limits: TableLimits {
+                max_peer_bytes: 200,
+                max_table_bytes: 400,
+                ..TableLimits::default()
+            },
+            ..TableConfig::default()
+        });
+        let two = hint(10, &[("D", "A", &[("abc", 4), ("abd", 1)])]);
+        assert_eq!(budget_bytes(&two), 152);
+        let three = hint(10, &[("D", "A", &[("abc", 4), ("abd", 1), ("abe", 1)])]);
+        assert_eq!(
+            t.replace(meta("1.1"), &three).unwrap_err(),
+            ImportError::OverPeerBudget {
+                bytes: 228,
+                max: 200
+            }
+        );
+        t.replace(meta("1.1"), &two).unwrap();
+        t.replace(meta("1.2"), &two).unwrap();
+        assert_eq!(t.stats().budget_bytes, 304);
+        let e = t.replace(meta("1.3"), &two).unwrap_err();
+        assert_eq!(
+            e,
+            ImportError::OverTableBudget {
+                bytes: 152,
+                held: 304,
+                max: 400
+            }
+        );
+        assert!(e.to_string().contains("limits.max_table_bytes"), "{e}");
+        // Replacing a held hint frees its own charge first; removing one frees room.
+        let one = hint(10, &[("D", "A", &[("abc", 4)])]);
+        t.replace(meta("1.2"), &one).unwrap();
+        assert_eq!(t.stats().budget_bytes, 228);
+        t.replace(meta("1.3"), &two).unwrap();
+        assert_eq!(t.stats().budget_bytes, 380);
+        assert!(t.replace(meta("1.4"), &one).is_err());
+        t.remove(&dsi("1.1"));
+        t.replace(meta("1.4"), &one).unwrap();
+        assert_eq!(t.stats().budget_bytes, 304);
+        // The bulk path charges each hint of the batch against the ones before it.
+        let t = RoutingTable::new(TableConfig {
+            limits: TableLimits {
+                max_table_bytes: 400,
+                ..TableLimits::default()
+            },
+            ..TableConfig::default()
+        });
+        let results = t.replace_all([
+            (meta("2.1"), two.clone()),
+            (meta("2.2"), two.clone()),
+            (meta("2.3"), two.clone()),
+        ]);
+        assert!(results[0].is_ok() && results[1].is_ok(), "{results:?}");
+        assert!(
+            matches!(results[2], Err(ImportError::OverTableBudget { .. })),
+            "{results:?}"
+        );
+        assert_eq!(t.peers().len(), 2);
     }
 
     #[test]

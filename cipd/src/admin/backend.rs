@@ -186,6 +186,16 @@ impl AdminBackend for NodeAdmin {
                 let soif = node.current_outbound().await;
                 Ok(json!({ "soif": lossy(&soif) }))
             }
+            AdminRequest::PeerHint { peer } => {
+                let e = node.received_hint(&peer).map_err(AdminError::Failed)?;
+                Ok(json!({
+                    "peer": e.peer,
+                    "dsi": e.dsi.to_string(),
+                    "type": e.index_type,
+                    "received": unix(e.received),
+                    "payload": lossy(&e.payload),
+                }))
+            }
             AdminRequest::Metrics => Ok(json!({ "text": node.render_metrics() })),
             AdminRequest::Shutdown => {
                 node.shutdown();
@@ -276,7 +286,9 @@ fn peers(node: &Node) -> Vec<PeerInfo> {
             expires: summary.and_then(|s| s.expires).map(unix),
             objects: summary.map(|s| s.total).or(p.hint_objects),
             values: summary.map(|s| s.distinct_values as u64),
-            signature: "unsigned".to_owned(),
+            signature: node.trust().describe(&p.name),
+            failures: p.consecutive_failures,
+            next_poll: p.next_attempt.map(unix),
         });
     }
     for s in summaries.iter().filter(|s| !shown.contains(&s.dsi)) {
@@ -295,7 +307,13 @@ fn peers(node: &Node) -> Vec<PeerInfo> {
             expires: s.expires.map(unix),
             objects: Some(s.total),
             values: Some(s.distinct_values as u64),
-            signature: "unsigned".to_owned(),
+            // Its counts came inside the forwarding peer's (aggregate) hint.
+            signature: match &s.via {
+                Some(v) => format!("as {v}'s hint"),
+                None => "unsigned".to_owned(),
+            },
+            failures: 0,
+            next_poll: None,
         });
     }
     out

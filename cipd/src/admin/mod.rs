@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -36,11 +35,12 @@ pub trait AdminBackend: Send + Sync + 'static {
 /// Limits of the admin listener.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdminLimits {
-    /// Connections served at once; more wait for a slot.
+    /// Connections served at once; more are closed at once (the accept loop never waits).
     pub max_connections: usize,
     /// Longest request line, in bytes; a longer one closes the connection.
     pub max_request: usize,
-    /// A connection idle this long is closed.
+    /// A connection idle this long is closed; also the time a request line may take to
+    /// arrive whole, and an answer to be written.
     pub idle_timeout: Duration,
 }
 
@@ -145,20 +145,29 @@ pub async fn serve<B: AdminBackend>(
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    // A Unix socket has no source address: the overall limit only. Over it, a connection
+    // is closed at once, so the loop keeps draining the backlog.
+    let slots = crate::conn_limit::ConnLimiter::total_only("admin", limits.max_connections);
     loop {
         let stream = tokio::select! {
             res = listener.accept() => match res {
                 Ok((stream, _)) => stream,
                 Err(error) => {
                     tracing::warn!(%error, "admin accept failed");
+                    // Out of descriptors and similar: pause instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
             () = shutdown.cancelled() => break,
         };
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            break;
+        let permit = match slots.try_acquire(None) {
+            Ok(p) => p,
+            Err(why) => {
+                slots.note_refusal(None, why);
+                drop(stream);
+                continue;
+            }
         };
         let backend = backend.clone();
         let token = shutdown.clone();
@@ -208,7 +217,10 @@ async fn connection<B: AdminBackend>(
         // Serializing plain data into a Vec cannot fail.
         let mut out = serde_json::to_vec(&response).unwrap_or_default();
         out.push(b'\n');
-        write.write_all(&out).await?;
+        // A client that reads nothing is dropped after the idle timeout.
+        tokio::time::timeout(limits.idle_timeout, write.write_all(&out))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "admin answer not read"))??;
     }
 }
 
@@ -394,6 +406,67 @@ mod tests {
             .await
             .unwrap_or(0);
         assert_eq!(n, 0, "no answer to an over-long line: {answer}");
+        token.cancel();
+        server.await.unwrap();
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_limit_are_closed_and_slow_lines_time_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let listener = bind(&path).unwrap();
+        let limits = AdminLimits {
+            max_connections: 2,
+            idle_timeout: Duration::from_secs(2),
+            ..AdminLimits::default()
+        };
+        let (token, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let server = tokio::spawn(serve(
+            listener,
+            path.clone(),
+            Arc::new(Echo),
+            limits,
+            token.clone(),
+            tracker.clone(),
+        ));
+        // Two clients drip half a line each and hold both slots.
+        let mut drips = Vec::new();
+        for _ in 0..2 {
+            let mut s = UnixStream::connect(&path).await.unwrap();
+            s.write_all(b"{\"version\":").await.unwrap();
+            drips.push(s);
+        }
+        // A third is closed at once without an answer to its request, while the slots are
+        // held (the drips are closed only after the idle timeout).
+        let mut third = UnixStream::connect(&path).await.unwrap();
+        let _ = third
+            .write_all(b"{\"version\":1,\"command\":\"status\"}\n")
+            .await;
+        let mut answer = String::new();
+        let n = tokio::time::timeout(
+            Duration::from_secs(10),
+            BufReader::new(third).read_line(&mut answer),
+        )
+        .await
+        .unwrap()
+        .unwrap_or(0);
+        assert_eq!(n, 0, "{answer}");
+        // The drips never finish their line: closed after the idle timeout.
+        for s in drips {
+            let mut answer = String::new();
+            let n = tokio::time::timeout(
+                Duration::from_secs(10),
+                BufReader::new(s).read_line(&mut answer),
+            )
+            .await
+            .expect("a dripping client is closed")
+            .unwrap_or(0);
+            assert_eq!(n, 0, "{answer}");
+        }
+        // The slots came back.
+        assert!(request(&path, &AdminRequest::Status).await.unwrap().ok);
         token.cancel();
         server.await.unwrap();
         tracker.close();

@@ -74,6 +74,11 @@ pub enum AdminRequest {
     },
     /// The current out-bound hint as SOIF.
     Export,
+    /// The index object last taken from a peer, as it arrived (signature included).
+    PeerHint {
+        /// The peer's name or DSI.
+        peer: String,
+    },
     /// The metrics in the Prometheus text format.
     Metrics,
     /// Drain and stop the daemon.
@@ -274,8 +279,15 @@ pub struct PeerInfo {
     pub objects: Option<u64>,
     /// Distinct values in the hint.
     pub values: Option<u64>,
-    /// `unsigned`, `valid`, `invalid` (signed hints come later; today always `unsigned`).
+    /// How the peer's last hint checked: `valid ed25519:…`, `unsigned`, `signed, not
+    /// checked`, `refused: <reason>` (see `crate::trust`).
     pub signature: String,
+    /// Failed attempts since the last success (the backoff grows with them).
+    #[serde(default)]
+    pub failures: u32,
+    /// Unix seconds of the next poll or push, when one is scheduled.
+    #[serde(default)]
+    pub next_poll: Option<u64>,
 }
 
 /// One row of `table`.

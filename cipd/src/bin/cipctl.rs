@@ -31,6 +31,11 @@ enum Command {
     Rdm(ctl::rdm::RdmCommand),
     /// Ask a node for referrals (and chase them with --follow).
     Query(ctl::query::QueryArgs),
+    /// Make the node's Ed25519 key pair for signing its hints.
+    Keygen(ctl::keys::KeygenArgs),
+    /// Make a mesh CA and node certificates for TLS (mutual TLS between peers).
+    #[command(subcommand)]
+    Tls(ctl::tls::TlsCommand),
     #[command(flatten)]
     Admin(ctl::admin::AdminCommand),
 }
@@ -43,6 +48,8 @@ fn main() -> ExitCode {
         Command::Hint(cmd) => ctl::hint::run(cmd),
         Command::Rdm(cmd) => ctl::rdm::run(cmd),
         Command::Query(args) => ctl::query::run(args),
+        Command::Keygen(args) => ctl::keys::keygen(&args),
+        Command::Tls(cmd) => ctl::tls::run(cmd),
         Command::Admin(cmd) => ctl::admin::run(cmd, &cli.admin),
     }
 }

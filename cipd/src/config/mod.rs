@@ -23,6 +23,7 @@ use serde::Deserialize;
 mod collection;
 mod console;
 mod pipeline;
+mod trust;
 
 pub use crate::import::ImportConfig;
 pub use crate::outbound::OutboundConfig;
@@ -32,6 +33,7 @@ pub use collection::{
 };
 pub use console::{ConsoleConfig, RawConsole};
 pub use pipeline::{RawImport, RawOutbound};
+pub use trust::{RawSigning, SigningConfig};
 
 /// The configuration file as written: every table and key the file may hold.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -83,6 +85,9 @@ pub struct RawConfig {
     /// `[console]`: the operators' web console on the HTTP listener.
     #[serde(default)]
     pub console: RawConsole,
+    /// `[signing]`: the node's key for signing out-bound hints.
+    #[serde(default)]
+    pub signing: RawSigning,
 }
 
 /// `[node]`.
@@ -190,6 +195,10 @@ pub struct RawPeer {
     pub poll_interval: Option<String>,
     /// TLS for connections we open to this peer.
     pub tls: Option<RawPeerTls>,
+    /// The peer's Ed25519 public key(s), `ed25519:<Base64>`.
+    pub public_key: Option<OneOrMany>,
+    /// What to do with its signatures: `require`, `verify-if-present`, `ignore`.
+    pub signatures: Option<String>,
 }
 
 /// `[peer.tls]`.
@@ -220,8 +229,12 @@ pub struct RawThesaurus {
 pub struct RawLimits {
     /// Most simultaneous CIP connections.
     pub max_connections: Option<usize>,
+    /// Most simultaneous CIP connections from one source address.
+    pub max_connections_per_address: Option<usize>,
     /// Most simultaneous HTTP connections.
     pub max_http_connections: Option<usize>,
+    /// Most simultaneous HTTP connections from one source address.
+    pub max_http_connections_per_address: Option<usize>,
     /// Largest CIP message (one dot-terminated frame), bytes.
     pub max_frame_size: Option<usize>,
     /// Largest single SOIF value, bytes.
@@ -274,6 +287,10 @@ pub struct RawLimits {
     pub max_table_attributes: Option<usize>,
     /// Largest `Total-Object-Count` an in-bound hint may claim.
     pub max_total_objects: Option<u64>,
+    /// Memory budget of one peer's hint in the routing table, bytes.
+    pub max_peer_table_bytes: Option<u64>,
+    /// Memory budget of all hints in the routing table, bytes.
+    pub max_table_bytes: Option<u64>,
     /// Most `&`-joined terms in one query.
     pub max_query_terms: Option<usize>,
     /// Longest query, bytes.
@@ -368,6 +385,8 @@ pub struct Config {
     pub rdm: RdmConfig,
     /// The operators' web console.
     pub console: ConsoleConfig,
+    /// The node's signing key and the allowed clock skew of signed hints.
+    pub signing: SigningConfig,
 }
 
 /// This node's identity.
@@ -474,6 +493,8 @@ pub struct PeerConfig {
     pub poll_interval: Duration,
     /// TLS settings for connections we open.
     pub tls: Option<PeerTlsConfig>,
+    /// Its public keys and signature policy.
+    pub trust: crate::trust::signature::PeerTrust,
 }
 
 impl PeerConfig {
@@ -519,10 +540,18 @@ pub struct PeerTlsConfig {
 /// Sizes, counts and timeouts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Most simultaneous CIP connections (default 256).
+    /// Most simultaneous CIP connections, plain and TLS listeners together (default 256).
+    /// Takes effect at restart.
     pub max_connections: usize,
-    /// Most simultaneous HTTP connections (default 1024).
+    /// Most simultaneous CIP connections from one source address (an IPv6 /64) (default
+    /// 64). Takes effect at restart.
+    pub max_connections_per_address: usize,
+    /// Most simultaneous HTTP connections, all HTTP listeners together (default 1024).
+    /// Takes effect at restart.
     pub max_http_connections: usize,
+    /// Most simultaneous HTTP connections from one source address (an IPv6 /64) (default
+    /// 256; raise it behind a reverse proxy). Takes effect at restart.
+    pub max_http_connections_per_address: usize,
     /// Largest CIP frame (default 64 MiB).
     pub max_frame_size: usize,
     /// Largest SOIF value (default 16 MiB).
@@ -581,7 +610,9 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: 256,
+            max_connections_per_address: 64,
             max_http_connections: 1024,
+            max_http_connections_per_address: 256,
             max_frame_size: 64 << 20,
             max_value_size: 16 << 20,
             max_line_length: 64 << 10,
@@ -881,6 +912,17 @@ impl Validator<'_> {
         }
     }
 
+    fn positive_u64(&mut self, key: &str, raw: Option<u64>, default: u64) -> u64 {
+        match raw {
+            Some(0) => {
+                self.err(key, "must be at least 1");
+                default
+            }
+            Some(n) => n,
+            None => default,
+        }
+    }
+
     fn duration(&mut self, key: &str, raw: Option<String>, default: Duration) -> Duration {
         let Some(raw) = raw else { return default };
         match humantime::parse_duration(&raw) {
@@ -1013,6 +1055,7 @@ impl Validator<'_> {
                 ("rdm.path", &rdm.path),
             ],
         );
+        let signing = self.signing(raw.signing);
         let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             self.err(
@@ -1038,6 +1081,7 @@ impl Validator<'_> {
             hinadi,
             rdm,
             console,
+            signing,
         }
     }
 
@@ -1346,6 +1390,7 @@ impl Validator<'_> {
                     client_key: t.client_key.map(|c| self.path(c)),
                 }
             });
+            let trust = self.peer_trust(&key, p.public_key, p.signatures);
             let index_type = match p.index_type.as_deref() {
                 None => None,
                 Some(t) => match crate::index_types::IndexKind::from_name(t) {
@@ -1370,6 +1415,7 @@ impl Validator<'_> {
                 dsi,
                 poll_interval,
                 tls,
+                trust,
             });
         }
         out
@@ -1397,10 +1443,20 @@ impl Validator<'_> {
                 raw.max_connections,
                 d.max_connections,
             ),
+            max_connections_per_address: self.positive(
+                "limits.max_connections_per_address",
+                raw.max_connections_per_address,
+                d.max_connections_per_address,
+            ),
             max_http_connections: self.positive(
                 "limits.max_http_connections",
                 raw.max_http_connections,
                 d.max_http_connections,
+            ),
+            max_http_connections_per_address: self.positive(
+                "limits.max_http_connections_per_address",
+                raw.max_http_connections_per_address,
+                d.max_http_connections_per_address,
             ),
             max_frame_size: self.positive(
                 "limits.max_frame_size",
@@ -1503,6 +1559,16 @@ impl Validator<'_> {
                     Some(n) => n,
                     None => d.table.max_total_objects,
                 },
+                max_peer_bytes: self.positive_u64(
+                    "limits.max_peer_table_bytes",
+                    raw.max_peer_table_bytes,
+                    d.table.max_peer_bytes,
+                ),
+                max_table_bytes: self.positive_u64(
+                    "limits.max_table_bytes",
+                    raw.max_table_bytes,
+                    d.table.max_table_bytes,
+                ),
             },
             query: hints::query::QueryLimits {
                 max_terms: self.positive(
@@ -1790,6 +1856,44 @@ level = "=="
         assert_eq!(
             keys,
             ["limits.max_table_peers", "limits.max_query_terms"],
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn per_address_connection_limits() {
+        let d = Config::from_toml(MINIMAL).unwrap().limits;
+        assert_eq!(
+            (
+                d.max_connections_per_address,
+                d.max_http_connections_per_address
+            ),
+            (64, 256)
+        );
+        let text = format!(
+            "{MINIMAL}[limits]\nmax_connections_per_address = 3\n\
+             max_http_connections_per_address = 4\n"
+        );
+        let l = Config::from_toml(&text).unwrap().limits;
+        assert_eq!(
+            (
+                l.max_connections_per_address,
+                l.max_http_connections_per_address
+            ),
+            (3, 4)
+        );
+        let zero = format!(
+            "{MINIMAL}[limits]\nmax_connections_per_address = 0\n\
+             max_http_connections_per_address = 0\n"
+        );
+        let err = Config::from_toml(&zero).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "limits.max_connections_per_address",
+                "limits.max_http_connections_per_address"
+            ],
             "{err}"
         );
     }

@@ -116,6 +116,15 @@ pub enum AdminCommand {
         #[command(flatten)]
         out: Output,
     },
+    /// Print the index object last taken from a peer, as it arrived (for `cipctl hint
+    /// verify`).
+    PeerHint {
+        /// Output format.
+        #[command(flatten)]
+        out: Output,
+        /// The peer's configured name or DSI.
+        peer: String,
+    },
     /// Print metrics in the Prometheus text format.
     Metrics {
         /// Output format.
@@ -155,6 +164,7 @@ impl AdminCommand {
             Self::DropPeer { dsi, .. } => AdminRequest::DropPeer { dsi },
             Self::LogLevel { level, .. } => AdminRequest::LogLevel { level },
             Self::Export { .. } => AdminRequest::Export,
+            Self::PeerHint { peer, .. } => AdminRequest::PeerHint { peer },
             Self::Metrics { .. } => AdminRequest::Metrics,
             Self::Shutdown { .. } => AdminRequest::Shutdown,
         }
@@ -171,6 +181,7 @@ impl AdminCommand {
             | Self::DropPeer { out, .. }
             | Self::LogLevel { out, .. }
             | Self::Export { out }
+            | Self::PeerHint { out, .. }
             | Self::Metrics { out }
             | Self::Shutdown { out } => *out,
         }
@@ -348,9 +359,18 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
                 "objects",
                 "values",
                 "signature",
+                "next poll",
                 "last error",
             ]);
             for p in peers {
+                let next = match p.failures {
+                    0 => unix_time(p.next_poll),
+                    n => format!(
+                        "{} (backing off: {n} failure{} in a row)",
+                        unix_time(p.next_poll),
+                        if n == 1 { "" } else { "s" }
+                    ),
+                };
                 t.add_row([
                     p.name,
                     opt(p.address),
@@ -363,6 +383,7 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
                     opt(p.objects),
                     opt(p.values),
                     p.signature,
+                    next,
                     opt(p.last_error),
                 ]);
             }
@@ -420,6 +441,7 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
             format!("{t}\n")
         }
         AdminCommand::Export { .. } => result["soif"].as_str().unwrap_or_default().to_owned(),
+        AdminCommand::PeerHint { .. } => result["payload"].as_str().unwrap_or_default().to_owned(),
         AdminCommand::Metrics { .. } => result["text"].as_str().unwrap_or_default().to_owned(),
         AdminCommand::Poll { .. }
         | AdminCommand::Reload { .. }

@@ -31,6 +31,8 @@ pub enum HintCommand {
     Build(BuildArgs),
     /// Print the weightlists of CIP-HINT objects as tables (or JSON).
     Show(ShowArgs),
+    /// Check a signed CIP-HINT's Ed25519 signature against the signer's public key.
+    Verify(super::keys::VerifyArgs),
 }
 
 /// Arguments of `cipctl hint build`.
@@ -107,6 +109,7 @@ pub fn run(cmd: HintCommand) -> ExitCode {
     let result = match cmd {
         HintCommand::Build(args) => build(&args, &mut out, &mut err),
         HintCommand::Show(args) => show(&args, &mut out, &mut err),
+        HintCommand::Verify(args) => Ok(super::keys::verify(&args)),
     };
     let flushed = out.flush().context("writing standard output");
     match result.and_then(|code| flushed.map(|()| code)) {
@@ -386,6 +389,7 @@ mod tests {
         let code = match cmd {
             HintCommand::Build(a) => build(a, &mut out, &mut err),
             HintCommand::Show(a) => show(a, &mut out, &mut err),
+            HintCommand::Verify(a) => Ok(crate::ctl::keys::verify(a)),
         }
         .unwrap();
         (

@@ -5,9 +5,11 @@
 pub mod admin;
 pub mod hina;
 pub mod hint;
+pub mod keys;
 pub mod query;
 pub mod rdm;
 pub mod soif;
+pub mod tls;
 
 use std::process::ExitCode;
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use cip_proto::cip::stream::{CIP_VERSION, encode_status};
 use cip_proto::cip::{
     CipCodec, Expect, Frame, Limits, PollResult, Request, ResponseCode, Status, StreamError,
@@ -417,12 +417,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 (Some(at), Some(rest)) => (at + rest, Phase::Transfer),
                 _ => (wait.first_byte, wait.phase),
             };
+            // Never read past what the codec may hold: a frame that is not complete within
+            // this many bytes is refused by it, so an oversize line or message is cut off at
+            // the limit instead of after a read of twice the limit.
+            let room = self.max_buffered().saturating_sub(self.rbuf.len()).max(1);
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
                 // Grow geometrically so a large message is not copied once per chunk; the
                 // codec's limits bound the size.
-                self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()));
+                self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()).min(room));
             }
-            let read = timeout_at(deadline, self.io.read_buf(&mut self.rbuf));
+            let mut rbuf = (&mut self.rbuf).limit(room);
+            let read = timeout_at(deadline, self.io.read_buf(&mut rbuf));
             let read = match cancel.filter(|_| started.is_none()) {
                 Some(token) => tokio::select! {
                     biased;
@@ -440,6 +445,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             }
             started.get_or_insert_with(Instant::now);
         }
+    }
+
+    /// Most bytes the read buffer may hold before the codec must have refused the frame:
+    /// one byte past its largest incomplete frame.
+    fn max_buffered(&self) -> usize {
+        let limits = self.codec.limits();
+        limits
+            .max_message
+            .max(limits.max_header)
+            .saturating_add(limits.max_line)
+            .saturating_add(3)
     }
 
     async fn read_status(&mut self, wait: Wait) -> Result<Status, TransportError> {
@@ -565,5 +581,85 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             _ => {}
         }
         Err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tokio::io::ReadBuf;
+
+    use super::*;
+
+    /// An endless sender of short lines that counts the bytes it handed out.
+    struct Endless {
+        given: usize,
+    }
+
+    impl AsyncRead for Endless {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let n = buf.remaining();
+            for i in 0..n {
+                buf.put_slice(if (self.given + i) % 10 == 9 {
+                    b"\n"
+                } else {
+                    b"x"
+                });
+            }
+            self.given += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl AsyncWrite for Endless {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endless_message_is_refused_at_the_limit_not_after_it() {
+        let limits = Limits {
+            max_line: 100,
+            max_message: 10_000,
+            max_header: 1000,
+            ..Limits::default()
+        };
+        let mut conn = Conn::new(Endless { given: 0 }, limits, Expect::Message);
+        let wait = Wait::new(Duration::from_secs(5), Phase::Idle, None);
+        let e = conn
+            .read_frame(Expect::Message, wait, None)
+            .await
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(
+                e,
+                TransportError::Stream(StreamError::MessageTooLarge { .. })
+            ),
+            "{e}"
+        );
+        // Never more read than the codec may hold (plus one byte), although every read
+        // could have filled the whole buffer.
+        assert!(conn.io.given <= conn.max_buffered(), "{}", conn.io.given);
+        assert!(conn.rbuf.capacity() < 4 * conn.max_buffered());
     }
 }

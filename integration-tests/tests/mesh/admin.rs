@@ -130,9 +130,12 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
                 "expires",
                 "objects",
                 "values",
-                "signature"
+                "signature",
+                "failures",
+                "next_poll"
             ])
         );
+        assert_eq!(p["failures"], 0, "{p}");
         assert!(p["last_success"].as_u64().is_some(), "{p}");
         assert!(p["last_error"].is_null(), "{p}");
         assert_eq!(p["role"], "poll");

@@ -60,6 +60,15 @@ pub struct NodeSpec {
     pub listen_extra: String,
     /// More `[export]` attributes (`"HINA:Keyword"`).
     pub export: Vec<&'static str>,
+    /// More `[export]` keys, one per line (`default_threshold = 2`).
+    pub export_extra: String,
+    /// The collection as SOIF; when set it replaces the one [`collection`] builds from
+    /// `authors` (for multi-valued objects and other attributes).
+    pub soif: Option<String>,
+    /// `[limits] poll_timeout`.
+    pub poll_timeout: &'static str,
+    /// `[limits] connect_timeout`.
+    pub connect_timeout: &'static str,
 }
 
 impl NodeSpec {
@@ -74,6 +83,18 @@ impl NodeSpec {
             extra: String::new(),
             listen_extra: String::new(),
             export: Vec::new(),
+            export_extra: String::new(),
+            soif: None,
+            poll_timeout: "5s",
+            connect_timeout: "2s",
+        }
+    }
+
+    /// The SOIF text of the node's collection.
+    pub fn collection_text(&self) -> String {
+        match &self.soif {
+            Some(s) => s.clone(),
+            None => collection(&self.authors),
         }
     }
 
@@ -132,10 +153,11 @@ type = "soif"
 path = {coll:?}
 [export]
 attributes = ["DOCUMENT:Author", "DOCUMENT:Title"{export}]
+{export_extra}
 [limits]
 watch_interval = "{watch}"
-connect_timeout = "2s"
-poll_timeout = "5s"
+connect_timeout = "{connect_timeout}"
+poll_timeout = "{poll_timeout}"
 shutdown_grace = "5s"
 {extra_limits}
 "#,
@@ -144,6 +166,9 @@ shutdown_grace = "5s"
         dsi = spec.dsi,
         coll = dir.join("docs.soif").display().to_string(),
         watch = spec.watch_interval,
+        export_extra = spec.export_extra,
+        connect_timeout = spec.connect_timeout,
+        poll_timeout = spec.poll_timeout,
         extra_limits = spec.extra_limits,
         listen_extra = spec.listen_extra,
         export = spec
@@ -186,7 +211,7 @@ impl TestNode {
 
     /// Starts (or restarts) a node in an existing directory.
     pub async fn start_in(spec: NodeSpec, dir: TempDir) -> Self {
-        std::fs::write(dir.path().join("docs.soif"), collection(&spec.authors)).unwrap();
+        std::fs::write(dir.path().join("docs.soif"), spec.collection_text()).unwrap();
         let path = dir.path().join("cipd.toml");
         std::fs::write(&path, config_text(&spec, dir.path())).unwrap();
         let config = read_config(&path).unwrap();
@@ -230,9 +255,17 @@ impl TestNode {
         self.daemon.node().reload().await.unwrap();
     }
 
+    /// Replaces the collection with `soif` and reloads.
+    pub async fn set_soif(&mut self, soif: String) {
+        std::fs::write(self.dir.path().join("docs.soif"), &soif).unwrap();
+        self.spec.soif = Some(soif);
+        self.daemon.node().reload().await.unwrap();
+    }
+
     /// Rewrites the collection and reloads.
     pub async fn set_authors(&mut self, authors: &[&str]) {
         self.spec.authors = authors.iter().map(|s| (*s).to_owned()).collect();
+        self.spec.soif = None;
         std::fs::write(
             self.dir.path().join("docs.soif"),
             collection(&self.spec.authors),
@@ -256,7 +289,16 @@ impl TestNode {
 
     /// Referrals for `q` over HTTP.
     pub async fn query(&self, q: &str) -> QueryAnswer {
-        let path = format!("/v1/referrals?q={}", cipd::ctl::query::percent_encode(q));
+        self.query_with(q, false).await
+    }
+
+    /// Referrals for `q` over HTTP, possible ones too when `possible`.
+    pub async fn query_with(&self, q: &str, possible: bool) -> QueryAnswer {
+        let path = format!(
+            "/v1/referrals?q={}{}",
+            cipd::ctl::query::percent_encode(q),
+            if possible { "&possible=true" } else { "" }
+        );
         cipd::ctl::query::get_json(&self.http_url(), &path, Duration::from_secs(5))
             .await
             .unwrap()

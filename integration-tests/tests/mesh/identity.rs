@@ -252,3 +252,58 @@ async fn a_reload_that_ends_a_learned_binding_drops_its_hint() {
     assert!(!String::from_utf8_lossy(&out).contains("Ortega"));
     hub.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hints_over_the_memory_budgets_are_refused_and_the_good_hint_stays() {
+    let peer = FakePeer::start(object(GOOD, "http://good/", &garcia(10, 5))).await;
+    let other = FakePeer::start(object(OPEN, "http://open/", &garcia(10, 2))).await;
+    let mut spec = NodeSpec::new(HUB, &["Hugo"])
+        .peer_at("good", peer.addr, &["poll"], Some(GOOD))
+        .peer_at("open", other.addr, &["poll"], Some(OPEN));
+    spec.poll_interval = "50ms";
+    // A six-byte value is charged 6 + 73 bytes: each peer may hold 100 values' worth, the
+    // table about 63.
+    spec.extra_limits = "max_peer_table_bytes = 7900\nmax_table_bytes = 5000".into();
+    let hub = TestNode::start(spec).await;
+    hub.wait_for("both hints", |s| s.peers_imported == 2).await;
+    let good = garcia_referrals(&hub).await;
+    assert_eq!(good.len(), 2);
+    let wide = |n: usize| {
+        let names: Vec<String> = (0..n).map(|i| format!("Name{i:02}")).collect();
+        let values: Vec<(&str, u64)> = names.iter().map(|n| (n.as_str(), 1)).collect();
+        let mut values = values;
+        values.push(("Garcia", 5));
+        object(GOOD, "http://good/", &author_hint(10, &values))
+    };
+    // Over the per-peer budget (the hint alone), then over the table's (with the other
+    // peer's hint): both refused, the good hint stays, and the metric counts them.
+    for (what, n) in [("over the peer budget", 120), ("over the table budget", 80)] {
+        let before = hub.daemon.node().status_snapshot().budget_refusals;
+        peer.set(wide(n));
+        hub.wait_for(what, |s| s.budget_refusals >= before + 2)
+            .await;
+        assert_eq!(garcia_referrals(&hub).await, good, "{what}");
+    }
+    let m = hub.daemon.node().render_metrics();
+    assert!(metric(&m, "cipd_index_objects_over_budget_total") >= 4.0);
+    assert!(metric(&m, "cipd_table_budget_bytes") <= 5000.0);
+    let state = hub
+        .daemon
+        .node()
+        .peer_states()
+        .into_iter()
+        .find(|p| p.name == "good")
+        .unwrap();
+    assert!(
+        state
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("limits.max_table_bytes")),
+        "{state:?}"
+    );
+    // Within the budgets it is taken.
+    peer.set(wide(40));
+    hub.wait_query("Author=Name39", |a| !a.referrals.is_empty())
+        .await;
+    hub.stop().await;
+}

@@ -5,6 +5,7 @@
 
 #![allow(missing_docs)]
 
+mod abuse;
 mod admin;
 mod cip_http;
 mod console;
@@ -18,3 +19,4 @@ mod outbound;
 mod rdm;
 mod scenarios;
 mod tls;
+mod trust;
