@@ -106,7 +106,20 @@ impl Daemon {
         }
         let mut http = Vec::new();
         for addr in &config.listen.http {
-            http.push(bind(*addr).await?);
+            http.push((bind(*addr).await?, None));
+        }
+        for l in &config.listen.https {
+            let server =
+                tls::server_config(&l.cert, &l.key, l.client_ca.as_deref()).map_err(|source| {
+                    StartError::Tls {
+                        addr: l.addr,
+                        source,
+                    }
+                })?;
+            // Offer HTTP/1.1 by ALPN: clients that ask for h2 fall back to it.
+            let mut server = (*server).clone();
+            server.alpn_protocols = vec![b"http/1.1".to_vec()];
+            http.push((bind(l.addr).await?, Some(Arc::new(server))));
         }
         let bound = Listeners {
             cip: cip.iter().filter_map(|l| l.local_addr().ok()).collect(),
@@ -114,7 +127,16 @@ impl Daemon {
                 .iter()
                 .filter_map(|(l, _)| l.local_addr().ok())
                 .collect(),
-            http: http.iter().filter_map(|l| l.local_addr().ok()).collect(),
+            http: http
+                .iter()
+                .filter(|(_, tls)| tls.is_none())
+                .filter_map(|(l, _)| l.local_addr().ok())
+                .collect(),
+            https: http
+                .iter()
+                .filter(|(_, tls)| tls.is_some())
+                .filter_map(|(l, _)| l.local_addr().ok())
+                .collect(),
             admin: config.listen.admin_socket.clone(),
         };
         let admin = match &config.listen.admin_socket {
@@ -192,10 +214,11 @@ impl Daemon {
                 permits.clone(),
             ));
         }
-        for l in http {
+        for (l, tls) in http {
             let addr = l.local_addr().ok();
             tracing::info!(
-                "listening for queries on http://{}",
+                "listening for queries on {}://{}",
+                if tls.is_some() { "https" } else { "http" },
                 addr.map(display_addr).unwrap_or_default()
             );
             let app = crate::http::router(node.clone());
@@ -206,7 +229,8 @@ impl Daemon {
             let (t, tracker) = (node.token.child_token(), node.tracker.clone());
             let http_permits = http_permits.clone();
             node.tracker.spawn(async move {
-                let served = crate::http::serve_limited(l, limits, http_permits, app, t, tracker);
+                let served =
+                    crate::http::serve_limited(l, limits, http_permits, tls, app, t, tracker);
                 if let Err(e) = served.await {
                     tracing::error!(error = %e, "http server failed");
                 }
@@ -280,6 +304,11 @@ impl RunningDaemon {
     /// The first HTTP listener's address.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.listeners.http.first().copied()
+    }
+
+    /// The first HTTPS listener's address.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.listeners.https.first().copied()
     }
 
     /// A receiver of status updates.

@@ -334,8 +334,12 @@ pub async fn serve(
     tracker: TaskTracker,
 ) -> std::io::Result<()> {
     let limiter = ConnLimiter::total_only("http", limits.max_connections);
-    serve_limited(listener, limits, limiter, app, token, tracker).await
+    serve_limited(listener, limits, limiter, None, app, token, tracker).await
 }
+
+/// What a served connection reads and writes: a TCP stream, or TLS over one.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
 /// Serves `app` on `listener` until `token` is cancelled, then lets open requests finish.
 ///
@@ -348,12 +352,18 @@ pub async fn serve(
 /// no progress for `limits.idle_timeout` ends the connection, and the router's own timeout
 /// bounds each request.
 ///
+/// With `tls` the listener speaks HTTPS: each connection's TLS handshake (and, when the
+/// configuration asks for them, its client certificate check) happens in its own task
+/// within `limits.idle_timeout`; a connection over the limit is closed without an answer
+/// (a plain-text 503 would be garbage inside TLS).
+///
 /// # Errors
 /// None today; the signature leaves room for listeners that can fail for good.
 pub async fn serve_limited(
     listener: TcpListener,
     limits: HttpLimits,
     limiter: Arc<ConnLimiter>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     app: Router,
     token: CancellationToken,
     tracker: TaskTracker,
@@ -380,7 +390,8 @@ pub async fn serve_limited(
         let permit = match limiter.try_acquire(Some(remote.ip())) {
             Ok(p) => p,
             Err(why) => {
-                limiter.refuse(stream, remote, why, Some(HTTP_BUSY), &tracker, &token);
+                let answer = tls.is_none().then_some(HTTP_BUSY);
+                limiter.refuse(stream, remote, why, answer, &tracker, &token);
                 continue;
             }
         };
@@ -394,10 +405,29 @@ pub async fn serve_limited(
                 .insert(axum::extract::ConnectInfo(remote));
             hyper::service::Service::call(&service, req)
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
         let token = token.clone();
+        let (builder, tls) = (builder.clone(), tls.clone());
+        let handshake = limits.idle_timeout;
         tracker.spawn(async move {
             let _permit = permit;
+            let io: Box<dyn Io> = match tls {
+                None => Box::new(stream),
+                Some(config) => {
+                    let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
+                    match tokio::time::timeout(handshake, accept).await {
+                        Ok(Ok(s)) => Box::new(s),
+                        Ok(Err(error)) => {
+                            tracing::debug!(%remote, %error, "https handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%remote, "https handshake timed out");
+                            return;
+                        }
+                    }
+                }
+            };
+            let conn = builder.serve_connection(TokioIo::new(io), service);
             let mut conn = std::pin::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,
@@ -656,6 +686,7 @@ mod tests {
             listener,
             limits,
             limiter.clone(),
+            None,
             app,
             token.clone(),
             tracker.clone(),
@@ -751,6 +782,7 @@ mod tests {
             listener,
             limits,
             limiter.clone(),
+            None,
             app,
             token.clone(),
             tracker.clone(),

@@ -82,7 +82,7 @@ fn check_config(file: &Path) -> ExitCode {
         file.display(),
         config.node.dsi,
         config.listen.cip.len() + config.listen.cip_tls.len(),
-        config.listen.http.len(),
+        config.listen.http.len() + config.listen.https.len(),
         config.collections.len(),
         config.peers.len()
     );

@@ -243,6 +243,8 @@ pub struct Listeners {
     pub cip_tls: Vec<SocketAddr>,
     /// HTTP.
     pub http: Vec<SocketAddr>,
+    /// HTTPS.
+    pub https: Vec<SocketAddr>,
     /// The admin socket's path.
     pub admin: Option<PathBuf>,
 }
@@ -724,11 +726,16 @@ impl Node {
     }
 
     pub(crate) fn set_listeners(&self, l: Listeners) {
+        let first = l
+            .http
+            .first()
+            .map(|a| ("http", a))
+            .or_else(|| l.https.first().map(|a| ("https", a)));
         if self.identity.load().base_uris.is_empty()
-            && let Some(http) = l.http.first()
+            && let Some((scheme, addr)) = first
         {
             let mut id = (**self.identity.load()).clone();
-            id.base_uris = vec![format!("http://{}/", display_addr(*http))];
+            id.base_uris = vec![format!("{scheme}://{}/", display_addr(*addr))];
             self.identity.store(Arc::new(id));
             self.invalidate_answers();
         }

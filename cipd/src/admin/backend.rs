@@ -222,6 +222,9 @@ fn status(node: &Node) -> StatusInfo {
     l.http
         .iter()
         .for_each(|a| add("http", format!("http://{}", display_addr(*a))));
+    l.https
+        .iter()
+        .for_each(|a| add("https", format!("https://{}", display_addr(*a))));
     if let Some(p) = &l.admin {
         add("admin", p.display().to_string());
     }

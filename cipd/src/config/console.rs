@@ -6,8 +6,8 @@
 //! token = "..."       # optional: a bearer token the console and its JSON endpoints require
 //! ```
 //!
-//! The HTTP listener has no TLS, so there is no `require_client_cert`: put a TLS-terminating
-//! proxy in front when the console must be reachable beyond a trusted network.
+//! Beyond a trusted network, serve the console on an `[[listen.https]]` listener with
+//! `client_ca`: only holders of a certificate from the mesh CA get past the handshake.
 
 use serde::Deserialize;
 

@@ -135,6 +135,10 @@ pub struct RawListen {
     /// HTTP front-end listeners (queries).
     #[serde(default)]
     pub http: Vec<String>,
+    /// HTTPS front-end listeners: the same routes over TLS, optionally requiring client
+    /// certificates.
+    #[serde(default)]
+    pub https: Vec<RawTlsListener>,
     /// Path of the admin socket (Unix domain socket).
     pub admin_socket: Option<PathBuf>,
     /// Path of CIP over HTTP (RFC 2653 §2.3) on the HTTP listeners (`"/cip"`); off when
@@ -142,7 +146,7 @@ pub struct RawListen {
     pub cip_http: Option<String>,
 }
 
-/// `[[listen.cip_tls]]`.
+/// `[[listen.cip_tls]]` and `[[listen.https]]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTlsListener {
@@ -409,13 +413,15 @@ pub struct ListenConfig {
     pub cip_tls: Vec<TlsListenerConfig>,
     /// HTTP listeners.
     pub http: Vec<SocketAddr>,
+    /// HTTPS listeners (the HTTP routes over TLS).
+    pub https: Vec<TlsListenerConfig>,
     /// Admin socket path.
     pub admin_socket: Option<PathBuf>,
     /// Path of CIP over HTTP on the HTTP listeners; `None` when off.
     pub cip_http: Option<String>,
 }
 
-/// One TLS CIP listener.
+/// One TLS listener (CIP or HTTPS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsListenerConfig {
     /// Address to bind.
@@ -793,11 +799,16 @@ impl Config {
                 }
             }
         }
-        for (i, l) in self.listen.cip_tls.iter().enumerate() {
-            need(format!("listen.cip_tls[{i}].cert"), &l.cert, "certificate");
-            need(format!("listen.cip_tls[{i}].key"), &l.key, "key");
-            if let Some(ca) = &l.client_ca {
-                need(format!("listen.cip_tls[{i}].client_ca"), ca, "CA bundle");
+        for (kind, listeners) in [
+            ("cip_tls", &self.listen.cip_tls),
+            ("https", &self.listen.https),
+        ] {
+            for (i, l) in listeners.iter().enumerate() {
+                need(format!("listen.{kind}[{i}].cert"), &l.cert, "certificate");
+                need(format!("listen.{kind}[{i}].key"), &l.key, "key");
+                if let Some(ca) = &l.client_ca {
+                    need(format!("listen.{kind}[{i}].client_ca"), ca, "CA bundle");
+                }
             }
         }
         for (i, p) in self.peers.iter().enumerate() {
@@ -1026,7 +1037,8 @@ impl Validator<'_> {
         let exports = !listen.cip.is_empty()
             || !listen.cip_tls.is_empty()
             || peers.iter().any(|p| p.has_role(PeerRole::Push));
-        if exports && node.base_uris.is_empty() && listen.http.is_empty() {
+        if exports && node.base_uris.is_empty() && listen.http.is_empty() && listen.https.is_empty()
+        {
             // Referrals to this node carry the base-uri of the hint it hands out (RFC 2651
             // section 4); with no HTTP listener to derive one from, the operator must say
             // where clients query it.
@@ -1134,20 +1146,8 @@ impl Validator<'_> {
             .enumerate()
             .filter_map(|(i, a)| self.addr(format!("listen.http[{i}]"), a))
             .collect();
-        let cip_tls = raw
-            .cip_tls
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, l)| {
-                let addr = self.addr(format!("listen.cip_tls[{i}].addr"), &l.addr)?;
-                Some(TlsListenerConfig {
-                    addr,
-                    cert: self.path(l.cert),
-                    key: self.path(l.key),
-                    client_ca: l.client_ca.map(|p| self.path(p)),
-                })
-            })
-            .collect();
+        let cip_tls = self.tls_listeners("cip_tls", raw.cip_tls);
+        let https = self.tls_listeners("https", raw.https);
         let admin_socket = raw.admin_socket.map(|p| self.path(p));
         let cip_http = match raw.cip_http {
             Some(p) if is_route_path(&p) => Some(p),
@@ -1167,19 +1167,35 @@ impl Validator<'_> {
             cip,
             cip_tls,
             http,
+            https,
             admin_socket,
             cip_http,
         }
+    }
+
+    fn tls_listeners(&mut self, kind: &str, raw: Vec<RawTlsListener>) -> Vec<TlsListenerConfig> {
+        raw.into_iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let addr = self.addr(format!("listen.{kind}[{i}].addr"), &l.addr)?;
+                Some(TlsListenerConfig {
+                    addr,
+                    cert: self.path(l.cert),
+                    key: self.path(l.key),
+                    client_ca: l.client_ca.map(|p| self.path(p)),
+                })
+            })
+            .collect()
     }
 
     /// CIP over HTTP needs an HTTP listener, and a path no other route uses.
     /// `others` are the optional routes' paths (Hina-Di, RDM).
     fn cip_http_route(&mut self, listen: &ListenConfig, others: &[&Option<String>]) {
         let Some(path) = &listen.cip_http else { return };
-        if listen.http.is_empty() {
+        if listen.http.is_empty() && listen.https.is_empty() {
             self.err(
                 "listen.cip_http",
-                "needs an HTTP listener (listen.http) to serve CIP over HTTP on",
+                "needs an HTTP listener (listen.http or listen.https) to serve CIP over HTTP on",
             );
         }
         if crate::http::FIXED_ROUTES.contains(&path.as_str())

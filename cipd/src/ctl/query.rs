@@ -6,7 +6,9 @@
 //! them (`/v1/objects`).
 
 use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -25,7 +27,7 @@ pub const MAX_FOLLOW: usize = 64;
 /// `cipctl query` arguments.
 #[derive(Debug, clap::Args)]
 pub struct QueryArgs {
-    /// The node's HTTP front-end (`http://127.0.0.1:7080`).
+    /// The node's HTTP front-end (`http://127.0.0.1:7080`, or `https://...` with `--ca`).
     #[arg(long, value_name = "URL")]
     pub server: String,
     /// The query (`DOCUMENT:Author=Garcia`, `Title~mesh & Author~garcia`).
@@ -45,6 +47,41 @@ pub struct QueryArgs {
     /// Per-request timeout.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// TLS for `https://` servers.
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
+}
+
+/// TLS settings for `https://` servers (a mesh's CA, and a client certificate for servers
+/// that require one).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClientTlsArgs {
+    /// CA bundle (PEM) that signed the servers' certificates; needed for https://.
+    #[arg(long = "ca", value_name = "PEM")]
+    pub ca: Option<PathBuf>,
+    /// Client certificate chain (PEM), for servers that require client certificates.
+    #[arg(long = "cert", value_name = "PEM", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long = "key", value_name = "PEM", requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// The client configuration, when `--ca` is given.
+    ///
+    /// # Errors
+    /// When a file cannot be read, naming it.
+    pub fn config(&self) -> anyhow::Result<Option<Arc<rustls::ClientConfig>>> {
+        let Some(ca) = &self.ca else {
+            if self.cert.is_some() {
+                bail!("--cert needs --ca, the CA that signed the servers' certificates");
+            }
+            return Ok(None);
+        };
+        let pair = self.cert.as_deref().zip(self.key.as_deref());
+        Ok(Some(crate::transport::tls::client_config(ca, pair)?))
+    }
 }
 
 /// Runs `cipctl query`.
@@ -75,7 +112,8 @@ pub struct Visit {
 
 async fn run_async(args: &QueryArgs) -> anyhow::Result<()> {
     if !args.follow {
-        let answer = referrals(&args.server, args, args.timeout).await?;
+        let tls = args.tls.config()?;
+        let answer = referrals(&args.server, args, tls.as_ref()).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&answer)?);
         } else {
@@ -111,6 +149,7 @@ async fn run_async(args: &QueryArgs) -> anyhow::Result<()> {
 /// # Errors
 /// When the first node cannot be asked; later failures are reported and skipped.
 pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
+    let tls = args.tls.config()?;
     let mut seen_dsi: HashSet<String> = HashSet::new();
     let mut seen_url: HashSet<String> = HashSet::new();
     let mut queue = VecDeque::from([args.server.trim_end_matches('/').to_owned()]);
@@ -119,7 +158,7 @@ pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
         if visits.len() >= MAX_FOLLOW || !seen_url.insert(server.clone()) {
             continue;
         }
-        let answer = match referrals(&server, args, args.timeout).await {
+        let answer = match referrals(&server, args, tls.as_ref()).await {
             Ok(a) => a,
             Err(e) if !visits.is_empty() => {
                 eprintln!("cipctl: skipping {server}: {e:#}");
@@ -131,7 +170,7 @@ pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
             continue;
         }
         let objects = if answer.local > 0 {
-            match objects(&server, &args.query, args.timeout).await {
+            match objects(&server, args, tls.as_ref()).await {
                 Ok(o) => Some(o),
                 Err(e) => {
                     eprintln!("cipctl: cannot fetch objects from {server}: {e:#}");
@@ -145,10 +184,13 @@ pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
             if seen_dsi.contains(&r.dsi) {
                 continue;
             }
-            match r.base_uri.iter().find(|u| u.starts_with("http://")) {
+            let followable = |u: &&String| {
+                u.starts_with("http://") || (tls.is_some() && u.starts_with("https://"))
+            };
+            match r.base_uri.iter().find(followable) {
                 Some(u) => queue.push_back(u.trim_end_matches('/').to_owned()),
                 None => eprintln!(
-                    "cipctl: cannot follow {} ({}): no http base-uri",
+                    "cipctl: cannot follow {} ({}): no http base-uri (https needs --ca)",
                     r.dsi,
                     r.base_uri.join(" ")
                 ),
@@ -166,7 +208,7 @@ pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
 async fn referrals(
     server: &str,
     args: &QueryArgs,
-    timeout: Duration,
+    tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<QueryAnswer> {
     let mut path = format!("/v1/referrals?q={}", percent_encode(&args.query));
     if args.possible {
@@ -175,16 +217,16 @@ async fn referrals(
     if let Some(n) = args.limit {
         path.push_str(&format!("&limit={n}"));
     }
-    get_json(server, &path, timeout).await
+    get_json_tls(server, &path, args.timeout, tls).await
 }
 
-async fn objects(server: &str, query: &str, timeout: Duration) -> anyhow::Result<ObjectsAnswer> {
-    get_json(
-        server,
-        &format!("/v1/objects?q={}", percent_encode(query)),
-        timeout,
-    )
-    .await
+async fn objects(
+    server: &str,
+    args: &QueryArgs,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<ObjectsAnswer> {
+    let path = format!("/v1/objects?q={}", percent_encode(&args.query));
+    get_json_tls(server, &path, args.timeout, tls).await
 }
 
 /// GETs `path` from `server` and parses the JSON answer; a JSON error body becomes the error.
@@ -196,7 +238,20 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
     path: &str,
     timeout: Duration,
 ) -> anyhow::Result<T> {
-    let (status, body) = tokio::time::timeout(timeout, get(server, path))
+    get_json_tls(server, path, timeout, None).await
+}
+
+/// As [`get_json`], with a TLS client configuration for `https://` servers.
+///
+/// # Errors
+/// As [`get_json`]; an `https://` server without `tls` is an error.
+pub async fn get_json_tls<T: serde::de::DeserializeOwned>(
+    server: &str,
+    path: &str,
+    timeout: Duration,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<T> {
+    let (status, body) = tokio::time::timeout(timeout, get(server, path, tls))
         .await
         .with_context(|| {
             format!(
@@ -214,23 +269,47 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
         .with_context(|| format!("{server}: answer is not the expected JSON"))
 }
 
-async fn get(server: &str, path: &str) -> anyhow::Result<(u16, Bytes)> {
-    let Some(rest) = server.strip_prefix("http://") else {
-        bail!("{server}: only http:// servers are supported");
+/// What a request goes over: a TCP stream, or TLS over one.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+async fn get(
+    server: &str,
+    path: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<(u16, Bytes)> {
+    let uri: hyper::Uri = server
+        .parse()
+        .with_context(|| format!("{server}: not a URL"))?;
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => bail!("{server}: only http:// and https:// servers are supported"),
     };
-    let authority = rest.split('/').next().unwrap_or(rest);
-    if authority.is_empty() {
+    let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
         bail!("{server}: no host");
-    }
-    let addr = if authority.contains(':') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
     };
-    let stream = tokio::net::TcpStream::connect(&addr)
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    // `host()` keeps an IPv6 address's brackets, which connect and TLS do not want.
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let stream = tokio::net::TcpStream::connect((bare, port))
         .await
-        .with_context(|| format!("cannot connect to {addr}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        .with_context(|| format!("cannot connect to {authority}"))?;
+    let io: Box<dyn Io> = if https {
+        let Some(config) = tls else {
+            bail!("{server}: https:// needs --ca (the CA that signed its certificate)");
+        };
+        let name = crate::transport::tls::server_name(bare)?;
+        let stream = tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, stream)
+            .await
+            .with_context(|| format!("{server}: TLS handshake failed"))?;
+        Box::new(stream)
+    } else {
+        Box::new(stream)
+    };
+    let authority = authority.as_str();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     let driver = tokio::spawn(async move {
         let _ = conn.await;
     });

@@ -64,6 +64,7 @@ async fn follow(server: &str, q: &str) -> Vec<cipd::ctl::query::Visit> {
         follow: true,
         limit: None,
         timeout: Duration::from_secs(5),
+        tls: Default::default(),
     };
     cipd::ctl::query::follow(&args).await.unwrap()
 }

@@ -154,3 +154,151 @@ attributes = ["DOCUMENT:Author"]
     assert!(hub.shutdown().await);
     assert!(leaf.shutdown().await);
 }
+
+/// The README's walkthrough: a CA and three node certificates from `cipctl tls`, a leaf,
+/// a mid and a root polling each other over TLS with client certificates, and the root
+/// queried (and its referrals followed) over HTTPS with an operator's certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_node_tls_mesh_from_cipctl_tls_answers_over_https() {
+    use cipd::ctl::tls::{CaArgs, CertArgs, make_ca, make_cert};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca_dir = d.join("ca");
+    make_ca(&CaArgs {
+        out: ca_dir.clone(),
+        name: "test mesh CA".into(),
+        days: 30,
+    })
+    .unwrap();
+    for name in ["leaf", "mid", "root", "ops"] {
+        make_cert(&CertArgs {
+            ca: ca_dir.clone(),
+            out: d.join("certs"),
+            name: format!("{name}.mesh.test"),
+            dns: vec![],
+            ips: vec!["127.0.0.1".parse().unwrap()],
+            days: 30,
+        })
+        .unwrap();
+    }
+    let cert = |n: &str| p(&d.join("certs"), &format!("{n}.mesh.test.pem"));
+    let key = |n: &str| p(&d.join("certs"), &format!("{n}.mesh.test.key"));
+    let ca = p(&ca_dir, "ca.pem");
+    std::fs::write(
+        d.join("leaf.soif"),
+        "@DOCUMENT { http://leaf/1\nAuthor{6}:\tGarcia\n}\n\
+         @DOCUMENT { http://leaf/2\nAuthor{6}:\tGarcia\n}\n",
+    )
+    .unwrap();
+    // Every node: CIP and HTTP only over TLS, both requiring a certificate from the CA.
+    let node = |name: &str, dsi: &str, peer: Option<(&str, std::net::SocketAddr)>| {
+        let mut t = format!(
+            r#"data_dir = {spool:?}
+[node]
+dsi = "{dsi}"
+[listen]
+cip_tls = [{{ addr = "127.0.0.1:0", cert = {c:?}, key = {k:?}, client_ca = {ca:?} }}]
+https = [{{ addr = "127.0.0.1:0", cert = {c:?}, key = {k:?}, client_ca = {ca:?} }}]
+[export]
+attributes = ["DOCUMENT:Author"]
+[limits]
+connect_timeout = "2s"
+poll_timeout = "5s"
+"#,
+            spool = p(d, &format!("spool-{name}")),
+            c = cert(name),
+            k = key(name),
+        );
+        if name == "leaf" {
+            t.push_str(&format!(
+                "[[collection]]\nname = \"docs\"\ntype = \"soif\"\npath = {:?}\n",
+                p(d, "leaf.soif")
+            ));
+        }
+        if let Some((child, addr)) = peer {
+            t.push_str(&format!(
+                "[[peer]]\nname = \"{child}\"\nhost = \"127.0.0.1\"\nport = {}\nrole = \"poll\"\n\
+                 poll_interval = \"100ms\"\ntls = {{ ca = {ca:?}, server_name = \"{child}.mesh.test\", \
+                 client_cert = {:?}, client_key = {:?} }}\n",
+                addr.port(),
+                cert(name),
+                key(name),
+            ));
+        }
+        t
+    };
+    let leaf = start(node("leaf", LEAF, None)).await;
+    let mid = start(node(
+        "mid",
+        "1.3.6.1.4.1.99999.63",
+        Some(("leaf", leaf.listeners().cip_tls[0])),
+    ))
+    .await;
+    let root = start(node(
+        "root",
+        "1.3.6.1.4.1.99999.64",
+        Some(("mid", mid.listeners().cip_tls[0])),
+    ))
+    .await;
+    let mut status = root.status();
+    let polled = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        status.wait_for(|s| s.table_peers >= 1),
+    )
+    .await
+    .is_ok();
+    assert!(polled, "{:?}", root.node().peer_states());
+    let root_url = format!("https://127.0.0.1:{}", root.https_addr().unwrap().port());
+    // Each node names itself by its HTTPS listener.
+    assert!(root.node().identity().base_uris[0].starts_with("https://127.0.0.1:"));
+
+    let args = |tls: cipd::ctl::query::ClientTlsArgs| cipd::ctl::query::QueryArgs {
+        server: root_url.clone(),
+        query: "Author=Garcia".into(),
+        json: true,
+        possible: false,
+        follow: true,
+        limit: None,
+        timeout: std::time::Duration::from_secs(5),
+        tls,
+    };
+    let ops = cipd::ctl::query::ClientTlsArgs {
+        ca: Some(ca.clone().into()),
+        cert: Some(cert("ops").into()),
+        key: Some(key("ops").into()),
+    };
+    // The mid's aggregate may still be on its way to the root: follow until it is there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let visits = loop {
+        let v = cipd::ctl::query::follow(&args(ops.clone())).await.unwrap();
+        if v.len() == 3 || std::time::Instant::now() > deadline {
+            break v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let dsis: Vec<&str> = visits.iter().map(|v| v.answer.dsi.as_str()).collect();
+    assert_eq!(dsis, ["1.3.6.1.4.1.99999.64", "1.3.6.1.4.1.99999.63", LEAF]);
+    assert_eq!(visits[2].objects.as_ref().unwrap().total, 2);
+
+    // Without a client certificate the root's HTTPS listener refuses the handshake; without
+    // the CA the client refuses the root; plain HTTP to the HTTPS port gets nowhere.
+    let no_cert = cipd::ctl::query::ClientTlsArgs {
+        ca: Some(ca.clone().into()),
+        ..Default::default()
+    };
+    assert!(cipd::ctl::query::follow(&args(no_cert)).await.is_err());
+    let e = cipd::ctl::query::follow(&args(Default::default()))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("needs --ca"), "{e}");
+    let plain = cipd::ctl::query::get_json::<serde_json::Value>(
+        &root_url.replace("https://", "http://"),
+        "/healthz",
+        std::time::Duration::from_secs(5),
+    )
+    .await;
+    assert!(plain.is_err());
+    for n in [root, mid, leaf] {
+        n.shutdown().await;
+    }
+}
