@@ -355,6 +355,39 @@ pub fn load_all(
     Ok((objects, report, fingerprint))
 }
 
+/// A receiver of a collection's load progress (its name, how far).
+type ProgressHook = Box<dyn Fn(&str, Progress)>;
+
+thread_local! {
+    /// Where [`load_with`] on this thread reports progress besides the log (see
+    /// [`with_progress`]).
+    static PROGRESS: std::cell::RefCell<Option<ProgressHook>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `hook` receiving the progress of every collection [`load_with`] reads on
+/// this thread (every [`PROGRESS_EVERY`] bytes and at each collection's end): how a start
+/// shows how far its collection loads are without threading a callback through the store.
+pub fn with_progress<R>(hook: impl Fn(&str, Progress) + 'static, f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            PROGRESS.with(|p| p.borrow_mut().take());
+        }
+    }
+    PROGRESS.with(|p| *p.borrow_mut() = Some(Box::new(hook)));
+    let _reset = Reset;
+    f()
+}
+
+fn report_progress(name: &str, p: Progress) {
+    PROGRESS.with(|hook| {
+        if let Some(h) = hook.borrow().as_ref() {
+            h(name, p);
+        }
+    });
+}
+
 /// Reads `source`, handing each object to `sink`, logging a progress line for large
 /// collections and a summary at the end. The fingerprint is taken before the read, so a
 /// change during it shows up at the next check.
@@ -375,7 +408,15 @@ pub fn load_with(
             objects = p.objects,
             "loading collection"
         );
+        report_progress(name, p);
     })?;
+    report_progress(
+        name,
+        Progress {
+            bytes: report.bytes,
+            objects: report.objects,
+        },
+    );
     tracing::info!(
         collection = name,
         source = %source.describe(),
@@ -432,6 +473,28 @@ mod tests {
             report.problems
         );
         assert!(fp.is_some());
+    }
+
+    #[test]
+    fn progress_reaches_the_hook_on_this_thread_only_while_it_is_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.soif");
+        std::fs::write(&f, "@FILE { u\nTitle{1}:\tA\n}\n@FILE { v\n}\n").unwrap();
+        let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let log = seen.clone();
+        let loaded = with_progress(
+            move |name: &str, p: Progress| log.borrow_mut().push((name.to_owned(), p)),
+            || load_all("docs", &src(&f)),
+        );
+        assert_eq!(loaded.unwrap().0.len(), 2);
+        let bytes = std::fs::metadata(&f).unwrap().len();
+        assert_eq!(
+            *seen.borrow(),
+            [("docs".to_owned(), Progress { bytes, objects: 2 })]
+        );
+        // Unset afterwards: a later load reports nothing.
+        load_all("docs", &src(&f)).unwrap();
+        assert_eq!(seen.borrow().len(), 1);
     }
 
     #[test]

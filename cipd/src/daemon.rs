@@ -149,10 +149,24 @@ impl Daemon {
             Node::new(config, options.config_path, options.log, token.clone()).map_err(|e| *e)?,
         );
         node.set_listeners(bound.clone());
+        // The admin socket first: `cipctl status` shows how far a long start is.
+        if let Some((listener, path)) = admin {
+            tracing::info!("listening for admin commands on {}", path.display());
+            let backend = Arc::new(crate::admin::backend::NodeAdmin::new(node.clone()));
+            node.tracker.spawn(crate::admin::serve(
+                listener,
+                path,
+                backend,
+                node.config().limits.admin,
+                node.token.child_token(),
+                node.tracker.clone(),
+            ));
+        }
         {
             let n = node.clone();
+            let restore = tokio::task::spawn_blocking(move || n.restore_spool());
             // Invariant: restore_spool does not panic; a join error would mean it did.
-            if let Err(e) = tokio::task::spawn_blocking(move || n.restore_spool()).await {
+            if let Err(e) = crate::startup::report_while(node.startup(), restore).await {
                 tracing::error!(error = %e, "spool restore task failed");
             }
         }
@@ -164,7 +178,7 @@ impl Daemon {
             node.clone(),
             node.token.child_token(),
         ));
-        node.rebuild_local(true).await;
+        crate::startup::report_while(node.startup(), node.rebuild_local(true)).await;
         node.tracker.spawn(crate::hinadi::fetch_loop(node.clone()));
         node.tracker
             .spawn(crate::rdm::pull::pull_loop(node.clone()));
@@ -235,18 +249,6 @@ impl Daemon {
                     tracing::error!(error = %e, "http server failed");
                 }
             });
-        }
-        if let Some((listener, path)) = admin {
-            tracing::info!("listening for admin commands on {}", path.display());
-            let backend = Arc::new(crate::admin::backend::NodeAdmin::new(node.clone()));
-            node.tracker.spawn(crate::admin::serve(
-                listener,
-                path,
-                backend,
-                config.limits.admin,
-                node.token.child_token(),
-                node.tracker.clone(),
-            ));
         }
         crate::peer::restart(&node);
         node.tracker.spawn(watch_collections(node.clone()));

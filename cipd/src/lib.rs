@@ -29,6 +29,7 @@ pub mod sample;
 pub mod service;
 pub mod soif_io;
 pub mod spool;
+pub mod startup;
 pub mod state;
 pub mod tagged;
 pub mod telemetry;

@@ -24,6 +24,11 @@ pub fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
+/// A status line only (start-up progress).
+pub fn status(status: &str) {
+    send(&[NotifyState::Status(status)]);
+}
+
 /// A reload begins (`RELOADING=1` with the monotonic time `Type=notify-reload` asks for).
 pub fn reloading() {
     match NotifyState::monotonic_usec_now() {

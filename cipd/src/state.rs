@@ -482,6 +482,8 @@ pub struct Node {
     index_state: crate::index_types::State,
     /// The signing key, and what peers' signatures showed ([`crate::trust`]).
     trust: crate::trust::Trust,
+    /// Progress of a long start ([`crate::startup`]).
+    startup: Arc<crate::startup::Startup>,
 }
 
 impl std::fmt::Debug for Node {
@@ -585,7 +587,13 @@ impl Node {
             rdm: crate::rdm::journal::Journals::default(),
             index_state: crate::index_types::State::default(),
             trust,
+            startup: Arc::default(),
         })
+    }
+
+    /// Progress of the start, while one runs.
+    pub fn startup(&self) -> &crate::startup::Startup {
+        &self.startup
     }
 
     /// The signing key and what peers' signatures showed.
@@ -912,9 +920,31 @@ impl Node {
         let identity = self.identity();
         let dir = crate::local::cache_dir(&config.data_dir);
         let (statuses, jobs): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
+        // During the start, the bytes read show in `cipctl status`.
+        let starting = !self.status_snapshot().ready;
+        let startup = self.startup.clone();
+        if starting {
+            startup.begin("loading collections", "bytes", 0);
+        }
         let pass = tokio::task::spawn_blocking(move || {
-            let (outcomes, b) =
-                crate::local::rebuild(jobs, &dir, export.attributes, export.thresholds);
+            let rebuild =
+                || crate::local::rebuild(jobs, &dir, export.attributes, export.thresholds);
+            let (outcomes, b) = if starting {
+                // Bytes of the collections finished before the one being read.
+                let finished = std::cell::Cell::new((String::new(), 0u64, 0u64));
+                let s = startup.clone();
+                crate::collection::with_progress(
+                    move |name: &str, p: crate::collection::Progress| {
+                        let (last, base, current) = finished.take();
+                        let base = if last == name { base } else { base + current };
+                        s.set_done(base + p.bytes);
+                        finished.set((name.to_owned(), base, p.bytes));
+                    },
+                    rebuild,
+                )
+            } else {
+                rebuild()
+            };
             let url = identity
                 .base_uris
                 .first()
@@ -925,6 +955,9 @@ impl Node {
             (outcomes, hint)
         })
         .await;
+        if starting {
+            self.startup.finish();
+        }
         let (outcomes, hint) = match pass {
             Ok((o, h)) => (o, Arc::new(h)),
             Err(e) => {
@@ -1364,7 +1397,9 @@ impl Node {
         }
         // Parse on every core: a hub restores hundreds of hints.
         let limits = soif_limits(&config);
-        let parsed = parse_spooled(admitted, limits, &self.payload_hasher);
+        self.startup
+            .begin("restoring the spool", "hints", admitted.len() as u64);
+        let parsed = parse_spooled(admitted, limits, &self.payload_hasher, &self.startup);
         let mut batch = Vec::with_capacity(parsed.len());
         let mut restored_from = Vec::with_capacity(parsed.len());
         for (e, result) in parsed {
@@ -1397,6 +1432,8 @@ impl Node {
             }
         }
         let objects: Vec<u64> = batch.iter().map(|(_, h)| h.total_object_count).collect();
+        self.startup
+            .begin("indexing the spooled hints", "hints", batch.len() as u64);
         let results = {
             let mut imported = lock(&self.imported);
             let results = self.table.replace_all(batch);
@@ -1427,6 +1464,8 @@ impl Node {
                 }
             }
         }
+        self.startup.set_done(results.len() as u64);
+        self.startup.finish();
         self.outbound.request();
         tracing::info!(
             restored,
@@ -1967,6 +2006,7 @@ fn parse_spooled(
     entries: Vec<SpoolEntry>,
     limits: cip_proto::soif::Limits,
     hasher: &std::hash::RandomState,
+    progress: &crate::startup::Startup,
 ) -> Vec<(SpoolEntry, Result<(CipHint, u64), Rejection>)> {
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
@@ -1994,6 +2034,7 @@ fn parse_spooled(
                     let digest = hasher.hash_one((&e.payload[..], &e.base_uris, &e.description));
                     (h, digest)
                 });
+                progress.advance(1);
                 (e, r)
             })
             .collect()

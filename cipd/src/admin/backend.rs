@@ -246,6 +246,7 @@ fn status(node: &Node) -> StatusInfo {
             bytes: stats.approx_bytes as u64,
         },
         import: ImportProgress { expected, imported },
+        starting: node.startup().snapshot(),
         outbound: OutboundInfo {
             table_generation: node.table().generation(),
             built_from: outbound.table_generation,

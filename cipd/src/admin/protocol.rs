@@ -200,6 +200,10 @@ pub struct StatusInfo {
     /// The out-bound hint against the table it derives from.
     #[serde(default)]
     pub outbound: OutboundInfo,
+    /// While the node starts: the running phase (spool restore, collection loads) and how
+    /// far it is; absent once it serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting: Option<crate::startup::StartupProgress>,
 }
 
 /// Cold-start progress: configured peers that deliver hints (role `poll` or `pusher`).

@@ -307,6 +307,9 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
             t.add_row(["version".to_owned(), s.version]);
             t.add_row(["uptime".to_owned(), ago(s.uptime_seconds)]);
             t.add_row(["dsi".to_owned(), s.dsi]);
+            if let Some(p) = &s.starting {
+                t.add_row(["starting".to_owned(), p.to_string()]);
+            }
             t.add_row(["base uris".to_owned(), s.base_uris.join(" ")]);
             for l in s.listeners {
                 t.add_row([format!("listener {}", l.kind), l.address]);

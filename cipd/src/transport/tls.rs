@@ -218,6 +218,18 @@ fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 }
 
 fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    // Certificate tooling sometimes shares keys with a group on purpose: warn, not refuse
+    // (the signing key, which only cipd uses, is refused; see crate::trust::keys).
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        tracing::warn!(
+            file = %path.display(),
+            mode = format!("{:04o}", meta.permissions().mode() & 0o7777),
+            "TLS private key is readable by its group or other users; chmod 600 it"
+        );
+    }
     let pem = read(path)?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|source| match source {
         rustls_pki_types::pem::Error::NoItemsFound => TlsError::NoPrivateKey {

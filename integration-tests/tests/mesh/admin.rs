@@ -342,3 +342,71 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
     l1.stop().await;
     l2.stop().await;
 }
+
+/// A restart with a spool of many hints: the admin socket answers while the spool is
+/// restored, and `status` shows the phase and how far it is until the node serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_progress_of_a_long_start() {
+    use cipd::spool::{Spool, SpoolEntry};
+    let mut spec = NodeSpec::new(HUB, &["Hugo"]);
+    let peers = 150;
+    let dir = tempfile::tempdir().unwrap();
+    let spool = Spool::open(&dir.path().join("spool")).unwrap();
+    for i in 0..peers {
+        let dsi = format!("1.3.6.1.4.1.99999.2{i:03}");
+        let values: Vec<String> = (0..1000).map(|v| format!("Author {i} {v}")).collect();
+        let pairs: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), 1)).collect();
+        let hint = crate::fake::author_hint(1000, &pairs);
+        spool
+            .store(&SpoolEntry {
+                peer: format!("p{i}"),
+                dsi: cip_proto::Dsi::new(&dsi).unwrap(),
+                index_type: "HARVEST-SOIF-1".into(),
+                base_uris: vec![format!("http://p{i}/")],
+                description: None,
+                received: std::time::SystemTime::now(),
+                payload: hint.to_soif().to_bytes().into(),
+            })
+            .unwrap();
+        spec = spec.peer_at(
+            &format!("p{i}"),
+            "127.0.0.1:9".parse().unwrap(),
+            &["pusher"],
+            Some(&dsi),
+        );
+    }
+    // Start in the background and ask the admin socket as soon as it exists.
+    let socket = dir.path().join("admin.sock");
+    let start = tokio::spawn(TestNode::start_in(spec, dir));
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !start.is_finished() && std::time::Instant::now() < deadline {
+        if let Ok(r) = cipd::admin::request(&socket, &AdminRequest::Status).await
+            && let Some(result) = r.result
+        {
+            seen.push(result["starting"].clone());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let node = start.await.unwrap();
+    let during: Vec<&Value> = seen.iter().filter(|s| !s.is_null()).collect();
+    assert!(
+        !during.is_empty(),
+        "the admin socket answered {} times during the start, never with progress",
+        seen.len()
+    );
+    let phase = during[0]["phase"].as_str().unwrap();
+    assert!(
+        [
+            "restoring the spool",
+            "indexing the spooled hints",
+            "loading collections"
+        ]
+        .contains(&phase),
+        "{phase}"
+    );
+    let after = ok(&node, AdminRequest::Status).await;
+    assert!(after.get("starting").is_none(), "{after}");
+    assert_eq!(node.daemon.node().status_snapshot().spool_restored, peers);
+    node.stop().await;
+}
