@@ -95,29 +95,15 @@ impl Daemon {
         }
         let mut cip_tls = Vec::new();
         for l in &config.listen.cip_tls {
-            let server =
-                tls::server_config(&l.cert, &l.key, l.client_ca.as_deref()).map_err(|source| {
-                    StartError::Tls {
-                        addr: l.addr,
-                        source,
-                    }
-                })?;
-            cip_tls.push((bind(l.addr).await?, server));
+            cip_tls.push((bind(l.addr).await?, tls_server(l)?));
         }
         let mut http = Vec::new();
         for addr in &config.listen.http {
             http.push((bind(*addr).await?, None));
         }
         for l in &config.listen.https {
-            let server =
-                tls::server_config(&l.cert, &l.key, l.client_ca.as_deref()).map_err(|source| {
-                    StartError::Tls {
-                        addr: l.addr,
-                        source,
-                    }
-                })?;
             // Offer HTTP/1.1 by ALPN: clients that ask for h2 fall back to it.
-            let mut server = (*server).clone();
+            let mut server = (*tls_server(l)?).clone();
             server.alpn_protocols = vec![b"http/1.1".to_vec()];
             http.push((bind(l.addr).await?, Some(Arc::new(server))));
         }
@@ -270,6 +256,18 @@ impl Daemon {
             grace,
         })
     }
+}
+
+/// The TLS configuration of listener `l`, its files' errors naming the listener.
+// Called once per listener at start, like `bind`: the error's size costs nothing.
+#[allow(clippy::result_large_err)]
+fn tls_server(
+    l: &crate::config::TlsListenerConfig,
+) -> Result<Arc<rustls::ServerConfig>, StartError> {
+    tls::server_config(&l.cert, &l.key, l.client_ca.as_deref()).map_err(|source| StartError::Tls {
+        addr: l.addr,
+        source,
+    })
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {

@@ -764,16 +764,26 @@ impl Node {
             .clone()
     }
 
+    /// The configured peer named `peer`, or whose DSI (configured or learned) it is.
+    fn find_peer<'c>(
+        &self,
+        config: &'c Config,
+        peer: &str,
+    ) -> Option<&'c crate::config::PeerConfig> {
+        config
+            .peers
+            .iter()
+            .find(|p| p.name == peer || self.peer_dsi(&p.name).is_some_and(|d| d.as_str() == peer))
+    }
+
     /// Polls `peer` now instead of at its next interval.
     ///
     /// # Errors
     /// When no configured peer has that name (or DSI) and role `poll`.
     pub fn poll_now(&self, peer: &str) -> Result<String, String> {
         let config = self.config();
-        let name = config
-            .peers
-            .iter()
-            .find(|p| p.name == peer || self.peer_dsi(&p.name).is_some_and(|d| d.as_str() == peer))
+        let name = self
+            .find_peer(&config, peer)
             .filter(|p| p.has_role(PeerRole::Poll))
             .map(|p| p.name.clone())
             .ok_or_else(|| format!("no peer {peer:?} with role poll"))?;
@@ -788,10 +798,8 @@ impl Node {
     /// When no configured peer matches or none of its hints is held.
     pub fn received_hint(&self, peer: &str) -> Result<SpoolEntry, String> {
         let config = self.config();
-        let p = config
-            .peers
-            .iter()
-            .find(|p| p.name == peer || self.peer_dsi(&p.name).is_some_and(|d| d.as_str() == peer))
+        let p = self
+            .find_peer(&config, peer)
             .ok_or_else(|| format!("no peer {peer:?}"))?;
         let dsi = self
             .peer_dsi(&p.name)

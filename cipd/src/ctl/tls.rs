@@ -6,7 +6,6 @@
 //! the node presents it on its TLS listeners and as the client certificate when it polls.
 //! Private keys are written with mode 0600 and never overwritten.
 
-use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -211,27 +210,12 @@ fn refuse_existing(paths: &[&Path]) -> anyhow::Result<()> {
 }
 
 fn create_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    Ok(())
+    crate::trust::keys::create_private_dir(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))
 }
 
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
+    crate::trust::keys::write_new(path, bytes, mode)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 

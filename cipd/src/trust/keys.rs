@@ -210,14 +210,7 @@ impl NodeKey {
     /// # Errors
     /// [`KeyError`] when a file exists or cannot be written.
     pub fn write(&self, dir: &Path) -> Result<(PathBuf, PathBuf), KeyError> {
-        use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
-        if !dir.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(io(dir))?;
-        }
+        create_private_dir(dir).map_err(io(dir))?;
         let private = dir.join(PRIVATE_KEY_FILE);
         let public = dir.join(PUBLIC_KEY_FILE);
         for p in [&private, &public] {
@@ -232,32 +225,50 @@ impl NodeKey {
                 path: private.clone(),
                 reason: e.to_string(),
             })?;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&private)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => KeyError::Exists {
-                    path: private.clone(),
-                },
-                _ => KeyError::Io {
-                    path: private.clone(),
-                    source: e,
-                },
-            })?;
-        f.write_all(pem.as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(io(&private))?;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&public)
-            .and_then(|mut f| writeln!(f, "{}", self.public))
-            .map_err(io(&public))?;
+        write_new(&private, pem.as_bytes(), 0o600).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => KeyError::Exists {
+                path: private.clone(),
+            },
+            _ => KeyError::Io {
+                path: private.clone(),
+                source: e,
+            },
+        })?;
+        write_new(&public, format!("{}\n", self.public).as_bytes(), 0o644).map_err(io(&public))?;
         Ok((private, public))
     }
+}
+
+/// Creates `dir` (and its parents) with mode 0700 when it is missing.
+///
+/// # Errors
+/// As [`std::fs::DirBuilder::create`].
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    if dir.exists() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Writes `bytes` to a new file `path` with `mode` from its creation on (a key is never
+/// readable by others, not even for a moment), synced; an existing file is an error
+/// (`AlreadyExists`).
+///
+/// # Errors
+/// As [`std::fs::OpenOptions::open`] and the write.
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }
 
 /// Reads a `.pub` file (its first non-empty, non-comment line).
