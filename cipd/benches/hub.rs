@@ -30,9 +30,10 @@
 //!    generated hints imply.
 //! 5. Closed-loop load on `BENCH_CONNS` keep-alive HTTP/1.1 connections (one task each, the
 //!    next request sent when the previous answer is fully read), `BENCH_SECS` seconds per
-//!    query kind: `mixed` (a third each of exact popular, exact rare and substring `~` on a
-//!    4-6 byte fragment of a held value), `mixed limit=10`, `exact rare`, `exact popular`,
-//!    `substring`. Prints q/s, p50/p99/p99.9 latency, errors and the mean answer size.
+//!    query kind: `mixed` (a quarter each of exact popular, exact rare, substring `~` on a
+//!    4-6 byte fragment of a held value, and conjunctive: `Author=a & Keywords=k` of an
+//!    author and a keyword one peer holds), `mixed limit=10`, `exact rare`, `exact popular`,
+//!    `substring`, `conjunctive`. Prints q/s, p50/p99/p99.9 latency, errors and the mean answer size.
 //! 6. The yardstick: nginx (`CIPD_BENCH_NGINX`, else `/usr/sbin/nginx`) with one worker per
 //!    CPU serving one static file the size of the mean `mixed` answer, under the same load.
 //!
@@ -520,6 +521,8 @@ struct Pools {
     rare_total: usize,
     /// Substring queries; `holders` is known only for the first few (the checks).
     substring: Vec<Query>,
+    /// Two exact terms one peer both holds; `holders` known for the first few.
+    conjunctive: Vec<Query>,
     /// The probe's popular and rare `DOCUMENT:Author=` queries.
     probe: [Query; 2],
 }
@@ -589,6 +592,34 @@ impl Pools {
                 holders,
             });
         }
+        let mut conjunctive = Vec::with_capacity(POOL);
+        while conjunctive.len() < POOL {
+            let peer = &mesh.peers[rng.usize(..mesh.peers.len())];
+            let (authors, keywords) = (&peer.ranks[0], &peer.ranks[2]);
+            if authors.is_empty() || keywords.is_empty() {
+                break;
+            }
+            let a = authors[rng.usize(..authors.len())];
+            let k = keywords[rng.usize(..keywords.len())];
+            let holders = if conjunctive.len() < Self::CHECKED_SUBSTRINGS {
+                mesh.peers
+                    .iter()
+                    .filter(|p| p.ranks[0].contains(&a) && p.ranks[2].contains(&k))
+                    .count()
+            } else {
+                0
+            };
+            conjunctive.push(Query {
+                text: format!(
+                    "{TEMPLATE}:{}={} & {TEMPLATE}:{}={}",
+                    ATTRIBUTES[0],
+                    mesh.vocab.value(0, a),
+                    ATTRIBUTES[2],
+                    mesh.vocab.value(2, k)
+                ),
+                holders,
+            });
+        }
         let probe = [Self::probe_popular(mesh), Self::probe_rare(mesh)];
         Self {
             popular,
@@ -599,6 +630,7 @@ impl Pools {
             },
             rare_total,
             substring,
+            conjunctive,
             probe,
         }
     }
@@ -622,13 +654,15 @@ impl Pools {
         Query::exact(mesh, 0, rank as u32)
     }
 
-    /// A third each of exact popular, exact rare and substring queries.
+    /// A quarter each of exact popular, exact rare, substring and conjunctive queries.
     fn mixed(&self, limit: Option<usize>) -> Vec<String> {
         (0..POOL)
-            .map(|i| match i % 3 {
-                0 => self.popular[i / 3 % self.popular.len()].path(limit),
-                1 => self.rare[i / 3 % self.rare.len()].path(limit),
-                _ => self.substring[i / 3 % self.substring.len()].path(limit),
+            .map(|i| match i % 4 {
+                0 => self.popular[i / 4 % self.popular.len()].path(limit),
+                1 => self.rare[i / 4 % self.rare.len()].path(limit),
+                2 => self.substring[i / 4 % self.substring.len()].path(limit),
+                _ if self.conjunctive.is_empty() => self.rare[0].path(limit),
+                _ => self.conjunctive[i / 4 % self.conjunctive.len()].path(limit),
             })
             .collect()
     }
@@ -645,6 +679,7 @@ impl Pools {
             ("exact rare", Self::paths(&self.rare)),
             ("exact popular", Self::paths(&self.popular)),
             ("substring", Self::paths(&self.substring)),
+            ("conjunctive", Self::paths(&self.conjunctive)),
         ]
     }
 
@@ -660,6 +695,9 @@ impl Pools {
         }
         for q in self.substring.iter().take(Self::CHECKED_SUBSTRINGS) {
             v.push(("substring", q, None));
+        }
+        for q in self.conjunctive.iter().take(Self::CHECKED_SUBSTRINGS) {
+            v.push(("conjunctive", q, None));
         }
         v
     }
@@ -1619,7 +1657,7 @@ async fn check_answers(addr: SocketAddr, pools: &Pools) -> (usize, usize) {
         let got = got.map_or_else(|| "no answer".to_owned(), |n| n.to_string());
         let limit = limit.map(|n| format!(" limit={n}")).unwrap_or_default();
         println!(
-            "check {label:<9} {}{limit}: {got} referrals, expected {expected} ({} holders): \
+            "check {label:<11} {}{limit}: {got} referrals, expected {expected} ({} holders): \
              {verdict}",
             query.text, query.holders
         );
