@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets of cip-proto, and with RUN=seconds also runs each one that long.
+# Builds the fuzz targets of cip-proto, and with RUN=seconds also runs each one that long
+# (through run.sh, which reports each target's executions and any crash).
 # cargo-fuzz needs nightly features: on a stable toolchain RUSTC_BOOTSTRAP=1 enables them.
 # Install the runner once with `cargo install cargo-fuzz`.
 set -euo pipefail
@@ -9,9 +10,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "cargo-fuzz is not installed: cargo install cargo-fuzz" >&2
     exit 1
 fi
-cargo fuzz build
 if [[ -n "${RUN:-}" ]]; then
-    for target in $(cargo fuzz list); do
-        cargo fuzz run "$target" -- -max_total_time="$RUN"
-    done
+    exec fuzz/run.sh "$RUN"
 fi
+cargo fuzz build

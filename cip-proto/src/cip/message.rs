@@ -75,7 +75,11 @@ impl IndexType {
         if v.eq_ignore_ascii_case("x-tagged-index-1") {
             return Ok(Self::tagged());
         }
-        if v.len() > OBJ_PREFIX.len() && v[..OBJ_PREFIX.len()].eq_ignore_ascii_case(OBJ_PREFIX) {
+        // `get`: the value may hold non-ASCII text, and byte n need not start a character.
+        if v.len() > OBJ_PREFIX.len()
+            && v.get(..OBJ_PREFIX.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(OBJ_PREFIX))
+        {
             return Self::new(&v[OBJ_PREFIX.len()..]);
         }
         Self::new(v)
