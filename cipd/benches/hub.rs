@@ -50,13 +50,15 @@
 //! | `BENCH_SECS` | 5 | seconds of load per query kind |
 //! | `CIPD_BENCH_NGINX` | `/usr/sbin/nginx` | the nginx binary of the yardstick |
 
+mod common;
+use common::env_or;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -193,18 +195,6 @@ impl Settings {
 
     fn load_time(&self) -> Duration {
         Duration::from_secs_f64(self.secs)
-    }
-}
-
-/// The variable `name` parsed, or `default` when unset; a value that does not parse stops
-/// the run.
-fn env_or<T: FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} does not parse")),
-        _ => default,
     }
 }
 

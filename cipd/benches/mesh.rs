@@ -59,11 +59,13 @@
 //! | `MESH_OBJECTS` | 200 | objects in each leaf's collection |
 //! | `MESH_CHANGES` | 10 | leaf changes timed to the root |
 
+mod common;
+use common::env_or;
+
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -151,18 +153,6 @@ impl Settings {
 
     fn leaves(&self) -> usize {
         self.nodes - 1 - self.mids
-    }
-}
-
-/// The variable `name` parsed, or `default` when unset; a value that does not parse stops
-/// the run.
-fn env_or<T: FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} does not parse")),
-        _ => default,
     }
 }
 
