@@ -33,7 +33,11 @@
 //!    query kind: `mixed` (a quarter each of exact popular, exact rare, substring `~` on a
 //!    4-6 byte fragment of a held value, and conjunctive: `Author=a & Keywords=k` of an
 //!    author and a keyword one peer holds), `mixed limit=10`, `exact rare`, `exact popular`,
-//!    `substring`, `conjunctive`. Prints q/s, p50/p99/p99.9 latency, errors and the mean answer size.
+//!    `substring` (drawn at random from 4,096, so repeated as a skewed workload repeats them),
+//!    `substring, new` (fragments in no other pool, each sent once: the cost of a first
+//!    asking, which the substring cache cannot help), `conjunctive`. Prints q/s,
+//!    p50/p99/p99.9 latency, errors and the mean answer size, then the substring cache's
+//!    size and the RSS against the README's sizing plus that cache.
 //! 6. The yardstick: nginx (`CIPD_BENCH_NGINX`, else `/usr/sbin/nginx`) with one worker per
 //!    CPU serving one static file the size of the mean `mixed` answer, under the same load.
 //!
@@ -93,6 +97,8 @@ const PROBE_PERIOD: Duration = Duration::from_millis(500);
 const TABLE_DEADLINE: Duration = Duration::from_secs(900);
 /// Queries per generated pool.
 const POOL: usize = 4096;
+/// Size of the pool of substring queries each sent once.
+const NEW_SUBSTRINGS: usize = 65_536;
 /// Syllables of the generated words.
 const SYLLABLES: [&str; 28] = [
     "an", "ber", "cor", "dal", "el", "fen", "gar", "hol", "is", "jo", "ka", "lin", "mor", "nes",
@@ -511,6 +517,9 @@ struct Pools {
     rare_total: usize,
     /// Substring queries; `holders` is known only for the first few (the checks).
     substring: Vec<Query>,
+    /// Substring queries in none of the other pools, each sent once (until they run out):
+    /// what a query costs the first time it is asked.
+    substring_new: Vec<String>,
     /// Two exact terms one peer both holds; `holders` known for the first few.
     conjunctive: Vec<Query>,
     /// The probe's popular and rare `DOCUMENT:Author=` queries.
@@ -557,8 +566,7 @@ impl Pools {
             .take(POOL)
             .map(|&(a, r)| Query::exact(mesh, a, r))
             .collect();
-        let mut substring = Vec::with_capacity(POOL);
-        while substring.len() < POOL {
+        let fragment = |rng: &mut fastrand::Rng| loop {
             let attr = rng.usize(..ATTRIBUTES.len());
             let peer = &mesh.peers[rng.usize(..mesh.peers.len())];
             let rank = peer.ranks[attr][rng.usize(..peer.ranks[attr].len())];
@@ -572,15 +580,31 @@ impl Pools {
             if fragment.starts_with(' ') || fragment.ends_with(' ') {
                 continue;
             }
+            break (attr, fragment.to_owned());
+        };
+        let mut substring = Vec::with_capacity(POOL);
+        let mut seen = std::collections::HashSet::new();
+        while substring.len() < POOL {
+            let (attr, fragment) = fragment(&mut rng);
             let holders = if substring.len() < Self::CHECKED_SUBSTRINGS {
-                mesh.substring_holders(attr, fragment)
+                mesh.substring_holders(attr, &fragment)
             } else {
                 0
             };
-            substring.push(Query {
-                text: format!("{TEMPLATE}:{}~{fragment}", ATTRIBUTES[attr]),
-                holders,
-            });
+            let text = format!("{TEMPLATE}:{}~{fragment}", ATTRIBUTES[attr]);
+            seen.insert(text.to_ascii_lowercase());
+            substring.push(Query { text, holders });
+        }
+        let mut substring_new = Vec::with_capacity(NEW_SUBSTRINGS);
+        for _ in 0..NEW_SUBSTRINGS * 4 {
+            if substring_new.len() == NEW_SUBSTRINGS {
+                break;
+            }
+            let (attr, fragment) = fragment(&mut rng);
+            let text = format!("{TEMPLATE}:{}~{fragment}", ATTRIBUTES[attr]);
+            if seen.insert(text.to_ascii_lowercase()) {
+                substring_new.push(Query { text, holders: 0 }.path(None));
+            }
         }
         let mut conjunctive = Vec::with_capacity(POOL);
         while conjunctive.len() < POOL {
@@ -620,6 +644,7 @@ impl Pools {
             },
             rare_total,
             substring,
+            substring_new,
             conjunctive,
             probe,
         }
@@ -661,15 +686,17 @@ impl Pools {
         queries.iter().map(|q| q.path(None)).collect()
     }
 
-    /// The load's query kinds, in order.
-    fn kinds(&self) -> Vec<(&'static str, Vec<String>)> {
+    /// The load's query kinds, in order, and whether each query is sent once (else they
+    /// are drawn at random, so repeated).
+    fn kinds(&self) -> Vec<(&'static str, Vec<String>, bool)> {
         vec![
-            ("mixed", self.mixed(None)),
-            ("mixed limit=10", self.mixed(Some(SMALL_LIMIT))),
-            ("exact rare", Self::paths(&self.rare)),
-            ("exact popular", Self::paths(&self.popular)),
-            ("substring", Self::paths(&self.substring)),
-            ("conjunctive", Self::paths(&self.conjunctive)),
+            ("mixed", self.mixed(None), false),
+            ("mixed limit=10", self.mixed(Some(SMALL_LIMIT)), false),
+            ("exact rare", Self::paths(&self.rare), false),
+            ("exact popular", Self::paths(&self.popular), false),
+            ("substring", Self::paths(&self.substring), false),
+            ("substring, new", self.substring_new.clone(), true),
+            ("conjunctive", Self::paths(&self.conjunctive), false),
         ]
     }
 
@@ -1383,10 +1410,13 @@ async fn closed_loop(
     label: &str,
     addr: SocketAddr,
     paths: Vec<String>,
+    once: bool,
     conns: usize,
     window: Duration,
 ) -> Load {
     let paths = Arc::new(paths);
+    // With `once`, the connections take the paths in turn.
+    let next = Arc::new(AtomicU64::new(0));
     let mut senders = Vec::with_capacity(conns);
     for _ in 0..conns {
         senders.push(
@@ -1395,10 +1425,11 @@ async fn closed_loop(
                 .unwrap_or_else(|e| panic!("{label}: cannot connect to {addr}: {e}")),
         );
     }
-    let deadline = Instant::now() + window;
+    let started = Instant::now();
+    let deadline = started + window;
     let mut tasks = JoinSet::new();
     for (i, sender) in senders.into_iter().enumerate() {
-        let paths = paths.clone();
+        let (paths, next) = (paths.clone(), next.clone());
         tasks.spawn(async move {
             let mut rng = fastrand::Rng::with_seed(mix(i as u64));
             let mut f = ConnFigures::default();
@@ -1415,7 +1446,15 @@ async fn closed_loop(
                         }
                     },
                 };
-                let path = &paths[rng.usize(..paths.len())];
+                let path = if once {
+                    let k = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    if k >= paths.len() {
+                        break;
+                    }
+                    &paths[k]
+                } else {
+                    &paths[rng.usize(..paths.len())]
+                };
                 let sent = Instant::now();
                 match tokio::time::timeout(REQUEST_TIMEOUT, exchange(&mut s, addr, path)).await {
                     Ok(Ok((status, size))) => {
@@ -1442,10 +1481,14 @@ async fn closed_loop(
         figures.merge(done.expect("a load task panicked"));
     }
     figures.latencies.sort_unstable();
+    if started.elapsed() < window {
+        println!("    ({label}: every query sent before the end of the window)");
+    }
     Load {
         label: label.to_owned(),
         figures,
-        window,
+        // Shorter when the queries ran out.
+        window: window.min(started.elapsed()),
     }
 }
 
@@ -1540,8 +1583,16 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
     let checks = check_answers(addr, &pools).await;
 
     let mut loads = Vec::new();
-    for (label, paths) in pools.kinds() {
-        let load = closed_loop(label, addr, paths, settings.conns, settings.load_time()).await;
+    for (label, paths, once) in pools.kinds() {
+        let load = closed_loop(
+            label,
+            addr,
+            paths,
+            once,
+            settings.conns,
+            settings.load_time(),
+        )
+        .await;
         println!("{}", load.row());
         if let Some(e) = &load.figures.first_error {
             println!("    first error: {e}");
@@ -1549,6 +1600,18 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
         loads.push(load);
     }
     let memory_after_load = memory_kib(hub.proc.pid());
+    let page = metrics(addr).await.unwrap_or_default();
+    let cache = gauge(&page, "cipd_table_substring_cache_bytes").unwrap_or(0.0);
+    if let Some((rss, _)) = memory_after_load {
+        println!(
+            "after the load: substring cache {:.1} MB ({} needles), VmRSS {} MiB; \
+             RSS {:.2}x the README's sizing with the cache",
+            cache / 1e6,
+            gauge(&page, "cipd_table_substring_cache_needles").unwrap_or(0.0),
+            rss / 1024,
+            rss as f64 * 1024.0 / (formula + cache)
+        );
+    }
     stop_probe.cancel();
     let samples = probe_task.await.expect("the probe task panicked");
     print_probe_timeline(&samples, table_full_after);
@@ -1711,6 +1774,7 @@ async fn yardstick(settings: &Settings, size: usize) -> Result<Load, String> {
         &format!("nginx, {size} B file"),
         addr,
         vec!["/answer.json".to_owned()],
+        false,
         settings.conns,
         settings.load_time(),
     )

@@ -122,6 +122,10 @@ pub struct Gauges {
     pub table_summary_bytes: u64,
     /// The hints' charge against `limits.max_table_bytes`.
     pub table_budget_bytes: u64,
+    /// Substring needles whose per-peer sums are memoized.
+    pub table_substring_cache_needles: u64,
+    /// Bytes of those sums (at most `[index] substring_cache_bytes`).
+    pub table_substring_cache_bytes: u64,
     /// Objects in local collections.
     pub local_objects: u64,
     /// Seconds since the daemon started.
@@ -432,6 +436,18 @@ impl Metrics {
             "cipd_table_budget_bytes",
             "The routing table's hints charged against limits.max_table_bytes.",
             gauges.table_budget_bytes as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_substring_cache_needles",
+            "Substring needles whose per-peer sums the routing table keeps.",
+            gauges.table_substring_cache_needles as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_table_substring_cache_bytes",
+            "Bytes of the kept substring sums (at most [index] substring_cache_bytes).",
+            gauges.table_substring_cache_bytes as f64,
         );
         gauge(
             &mut out,

@@ -36,13 +36,14 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, OnceLock};
 
 use memchr::memmem;
 
+use crate::memo::{Memo, MemoBudget};
 use crate::pages::Pages;
-use crate::summary::{Summaries, Summary, SummaryConfig};
+use crate::summary::{Store, Summaries, Summary, SummaryConfig};
 
 /// The seeded hasher of value bytes: `foldhash`, seeded randomly per table.
 pub(crate) type RandomState = foldhash::fast::RandomState;
@@ -98,11 +99,15 @@ pub(crate) struct Segment {
     slots: Vec<(u32, u64)>,
     entries: usize,
     value_bytes: usize,
-    grams: GramIndex,
+    /// Built with the segment, except in a bulk load ([`Segment::ensure_grams`]); without
+    /// it substring searches scan every value.
+    grams: OnceLock<GramIndex>,
     /// Built once, possibly after the segment is in use ([`Segment::summarize`]).
     summaries: OnceLock<Summaries>,
     /// Set by the first [`Segment::summarize`] call.
     summarizing: AtomicBool,
+    /// Sums of expensive substring needles, kept as queries compute them.
+    memo: Memo,
 }
 
 /// A value's record, decoded from its header.
@@ -309,11 +314,15 @@ impl BulkBuilder {
         Ok((distinct, added))
     }
 
-    /// The segment, indexed.
-    pub(crate) fn finish(self, hasher: &RandomState) -> Result<Segment, SegmentOverflow> {
+    /// The segment, indexed; without `grams`, its trigram index is left for later
+    /// ([`Segment::ensure_grams`]).
+    pub(crate) fn finish(
+        self,
+        hasher: &RandomState,
+        grams: bool,
+    ) -> Result<Segment, SegmentOverflow> {
         let n = self.spans.len();
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        order.sort_unstable_by(|&a, &b| cmp_folded(self.value(a), self.value(b)));
+        let order = sort_folded(n, |id| self.value(id));
         let mut rank = vec![0u32; n];
         for (r, &id) in order.iter().enumerate() {
             rank[id as usize] = r as u32;
@@ -337,8 +346,36 @@ impl BulkBuilder {
         for (r, &id) in order.iter().enumerate() {
             builder.push(self.value(id), &mut sorted[starts[r]..starts[r + 1]])?;
         }
-        Ok(builder.finish().index(hasher))
+        Ok(builder.finish().index(hasher, grams))
     }
+}
+
+/// The ids `0..n` in ASCII-case-insensitive order of their values ([`cmp_folded`]), which
+/// must differ under it. Sorting pairs of (first 16 folded bytes, id) moves no value
+/// bytes; only ids whose 16-byte prefixes tie are compared in full.
+fn sort_folded<'a>(n: usize, value: impl Fn(u32) -> &'a [u8]) -> Vec<u32> {
+    let prefix = |v: &[u8]| {
+        let mut b = [0u8; 16];
+        for (d, s) in b.iter_mut().zip(v) {
+            *d = s.to_ascii_lowercase();
+        }
+        u128::from_be_bytes(b)
+    };
+    let mut keyed: Vec<(u128, u32)> = (0..n as u32).map(|id| (prefix(value(id)), id)).collect();
+    keyed.sort_unstable_by_key(|k| k.0);
+    let mut i = 0;
+    while i < keyed.len() {
+        let mut j = i + 1;
+        while j < keyed.len() && keyed[j].0 == keyed[i].0 {
+            j += 1;
+        }
+        // A shorter value pads with zeros, so ties include prefixes and zero bytes alike.
+        if j - i > 1 {
+            keyed[i..j].sort_unstable_by(|a, b| cmp_folded(value(a.1), value(b.1)));
+        }
+        i = j;
+    }
+    keyed.into_iter().map(|k| k.1).collect()
 }
 
 /// Hash of bytes already ASCII-lowercased.
@@ -369,7 +406,7 @@ impl Segment {
         slot: u32,
         hasher: &RandomState,
     ) -> Result<Self, SegmentOverflow> {
-        Ok(Self::from_entries_unindexed(entries, slot)?.index(hasher))
+        Ok(Self::from_entries_unindexed(entries, slot)?.index(hasher, true))
     }
 
     fn from_entries_unindexed(
@@ -481,14 +518,14 @@ impl Segment {
                 builder.push(&spelling_buf, &mut postings)?;
             }
         }
-        Ok(builder.finish().index(hasher))
+        Ok(builder.finish().index(hasher, true))
     }
 
-    /// Adds the exact-match table and the trigram index.
-    fn index(mut self, hasher: &RandomState) -> Self {
+    /// Adds the exact-match table and, with `grams`, the trigram index.
+    fn index(mut self, hasher: &RandomState, grams: bool) -> Self {
         // The two structures read only the records: build them side by side when the
         // segment is big enough to be worth a thread.
-        if self.len() >= PARALLEL_INDEX {
+        if grams && self.len() >= PARALLEL_INDEX {
             let (table, grams) = std::thread::scope(|s| {
                 let grams = s.spawn(|| GramIndex::build(&self));
                 let table = self.exact_table(hasher);
@@ -497,12 +534,25 @@ impl Segment {
                 (table, grams)
             });
             self.table = table;
-            self.grams = grams;
+            self.grams = OnceLock::from(grams);
         } else {
             self.table = self.exact_table(hasher);
-            self.grams = GramIndex::build(&self);
+            if grams {
+                self.grams = OnceLock::from(GramIndex::build(&self));
+            }
         }
         self
+    }
+
+    /// Builds the trigram index if the segment was made without it.
+    pub(crate) fn ensure_grams(&self) {
+        self.grams.get_or_init(|| GramIndex::build(self));
+    }
+
+    /// Whether the trigram index is built.
+    #[cfg(test)]
+    pub(crate) fn has_grams(&self) -> bool {
+        self.grams.get().is_some()
     }
 
     /// The exact-match table (see [`Segment::table`]).
@@ -562,6 +612,34 @@ impl Segment {
         self.summaries.get()?.lookup(needle, attr)
     }
 
+    /// The memoized sums of `needle` (ASCII-lowercased) under `attr`, if a query kept
+    /// them.
+    #[inline]
+    pub(crate) fn memoized(&self, needle: &[u8], attr: u32) -> Option<Arc<Store>> {
+        self.memo.get(needle, attr)
+    }
+
+    /// Computes the sums under `attr` of the values holding `finder`'s needle from `ids`
+    /// (the candidates, see [`Segment::substring_candidates`]) and keeps them if `budget`
+    /// has room (see [`crate::memo`]).
+    pub(crate) fn memoize(
+        &self,
+        finder: &memmem::Finder<'_>,
+        ids: &[u32],
+        exact: bool,
+        attr: u32,
+        budget: &Arc<MemoBudget>,
+    ) -> Arc<Store> {
+        let store = Arc::new(Store::of_needle(self, finder, ids, exact, attr));
+        self.memo.put(finder.needle(), attr, store.clone(), budget);
+        store
+    }
+
+    /// Needles memoized and their bytes.
+    pub(crate) fn memo_stats(&self) -> (usize, usize) {
+        self.memo.stats()
+    }
+
     /// Number of n-grams summarized.
     pub(crate) fn summarized(&self) -> usize {
         self.summaries.get().map_or(0, Summaries::len)
@@ -574,11 +652,8 @@ impl Segment {
 
     /// `(trigram key, number of values holding it)` for every trigram.
     pub(crate) fn gram_cards(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        self.grams
-            .keys
-            .iter()
-            .copied()
-            .zip(self.grams.cards.iter().copied())
+        let grams = self.grams.get_or_init(|| GramIndex::build(self));
+        grams.keys.iter().copied().zip(grams.cards.iter().copied())
     }
 
     /// Bytes of the records.
@@ -934,29 +1009,54 @@ impl Segment {
 
     /// Calls `found(id, record start)` for each value containing the needle `finder`
     /// looks for (built on the ASCII-lowercased needle), in ascending id order;
-    /// `candidates` is scratch space. Candidates are checked and handed on in one pipelined
-    /// pass: record starts two batches ahead and whole records (bytes and postings) one
-    /// batch ahead are loaded, so that `found` reads postings already in cache.
+    /// `candidates` is scratch space.
     pub(crate) fn for_each_substring(
         &self,
         finder: &memmem::Finder<'_>,
         candidates: &mut Vec<u32>,
-        mut found: impl FnMut(u32, u32),
+        found: impl FnMut(u32, u32),
     ) {
+        if let Some(exact) = self.substring_candidates(finder, candidates) {
+            self.for_each_candidate(finder, candidates, exact, found);
+        }
+    }
+
+    /// Puts in `candidates` the ids (ascending) of the values that may contain `finder`'s
+    /// needle (ASCII-lowercased); `Some(true)` when they are exactly the values that do,
+    /// `None` when none can.
+    pub(crate) fn substring_candidates(
+        &self,
+        finder: &memmem::Finder<'_>,
+        candidates: &mut Vec<u32>,
+    ) -> Option<bool> {
         candidates.clear();
         let n = self.len();
         let needle = finder.needle();
         if n == 0 {
-            return;
+            return None;
         }
-        // Whether the candidates are exactly the matches.
-        let exact = needle.len() <= 3;
-        if needle.len() < 3 {
+        let Some(grams) = self.grams.get().filter(|_| needle.len() >= 3) else {
             self.scan_ids(finder, 0, n as u32, candidates);
-        } else if !self.trigram_candidates(needle, candidates) {
-            return;
-        }
-        let ids = &candidates[..];
+            return Some(true);
+        };
+        // A trigram's list holds exactly the values containing it.
+        let exact = needle.len() == 3;
+        self.trigram_candidates(grams, needle, candidates)
+            .then_some(exact)
+    }
+
+    /// Calls `found(id, record start)` for each of `ids` (from
+    /// [`Segment::substring_candidates`]) containing `finder`'s needle, in order; with
+    /// `exact`, for each of them. Candidates are checked and handed on in one pipelined
+    /// pass: record starts two batches ahead and whole records (bytes and postings) one
+    /// batch ahead are loaded, so that `found` reads postings already in cache.
+    pub(crate) fn for_each_candidate(
+        &self,
+        finder: &memmem::Finder<'_>,
+        ids: &[u32],
+        exact: bool,
+        mut found: impl FnMut(u32, u32),
+    ) {
         let batch = |b: usize| {
             let start = (b * SCAN_BATCH).min(ids.len());
             &ids[start..(start + SCAN_BATCH).min(ids.len())]
@@ -981,7 +1081,12 @@ impl Segment {
 
     /// Puts in `out` (empty) the ids of the values holding every trigram of `needle` (at
     /// least three bytes) that narrows the search; false when some trigram occurs nowhere.
-    fn trigram_candidates(&self, needle: &[u8], out: &mut Vec<u32>) -> bool {
+    fn trigram_candidates(
+        &self,
+        grams_index: &GramIndex,
+        needle: &[u8],
+        out: &mut Vec<u32>,
+    ) -> bool {
         let mut lists: [(GramList<'_>, u32); 16] = [(GramList::Ids(&[]), 0); 16];
         let mut count = 0;
         let mut grams = [0u32; 16];
@@ -997,7 +1102,7 @@ impl Segment {
             if grams[..count].contains(&g) {
                 continue;
             }
-            match self.grams.list(g) {
+            match grams_index.list(g) {
                 Some(l) => {
                     grams[count] = g;
                     lists[count] = l;
@@ -1118,7 +1223,7 @@ impl Segment {
             + 4 * self.starts.capacity()
             + self.table.heap_bytes()
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
-            + self.grams.heap_bytes()
+            + self.grams.get().map_or(0, GramIndex::heap_bytes)
             + self.summary_bytes()
     }
 }
@@ -1259,9 +1364,10 @@ impl Builder {
                 .collect(),
             entries: self.entries,
             value_bytes: self.value_bytes,
-            grams: GramIndex::default(),
+            grams: OnceLock::new(),
             summaries: OnceLock::new(),
             summarizing: AtomicBool::new(false),
+            memo: Memo::default(),
         };
         seg.starts.shrink_to_fit();
         seg
@@ -1581,6 +1687,57 @@ mod tests {
     }
 
     proptest! {
+        /// The prefix-keyed sort orders values as comparing them in full does, including
+        /// long shared prefixes, prefixes of one another and zero bytes.
+        #[test]
+        fn sort_folded_orders_as_cmp_folded(
+            values in prop::collection::hash_set("(shared prefix 0123|[aA]{0,3})[aAb\\x00]{0,20}", 0..300),
+        ) {
+            let mut distinct: Vec<Vec<u8>> = Vec::new();
+            for v in values {
+                let v = v.into_bytes();
+                if !distinct.iter().any(|d| d.eq_ignore_ascii_case(&v)) {
+                    distinct.push(v);
+                }
+            }
+            let got: Vec<&[u8]> = sort_folded(distinct.len(), |id| &distinct[id as usize])
+                .into_iter()
+                .map(|id| &distinct[id as usize][..])
+                .collect();
+            let mut want: Vec<&[u8]> = distinct.iter().map(Vec::as_slice).collect();
+            want.sort_by(|a, b| cmp_folded(a, b));
+            prop_assert_eq!(got, want);
+        }
+
+        /// Without its trigram index (a bulk load's segments), a segment finds the same
+        /// substrings by scanning.
+        #[test]
+        fn substring_without_the_trigram_index(
+            values in prop::collection::vec("[abcAB ]{0,12}", 0..100),
+            needle in "[abAB ]{1,6}",
+        ) {
+            let h = RandomState::default();
+            let mut bulk = BulkBuilder::default();
+            let entries: Vec<(&[u8], u32, u64)> = values.iter().map(|v| (v.as_bytes(), 0, 1)).collect();
+            bulk.add(&entries, 0, &h).unwrap();
+            let plain = bulk.finish(&h, false).unwrap();
+            prop_assert!(!plain.has_grams() || values.is_empty());
+            let indexed = Segment::from_entries(entries, 0, &h).unwrap();
+            let lower = needle.to_ascii_lowercase();
+            let finder = memmem::Finder::new(lower.as_bytes());
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            plain.find_substring(&finder, &mut a);
+            indexed.find_substring(&finder, &mut b);
+            let values_of = |s: &Segment, ids: &[u32]| -> Vec<Vec<u8>> {
+                ids.iter().map(|&id| s.folded_value(id).to_vec()).collect()
+            };
+            prop_assert_eq!(values_of(&plain, &a), values_of(&indexed, &b));
+            plain.ensure_grams();
+            a.clear();
+            plain.find_substring(&finder, &mut a);
+            prop_assert_eq!(values_of(&plain, &a), values_of(&indexed, &b));
+        }
+
         #[test]
         fn substring_and_exact_match_brute_force(
             // Up to 200 values, so that common trigrams get bitmaps (64 values or more).
@@ -1598,7 +1755,7 @@ mod tests {
                 .collect();
             prop_assert_eq!(got, want);
             if values.len() >= 150 {
-                prop_assert!(!s.grams.bitmaps.is_empty());
+                prop_assert!(!s.grams.get().unwrap().bitmaps.is_empty());
             }
             for v in &values {
                 let lower = v.to_ascii_lowercase();

@@ -13,6 +13,7 @@ pub mod weightlist;
 pub mod aggregate;
 pub mod answer;
 mod index;
+mod memo;
 mod pages;
 pub mod query;
 pub mod rank;

@@ -21,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::index::{RandomState, Segment};
+use crate::index::{Group, RandomState, Segment};
 
 /// Best values kept per slot in a summary: queries asking for at most this many values
 /// per referral can use summaries.
@@ -54,6 +54,12 @@ pub struct SummaryConfig {
     /// Build summaries on a thread of their own after the segment is in use, so that
     /// imports are not held up by them; queries scan until they are ready.
     pub background: bool,
+    /// Bytes of memoized substring sums the table may hold (0: none kept; see
+    /// [`crate::memo`]).
+    pub memo_bytes: usize,
+    /// A substring term whose trigram candidates in a segment of at least
+    /// [`SummaryConfig::min_values`] values are at least this many has its sums memoized.
+    pub memo_min_candidates: usize,
 }
 
 impl SummaryConfig {
@@ -70,6 +76,8 @@ impl SummaryConfig {
             max_work_per_value: usize::MAX,
             threads: 2,
             background: false,
+            memo_bytes: 0,
+            memo_min_candidates: 1,
         }
     }
 }
@@ -85,6 +93,8 @@ impl Default for SummaryConfig {
             max_work_per_value: 48,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             background: true,
+            memo_bytes: 64 << 20,
+            memo_min_candidates: 256,
         }
     }
 }
@@ -106,12 +116,11 @@ pub(crate) struct SumEntry {
 /// Marks a [`SumEntry`] whose sum does not fit its 32 bits.
 const BIG_SUM: u32 = u32::MAX;
 
-/// A segment's summaries.
+/// Summed entries, grouped in blocks by attribute: the storage of precomputed summaries
+/// and of memoized ones ([`crate::memo`]).
 #[derive(Debug, Default)]
-pub(crate) struct Summaries {
-    /// Packed n-gram (see [`pack`]) -> its blocks, `blocks[start..end]`.
-    index: HashMap<u64, (u32, u32), RandomState>,
-    /// `(attribute, entries start, entries end)`, by attribute within an n-gram.
+pub(crate) struct Store {
+    /// `(attribute, entries start, entries end)`, by attribute within a needle.
     blocks: Vec<(u32, u32, u32)>,
     /// By slot within a block.
     entries: Vec<SumEntry>,
@@ -119,10 +128,97 @@ pub(crate) struct Summaries {
     big: Vec<(u32, u64)>,
 }
 
+impl Store {
+    /// Appends one needle's blocks; returns their range in `blocks`.
+    fn push(&mut self, blocks: Blocks) -> (u32, u32) {
+        let first = self.blocks.len() as u32;
+        for (attr, entries) in blocks {
+            let start = self.entries.len() as u32;
+            for (mut e, sum) in entries {
+                e.sum = match u32::try_from(sum) {
+                    Ok(s) if s != BIG_SUM => s,
+                    _ => {
+                        self.big.push((self.entries.len() as u32, sum));
+                        BIG_SUM
+                    }
+                };
+                self.entries.push(e);
+            }
+            self.blocks.push((attr, start, self.entries.len() as u32));
+        }
+        (first, self.blocks.len() as u32)
+    }
+
+    /// The entries under `attr` among the blocks `range` (empty when none).
+    fn lookup(&self, (start, end): (u32, u32), attr: u32) -> Option<Summary<'_>> {
+        let blocks = self.blocks.get(start as usize..end as usize)?;
+        let (s, e) = match blocks.binary_search_by_key(&attr, |b| b.0) {
+            Ok(k) => (blocks[k].1, blocks[k].2),
+            Err(_) => (0, 0),
+        };
+        Some(Summary {
+            big: &self.big,
+            start: s,
+            entries: self.entries.get(s as usize..e as usize).unwrap_or(&[]),
+        })
+    }
+
+    /// The entries under `attr` of a store holding one needle.
+    pub(crate) fn only(&self, attr: u32) -> Summary<'_> {
+        self.lookup((0, self.blocks.len() as u32), attr)
+            .unwrap_or(Summary {
+                big: &[],
+                start: 0,
+                entries: &[],
+            })
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.blocks.shrink_to_fit();
+        self.entries.shrink_to_fit();
+        self.big.shrink_to_fit();
+    }
+
+    /// Approximate heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.blocks.capacity() * 12
+            + self.entries.capacity() * std::mem::size_of::<SumEntry>()
+            + self.big.capacity() * 16
+    }
+
+    /// The sums under `attr` of the values holding `finder`'s needle (ASCII-lowercased):
+    /// one pass over the matches of `seg`, whose candidates (from
+    /// [`Segment::substring_candidates`]) are `ids`.
+    pub(crate) fn of_needle(
+        seg: &Segment,
+        finder: &memchr::memmem::Finder<'_>,
+        ids: &[u32],
+        exact: bool,
+        attr: u32,
+    ) -> Self {
+        let mut acc = Accumulator::new(seg);
+        seg.for_each_candidate(finder, ids, exact, |id, start| {
+            acc.add_under(seg, id, start, attr);
+        });
+        let mut store = Self::default();
+        store.push(acc.take());
+        store.shrink_to_fit();
+        store
+    }
+}
+
+/// A segment's summaries.
+#[derive(Debug, Default)]
+pub(crate) struct Summaries {
+    /// Packed n-gram (see [`pack`]) -> its blocks in `store`.
+    index: HashMap<u64, (u32, u32), RandomState>,
+    store: Store,
+}
+
 /// One summarized n-gram under one attribute: its entries by slot.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Summary<'a> {
-    all: &'a Summaries,
+    big: &'a [(u32, u64)],
     /// Index of `entries[0]` in `all.entries`.
     start: u32,
     /// By slot.
@@ -139,8 +235,8 @@ impl Summary<'_> {
             return u64::from(e.sum);
         }
         let at = self.start + i as u32;
-        match self.all.big.binary_search_by_key(&at, |b| b.0) {
-            Ok(k) => self.all.big[k].1,
+        match self.big.binary_search_by_key(&at, |b| b.0) {
+            Ok(k) => self.big[k].1,
             Err(_) => u64::from(BIG_SUM),
         }
     }
@@ -170,17 +266,8 @@ impl Summaries {
         if self.index.is_empty() {
             return None;
         }
-        let &(start, end) = self.index.get(&pack(needle)?)?;
-        let blocks = self.blocks.get(start as usize..end as usize)?;
-        let (s, e) = match blocks.binary_search_by_key(&attr, |b| b.0) {
-            Ok(k) => (blocks[k].1, blocks[k].2),
-            Err(_) => (0, 0),
-        };
-        Some(Summary {
-            all: self,
-            start: s,
-            entries: self.entries.get(s as usize..e as usize).unwrap_or(&[]),
-        })
+        let range = *self.index.get(&pack(needle)?)?;
+        self.store.lookup(range, attr)
     }
 
     /// Number of n-grams summarized.
@@ -190,10 +277,7 @@ impl Summaries {
 
     /// Approximate heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.index.capacity() * 24
-            + self.blocks.capacity() * 12
-            + self.entries.capacity() * std::mem::size_of::<SumEntry>()
-            + self.big.capacity() * 16
+        self.index.capacity() * 24 + self.store.heap_bytes()
     }
 
     /// Mines and summarizes `seg`'s broad n-grams.
@@ -241,25 +325,10 @@ impl Summaries {
                 break;
             }
             bytes += size;
-            let first = out.blocks.len() as u32;
-            for (attr, entries) in blocks {
-                let start = out.entries.len() as u32;
-                for (mut e, sum) in entries {
-                    e.sum = match u32::try_from(sum) {
-                        Ok(s) if s != BIG_SUM => s,
-                        _ => {
-                            out.big.push((out.entries.len() as u32, sum));
-                            BIG_SUM
-                        }
-                    };
-                    out.entries.push(e);
-                }
-                out.blocks.push((attr, start, out.entries.len() as u32));
-            }
-            out.index.insert(key, (first, out.blocks.len() as u32));
+            let range = out.store.push(blocks);
+            out.index.insert(key, range);
         }
-        out.blocks.shrink_to_fit();
-        out.entries.shrink_to_fit();
+        out.store.shrink_to_fit();
         out
     }
 }
@@ -462,36 +531,47 @@ impl Accumulator {
     /// Adds value `id` (record at `start`) under each attribute it was reported under.
     fn add(&mut self, seg: &Segment, id: u32, start: u32) {
         for g in seg.groups_in(start) {
-            let a = self.attr(g.attr);
-            let base = a * self.slots.len();
-            for (slot, count) in seg.group_postings(g) {
-                let Some(l) = self
-                    .slot_local
-                    .get(slot as usize)
-                    .and_then(|&l| l.checked_sub(1))
-                else {
-                    continue;
-                };
-                let at = base + l as usize;
-                let cell = &mut self.cells[at];
-                if cell.matched == 0 {
-                    self.touched.push(at as u32);
-                }
-                cell.sum = cell.sum.saturating_add(count);
-                cell.matched += 1;
-                // Values come in folded order: an equal count ranks after those kept.
-                let len = usize::from(cell.tops_len);
-                if len == SUMMARY_TOPS && count <= cell.tops[len - 1].1 {
-                    continue;
-                }
-                let mut i = len.min(SUMMARY_TOPS - 1);
-                cell.tops[i] = (id, count);
-                while i > 0 && cell.tops[i - 1].1 < count {
-                    cell.tops.swap(i - 1, i);
-                    i -= 1;
-                }
-                cell.tops_len = (len + 1).min(SUMMARY_TOPS) as u8;
+            self.add_group(seg, id, g);
+        }
+    }
+
+    /// Adds value `id` (record at `start`) under `attr` only.
+    fn add_under(&mut self, seg: &Segment, id: u32, start: u32, attr: u32) {
+        if let Some(g) = seg.group_in(start, attr) {
+            self.add_group(seg, id, g);
+        }
+    }
+
+    fn add_group(&mut self, seg: &Segment, id: u32, g: Group) {
+        let a = self.attr(g.attr);
+        let base = a * self.slots.len();
+        for (slot, count) in seg.group_postings(g) {
+            let Some(l) = self
+                .slot_local
+                .get(slot as usize)
+                .and_then(|&l| l.checked_sub(1))
+            else {
+                continue;
+            };
+            let at = base + l as usize;
+            let cell = &mut self.cells[at];
+            if cell.matched == 0 {
+                self.touched.push(at as u32);
             }
+            cell.sum = cell.sum.saturating_add(count);
+            cell.matched += 1;
+            // Values come in folded order: an equal count ranks after those kept.
+            let len = usize::from(cell.tops_len);
+            if len == SUMMARY_TOPS && count <= cell.tops[len - 1].1 {
+                continue;
+            }
+            let mut i = len.min(SUMMARY_TOPS - 1);
+            cell.tops[i] = (id, count);
+            while i > 0 && cell.tops[i - 1].1 < count {
+                cell.tops.swap(i - 1, i);
+                i -= 1;
+            }
+            cell.tops_len = (len + 1).min(SUMMARY_TOPS) as u8;
         }
     }
 

@@ -25,6 +25,8 @@
 //!
 //! [`RoutingTable::replace_all`] imports many hints into one new segment, interning values
 //! in a hash map and sorting only the distinct ones: the path for loading at start-up.
+//! During a bulk load ([`RoutingTable::set_bulk_load`]) its segments get no trigram index
+//! (substring searches scan them) until the final merge indexes everything once.
 //! Writes run on the caller's thread and may take a while when they trigger a big merge:
 //! call them from a blocking task, not an async executor thread.
 //!
@@ -54,7 +56,9 @@
 //! starts two batches ahead, whole records one batch ahead, so that cache misses overlap.
 //! A needle held by a large share of a big segment's values reads that segment's
 //! precomputed sums instead ([`crate::summary`]): its cost would otherwise be bounded
-//! only by the number of postings to add.
+//! only by the number of postings to add. A narrower needle that still matched many
+//! candidates in a big segment has the same sums computed in its pass and kept with the
+//! segment for its next asking ([`crate::memo`], bounded by [`SummaryConfig::memo_bytes`]).
 //!
 //! Other queries (several terms, possible referrals, many values) rank candidates over all
 //! terms, then a second pass collects the matched values of just the `limit` best.
@@ -82,12 +86,13 @@ use cip_proto::soif::attr::base_name;
 use crate::answer::{Answer, Item};
 use crate::hint::{AttrSpec, CipHint};
 use crate::index::{BulkBuilder, RandomState, Segment, TOUCH_BATCH, cmp_folded, hash_lower};
+use crate::memo::MemoBudget;
 use crate::query::{MatchOp, Query, Term};
 use crate::rank::{
     Explanation, MatchedValue, QueryOptions, RankKey, Referral, TermExplanation, TermStatus,
     ValueBuf, rank_order,
 };
-use crate::summary::{SUMMARY_TOPS, SummaryConfig};
+use crate::summary::{SUMMARY_TOPS, Store, SummaryConfig};
 use crate::thesaurus::AttrPattern;
 
 /// Name of the CIP-HINT attribute (with `-N` multi-value suffixes) that lists provenance
@@ -246,6 +251,11 @@ pub struct TableStats {
     pub summary_bytes: usize,
     /// The hints' memory charge against [`TableLimits::max_table_bytes`] ([`budget_bytes`]).
     pub budget_bytes: u64,
+    /// Substring needles whose sums are memoized ([`crate::memo`]), summed over segments.
+    pub memoized: usize,
+    /// Bytes those take (not in `approx_bytes`: bounded by
+    /// [`SummaryConfig::memo_bytes`]).
+    pub memo_bytes: usize,
 }
 
 /// One row of [`RoutingTable::entries`].
@@ -768,6 +778,8 @@ pub struct RoutingTable {
     pending: Arc<Pending>,
     /// Set during a bulk load ([`RoutingTable::set_bulk_load`]).
     bulk_load: std::sync::atomic::AtomicBool,
+    /// Bytes of memoized substring sums, over all segments ([`crate::memo`]).
+    memo: Arc<MemoBudget>,
 }
 
 /// A count of background summary builds, to wait on.
@@ -898,8 +910,9 @@ struct Scratch {
     found: Vec<(u32, u32, u32)>,
     /// Per slot: which of `found` its postings came from (read only for ranked slots).
     seg_of: Vec<u32>,
-    /// The segments whose summaries answered the current substring term.
-    summed: Vec<u32>,
+    /// The segments whose summaries answered the current substring term, with the
+    /// memoized sums where those did.
+    summed: Vec<(u32, Option<Arc<Store>>)>,
     /// Set by [`rank_direct`]: the one value every ranked slot matched (its `count` is
     /// unused); their best values are then not kept in the tally.
     single: Option<Top>,
@@ -1025,6 +1038,12 @@ impl Tally {
     }
 
     /// Counts `matched` values summing to `sum` for `slot` (from a summary).
+    fn add_summary(&mut self, summary: &crate::summary::Summary<'_>) {
+        for (i, e) in summary.entries.iter().enumerate() {
+            self.add_summed(e.slot, summary.sum(i), e.matched);
+        }
+    }
+
     fn add_summed(&mut self, slot: u32, sum: u64, matched: u32) {
         let s = slot as usize;
         let Some(c) = self.counts.get_mut(s) else {
@@ -1194,12 +1213,13 @@ impl RoutingTable {
     /// An empty table.
     pub fn new(config: TableConfig) -> Self {
         Self {
-            config,
             hasher: RandomState::default(),
             current: ArcSwap::from_pointee(Snapshot::default()),
             writer: Mutex::new(()),
             pending: Arc::default(),
             bulk_load: std::sync::atomic::AtomicBool::new(false),
+            memo: MemoBudget::new(config.summaries.memo_bytes),
+            config,
         }
     }
 
@@ -1248,9 +1268,10 @@ impl RoutingTable {
 
     /// Starts or ends a bulk load (a hub's cold start, hundreds of hints arriving within
     /// seconds). Meanwhile imports pile their segments up instead of merging them tier by
-    /// tier (up to 32; each value is then written once instead of once per tier), and new
-    /// segments get no summaries (most would be merged away soon; queries scan meanwhile,
-    /// summaries change only speed). Ending it merges everything into one segment and
+    /// tier (up to 32; each value is then written once instead of once per tier), and the
+    /// segments of [`RoutingTable::replace_all`] get neither a trigram index nor summaries
+    /// (all are merged away at the end; substring searches scan them meanwhile, which
+    /// changes only speed). Ending it merges everything into one segment, indexes and
     /// summarizes it: call it off the async workers.
     pub fn set_bulk_load(&self, on: bool) {
         let was = self.bulk_load.swap(on, std::sync::atomic::Ordering::AcqRel);
@@ -1343,7 +1364,7 @@ impl RoutingTable {
                     if bulk_bytes + bytes > FLUSH_AT || bulk_entries + entries.len() > FLUSH_AT {
                         let full = std::mem::take(&mut bulk);
                         let segment = full
-                            .finish(&self.hasher)
+                            .finish(&self.hasher, !self.bulk())
                             .map_err(|_| ImportError::TooLarge)?;
                         next.segments.push(Arc::new(segment));
                         (bulk_bytes, bulk_entries) = (0, 0);
@@ -1363,7 +1384,7 @@ impl RoutingTable {
             // Nothing to publish: the table, and its generation, stay as they were.
             return results;
         }
-        match bulk.finish(&self.hasher) {
+        match bulk.finish(&self.hasher, !self.bulk()) {
             Ok(segment) => next.segments.push(Arc::new(segment)),
             // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
             // rather than keep hints that no segment holds.
@@ -1574,6 +1595,10 @@ impl RoutingTable {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
         next.compact(&self.hasher, true, false);
+        // Segments a bulk load left unmerged (too big to merge) get their trigram index.
+        for seg in &next.segments {
+            seg.ensure_grams();
+        }
         next.rerank();
         self.summarize(&next);
         // The same contents, laid out anew: the generation stays.
@@ -1658,7 +1683,9 @@ impl RoutingTable {
             st.approx_bytes += seg.heap_bytes();
             st.summaries += seg.summarized();
             st.summary_bytes += seg.summary_bytes();
+            st.memoized += seg.memo_stats().0;
         }
+        st.memo_bytes = self.memo.used();
         st.summaries_pending = *self.pending.lock();
         st.budget_bytes = snap.budget_held();
         st.approx_bytes += snap.slots.capacity() * 8
@@ -1854,23 +1881,46 @@ impl RoutingTable {
             }
             MatchOp::Substring => {
                 let finder = memchr::memmem::Finder::new(&scratch.lower);
+                let summable = attrs.len() == 1 && k <= SUMMARY_TOPS;
+                let memo = &self.memo;
+                let cfg = &self.config.summaries;
                 for (si, seg) in segs.iter().enumerate() {
-                    // A broad needle under one attribute: the segment's summary has the
-                    // sums; the ranked slots' best values are read from it afterwards.
-                    if let &[attr] = attrs
-                        && k <= SUMMARY_TOPS
-                        && let Some(summary) = seg.summary(&scratch.lower, attr)
-                    {
-                        for (i, e) in summary.entries.iter().enumerate() {
-                            tally.add_summed(e.slot, summary.sum(i), e.matched);
+                    let si = si as u32;
+                    if summable {
+                        let attr = attrs[0];
+                        // A broad needle under one attribute: the segment's summary has
+                        // the sums; the ranked slots' best values are read from it
+                        // afterwards.
+                        if let Some(summary) = seg.summary(&scratch.lower, attr) {
+                            tally.add_summary(&summary);
+                            scratch.summed.push((si, None));
+                            continue;
                         }
-                        scratch.summed.push(si as u32);
+                        if let Some(store) = seg.memoized(&scratch.lower, attr) {
+                            tally.add_summary(&store.only(attr));
+                            scratch.summed.push((si, Some(store)));
+                            continue;
+                        }
+                    }
+                    let Some(exact) = seg.substring_candidates(&finder, &mut scratch.ids) else {
+                        continue;
+                    };
+                    if summable
+                        && memo.enabled()
+                        && seg.len() >= cfg.min_values
+                        && scratch.ids.len() >= cfg.memo_min_candidates
+                    {
+                        // Expensive, and likely asked again: sum it for every attribute
+                        // and slot in one pass, and keep that.
+                        let store = seg.memoize(&finder, &scratch.ids, exact, attrs[0], memo);
+                        tally.add_summary(&store.only(attrs[0]));
+                        scratch.summed.push((si, Some(store)));
                         continue;
                     }
                     // One pipelined pass: each match's postings are read right after its
                     // bytes were checked, while the next batches load.
-                    seg.for_each_substring(&finder, &mut scratch.ids, |id, start| {
-                        tally.add_at(segs, si as u32, id, start, attrs);
+                    seg.for_each_candidate(&finder, &scratch.ids, exact, |id, start| {
+                        tally.add_at(segs, si, id, start, attrs);
                     });
                 }
             }
@@ -1900,10 +1950,14 @@ impl RoutingTable {
         if k > 0 && !scratch.summed.is_empty() {
             // The ranked slots' best values in the summarized segments.
             let (attr, lower) = (scratch.attrs[0], &scratch.lower[..]);
-            for &si in &scratch.summed {
-                let seg = &segs[si as usize];
-                let Some(summary) = seg.summary(lower, attr) else {
-                    continue;
+            for (si, store) in &scratch.summed {
+                let (si, seg) = (*si, &segs[*si as usize]);
+                let summary = match store {
+                    Some(store) => store.only(attr),
+                    None => match seg.summary(lower, attr) {
+                        Some(summary) => summary,
+                        None => continue,
+                    },
                 };
                 let entries = summary.entries;
                 for r in &ranked {
@@ -2904,10 +2958,9 @@ mod tests {
         }
     }
 
-    /// Summaries change only speed: with every n-gram summarized, bulk and incremental
-    /// segments answer every substring query as scanning does.
-    #[test]
-    fn summaries_answer_as_scanning_does() {
+    /// Twelve peers' values made of a few syllables (so that substrings match many of them,
+    /// in mixed case), with their hints over two attributes.
+    fn syllable_peers() -> (Vec<Vec<(String, u64)>>, Vec<CipHint>) {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut next = move |n: u64| {
             seed ^= seed << 13;
@@ -2930,12 +2983,7 @@ mod tests {
         for _ in 0..12 {
             peers.push((0..40).map(|_| (value(&mut next), 1 + next(9))).collect());
         }
-        let forced = SummaryConfig::everything();
-        let off = SummaryConfig {
-            min_values: usize::MAX,
-            ..forced
-        };
-        let hints: Vec<CipHint> = peers
+        let hints = peers
             .iter()
             .enumerate()
             .map(|(p, list)| {
@@ -2948,6 +2996,101 @@ mod tests {
                 )
             })
             .collect();
+        (peers, hints)
+    }
+
+    /// Memoized substring sums answer as scanning does: when first computed, when read
+    /// back, after hints were replaced or removed (their slots dead in the memoized
+    /// segment), and with a budget so small that entries keep being forgotten.
+    #[test]
+    fn memoized_sums_answer_as_scanning_does() {
+        let (peers, hints) = syllable_peers();
+        let off = SummaryConfig {
+            min_values: usize::MAX,
+            ..SummaryConfig::everything()
+        };
+        // No n-gram summarized; every substring memoized.
+        let memo = |bytes: usize| SummaryConfig {
+            min_matches: usize::MAX,
+            memo_bytes: bytes,
+            memo_min_candidates: 1,
+            ..SummaryConfig::everything()
+        };
+        let build = |cfg: SummaryConfig| {
+            let t = RoutingTable::new(TableConfig {
+                summaries: cfg,
+                ..TableConfig::default()
+            });
+            load(&t, &hints, true);
+            t
+        };
+        let plain = build(off);
+        let memoized = build(memo(64 << 20));
+        let tiny = build(memo(3000));
+        assert_eq!(memoized.stats().summaries, 0);
+        let compare = |round: &str| {
+            for list in &peers {
+                for (v, _) in list.iter().take(4) {
+                    let lower = v.to_ascii_lowercase();
+                    for len in 1..=8.min(lower.len()) {
+                        let needle = &lower[lower.len() - len..];
+                        for (attr, k, limit) in
+                            [("Author", 0, 3), ("Author", 3, 100), ("Title", 5, 4)]
+                        {
+                            let opts = QueryOptions {
+                                limit,
+                                max_values: k,
+                                ..QueryOptions::default()
+                            };
+                            let text = format!("DOCUMENT:{attr}~\"{needle}\"");
+                            let want = plain.query(&q(&text), &opts);
+                            for t in [&memoized, &tiny] {
+                                // Computed, then read back.
+                                for pass in 0..2 {
+                                    assert_eq!(
+                                        t.query(&q(&text), &opts),
+                                        want,
+                                        "{round}: {text} k {k} limit {limit} pass {pass}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        compare("loaded");
+        let st = memoized.stats();
+        assert!(st.memoized > 20 && st.memo_bytes > 0, "{st:?}");
+        assert!(tiny.stats().memo_bytes <= 3000);
+        // Replace two peers' hints with others' values and remove a third: their slots
+        // die in the memoized segment.
+        for t in [&plain, &memoized, &tiny] {
+            for (p, from) in [(0usize, 5usize), (1, 7)] {
+                t.replace(meta(&format!("1.{p}")), &hints[from]).unwrap();
+            }
+            assert!(t.remove(&Dsi::new("1.2").unwrap()));
+        }
+        compare("after replacing");
+        // Merging everything drops the old segments and their memo charge with them.
+        memoized.compact();
+        let st = memoized.stats();
+        assert_eq!(st.segments, 1);
+        assert_eq!(st.memoized, 0, "{st:?}");
+        assert_eq!(st.memo_bytes, 0);
+        compare("after merging");
+    }
+
+    /// Summaries change only speed: with every n-gram summarized, bulk and incremental
+    /// segments answer every substring query as scanning does.
+    #[test]
+    fn summaries_answer_as_scanning_does() {
+        let (peers, hints) = syllable_peers();
+        let forced = SummaryConfig::everything();
+        let off = SummaryConfig {
+            min_values: usize::MAX,
+            ..forced
+        };
         let build = |cfg: SummaryConfig, bulk: bool| {
             let t = RoutingTable::new(TableConfig {
                 summaries: cfg,
@@ -3297,20 +3440,38 @@ mod tests {
         t.set_bulk_load(true);
         for i in 0..6u64 {
             let v = format!("v{i}");
-            t.replace(
-                meta(&format!("1.{i}")),
-                &hint(10, &[("D", "A", &[("shared", 1 + i), (v.as_str(), 2)])]),
-            )
-            .unwrap();
+            let h = hint(10, &[("D", "A", &[("shared", 1 + i), (v.as_str(), 2)])]);
+            // One at a time, and in batches, which leave the trigram index for later.
+            if i < 3 {
+                t.replace(meta(&format!("1.{i}")), &h).unwrap();
+            } else {
+                assert!(t.replace_all([(meta(&format!("1.{i}")), &h)])[0].is_ok());
+            }
         }
         assert_eq!(t.stats().segments, 6, "no tiered merges during the load");
-        let during = summary(&t.query(&q("A=shared"), &QueryOptions::default()));
+        let grams = |t: &RoutingTable| -> Vec<bool> {
+            t.current
+                .load()
+                .segments
+                .iter()
+                .map(|s| s.has_grams())
+                .collect()
+        };
+        assert_eq!(grams(&t), [true, true, true, false, false, false]);
+        let ask =
+            |t: &RoutingTable, text: &str| summary(&t.query(&q(text), &QueryOptions::default()));
+        let during = ask(&t, "A=shared");
+        let during_substring = [ask(&t, "A~hare"), ask(&t, "A~v4"), ask(&t, "A~ar")];
+        assert_eq!(during_substring[0], during);
+        assert_eq!(during_substring[1], vec![("1.4".into(), 2, true)]);
         let generation = t.generation();
         t.set_bulk_load(false);
         assert_eq!(t.stats().segments, 1);
+        assert_eq!(grams(&t), [true]);
+        assert_eq!(ask(&t, "A=shared"), during);
         assert_eq!(
-            summary(&t.query(&q("A=shared"), &QueryOptions::default())),
-            during
+            [ask(&t, "A~hare"), ask(&t, "A~v4"), ask(&t, "A~ar")],
+            during_substring
         );
         assert_eq!(during.len(), 6);
         assert_eq!(t.generation(), generation, "the merge changes no contents");

@@ -190,18 +190,19 @@ proptest! {
         initial in prop::collection::vec(peer(), 1..8),
         updates in prop::collection::vec((0usize..10, prop::option::of(peer())), 0..12),
         bulk in any::<bool>(),
-        summarize in any::<bool>(),
+        summarize in 0u8..3,
         queries in prop::collection::vec(
             (prop::option::of(0..TEMPLATES.len()), any::<bool>(), 0..POOL.len(), 0usize..6, 1usize..5, 0usize..4),
             1..8,
         ),
     ) {
-        // Summaries on every segment, for every n-gram in two values or more: answers
-        // must not change.
-        let summaries = if summarize {
-            SummaryConfig { min_values: 1, min_share_permille: 0, min_matches: 2, budget_divisor: 0, max_ngrams: usize::MAX, max_work_per_value: usize::MAX, threads: 2, background: false }
-        } else {
-            SummaryConfig::default()
+        // Summaries on every segment, for every n-gram in two values or more; or every
+        // substring's sums memoized: answers must not change.
+        let forced = SummaryConfig { min_values: 1, min_share_permille: 0, min_matches: 2, budget_divisor: 0, max_ngrams: usize::MAX, max_work_per_value: usize::MAX, threads: 2, background: false, memo_bytes: 0, memo_min_candidates: 1 };
+        let summaries = match summarize {
+            0 => SummaryConfig::default(),
+            1 => forced,
+            _ => SummaryConfig { min_matches: usize::MAX, memo_bytes: 1 << 20, ..forced },
         };
         let table = RoutingTable::new(TableConfig { summaries, ..TableConfig::default() });
         let mut peers: Vec<Option<Peer>> = initial.iter().cloned().map(Some).collect();

@@ -329,6 +329,9 @@ pub struct RawIndex {
     pub summary_max_ngrams: Option<usize>,
     /// Values visited to build a segment's sums, at most this many times its values.
     pub summary_work_per_value: Option<usize>,
+    /// Bytes of per-peer sums kept for substring needles that were expensive to answer
+    /// (0: none).
+    pub substring_cache_bytes: Option<usize>,
 }
 
 /// `[log]`.
@@ -988,6 +991,7 @@ impl Validator<'_> {
                 raw.summary_work_per_value,
                 default.max_work_per_value,
             ),
+            memo_bytes: raw.substring_cache_bytes.unwrap_or(default.memo_bytes),
             ..default
         }
     }
@@ -1920,10 +1924,12 @@ level = "=="
         assert_eq!(c.index, SummaryConfig::default());
         let c = Config::from_toml(&format!(
             "{MINIMAL}[index]\nsummaries = false\nsummary_threads = 3\n\
-             summary_memory_divisor = 8\nsummary_max_ngrams = 100\nsummary_work_per_value = 9\n"
+             summary_memory_divisor = 8\nsummary_max_ngrams = 100\nsummary_work_per_value = 9\n\
+             substring_cache_bytes = 0\n"
         ))
         .unwrap();
         assert_eq!(c.index.min_values, usize::MAX);
+        assert_eq!(c.index.memo_bytes, 0, "0 turns the substring cache off");
         assert_eq!(c.index.threads, 3);
         assert_eq!(
             (
