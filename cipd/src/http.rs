@@ -260,10 +260,11 @@ async fn referrals(
     let query = node.parse_query(&q).inspect_err(|_| {
         crate::metrics::Metrics::inc(&node.metrics().query_errors);
     })?;
-    // An exact lookup on indexed attributes costs microseconds: answer it here. Anything
-    // that may scan (substrings, attributes the local store does not index, which read
-    // objects from disk) goes to the blocking pool.
-    let body = if node.is_quick(&query) {
+    // An exact lookup on indexed attributes, or a substring whose sums the table keeps,
+    // costs microseconds: answer it here. Anything that may scan (other substrings,
+    // attributes the local store does not index, which read objects from disk) goes to
+    // the blocking pool.
+    let body = if node.is_quick(&query, possible) {
         node.referrals_json(&q, &query, possible, limit)?
     } else if let Some(hit) = node.cached_referrals(&q, possible, limit) {
         hit

@@ -41,6 +41,9 @@ use crate::outbound::{BuildInput, Pipeline};
 use crate::spool::{Spool, SpoolEntry};
 use crate::telemetry::LogHandle;
 
+/// Local objects a substring query may search on an async worker ([`Node::is_quick`]).
+const QUICK_LOCAL_OBJECTS: u64 = 10_000;
+
 /// Counters and flags published on the node's `watch` channel.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
@@ -1641,12 +1644,22 @@ impl Node {
         Ok(out)
     }
 
-    /// True when `query` costs microseconds: exact terms only, each indexed by every local
-    /// collection (no substring scan, no object read from disk). Such queries may be
-    /// answered on an async worker; others go to the blocking pool.
-    pub fn is_quick(&self, query: &Query) -> bool {
-        query.terms().iter().all(|t| t.op == MatchOp::Exact)
-            && self.local.load().stores().all(|s| s.indexes_all(query))
+    /// True when `query` costs microseconds: each term indexed by every local collection
+    /// (no object read from disk), and exact, or a substring whose per-peer sums the
+    /// routing table keeps ([`RoutingTable::answers_quickly`]) with few local objects to
+    /// search. Such queries may be answered on an async worker; others go to the blocking
+    /// pool.
+    pub fn is_quick(&self, query: &Query, possible: bool) -> bool {
+        let local = self.local.load();
+        if !local.stores().all(|s| s.indexes_all(query)) {
+            return false;
+        }
+        let exact = query.terms().iter().all(|t| t.op == MatchOp::Exact);
+        exact
+            || (local.len() <= QUICK_LOCAL_OBJECTS
+                && self
+                    .table
+                    .answers_quickly(query, &self.query_options(possible, None)))
     }
 
     /// A turn to evaluate a query that may scan ([`Node::is_quick`] false); waits without

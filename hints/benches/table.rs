@@ -13,7 +13,8 @@
 //! `TABLE_BENCH_ONLY=exact|query|substring|replace` runs one part after the load (`query`:
 //! only the exact `answer()` and `query()` figures, for profiling it);
 //! `TABLE_BENCH_LOAD_ONLY=1` stops after the load; `TABLE_BENCH_NEEDLE=text` repeats one
-//! substring query for 5 s (for profiling); `TABLE_BENCH_SLOW=1` prints every
+//! substring query for 5 s (for profiling); `TABLE_BENCH_LIMIT` and `TABLE_BENCH_VALUES`
+//! set the referrals and values per referral asked for (10 and 1); `TABLE_BENCH_SLOW=1` prints every
 //! substring query slower than 2 ms with the cost of `route()` for it.
 
 use std::time::{Duration, Instant, SystemTime};
@@ -173,9 +174,15 @@ fn main() {
     }
 
     // Exact lookups: values of random peers, random case.
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
     let opts = QueryOptions {
-        limit: 10,
-        max_values: 1,
+        limit: env("TABLE_BENCH_LIMIT", 10),
+        max_values: env("TABLE_BENCH_VALUES", 1),
         ..QueryOptions::default()
     };
     let exact: Vec<Query> = (0..4096)

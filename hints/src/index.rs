@@ -91,6 +91,9 @@ pub(crate) struct Segment {
     recs: Pages,
     /// Per value id: where its record starts in `recs`.
     starts: Vec<u32>,
+    /// Per value id: [`attr_bit`] of each attribute it is reported under, OR-ed; lets a
+    /// search under some attributes skip values without loading their records.
+    attr_bits: Vec<u8>,
     /// Exact-match table, linear probing from [`home`]: `hash >> 32 << 32 | record start +
     /// 1`, 0 when empty; `u64`s, little-endian.
     table: Pages,
@@ -376,6 +379,21 @@ fn sort_folded<'a>(n: usize, value: impl Fn(u32) -> &'a [u8]) -> Vec<u32> {
         i = j;
     }
     keyed.into_iter().map(|k| k.1).collect()
+}
+
+/// The bit of [`Segment::attr_bits`] standing for table-wide attribute `attr`: attributes
+/// share bits modulo 8, so a set bit means "maybe".
+#[inline]
+pub(crate) fn attr_bit(attr: u32) -> u8 {
+    1 << (attr % 8)
+}
+
+/// Every bit of [`attr_bit`]: no filtering.
+pub(crate) const ANY_ATTR: u8 = u8::MAX;
+
+/// The bits of `attrs` together.
+pub(crate) fn attr_mask(attrs: &[u32]) -> u8 {
+    attrs.iter().fold(0, |m, &a| m | attr_bit(a))
 }
 
 /// Hash of bytes already ASCII-lowercased.
@@ -1001,10 +1019,27 @@ impl Segment {
     }
 
     /// Appends to `out` the ids of values containing the needle `finder` looks for (built
-    /// on the ASCII-lowercased needle), in ascending order.
-    pub(crate) fn find_substring(&self, finder: &memmem::Finder<'_>, out: &mut Vec<u32>) {
+    /// on the ASCII-lowercased needle), in ascending order; with a `mask` other than
+    /// [`ANY_ATTR`] ([`attr_mask`]), only of values reported under one of its attributes
+    /// (and maybe others).
+    pub(crate) fn find_substring(&self, finder: &memmem::Finder<'_>, mask: u8, out: &mut Vec<u32>) {
         let mut candidates = Vec::new();
-        self.for_each_substring(finder, &mut candidates, |id, _| out.push(id));
+        if let Some(exact) = self.substring_candidates(finder, &mut candidates) {
+            self.retain_under(&mut candidates, mask);
+            self.for_each_candidate(finder, &candidates, exact, |id, _| out.push(id));
+        }
+    }
+
+    /// Keeps of `ids` those that may be reported under an attribute of `mask`
+    /// ([`attr_mask`]): a byte per value, read in id order, instead of a record each.
+    pub(crate) fn retain_under(&self, ids: &mut Vec<u32>, mask: u8) {
+        if mask != ANY_ATTR {
+            ids.retain(|&id| {
+                self.attr_bits
+                    .get(id as usize)
+                    .is_none_or(|&b| b & mask != 0)
+            });
+        }
     }
 
     /// Calls `found(id, record start)` for each value containing the needle `finder`
@@ -1221,6 +1256,7 @@ impl Segment {
     pub(crate) fn heap_bytes(&self) -> usize {
         self.recs.heap_bytes()
             + 4 * self.starts.capacity()
+            + self.attr_bits.capacity()
             + self.table.heap_bytes()
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
             + self.grams.get().map_or(0, GramIndex::heap_bytes)
@@ -1255,6 +1291,7 @@ fn partition(n: u32, below: impl Fn(u32) -> bool) -> u32 {
 struct Builder {
     recs: Vec<u8>,
     starts: Vec<u32>,
+    attr_bits: Vec<u8>,
     big_counts: Vec<(u32, u64)>,
     slot_entries: Vec<u64>,
     entries: usize,
@@ -1302,6 +1339,7 @@ impl Builder {
         }
         self.value_bytes += spelling.len();
         let mut groups = 0u32;
+        let mut bits = 0u8;
         // Where the current group's posting count goes, its attribute, its postings.
         let mut group: Option<(usize, u32, u32)> = None;
         let mut k = 0;
@@ -1322,6 +1360,7 @@ impl Builder {
                         self.recs[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
                     }
                     self.recs.extend_from_slice(&attr.to_le_bytes());
+                    bits |= attr_bit(attr);
                     group = Some((self.recs.len(), attr, 1));
                     self.recs.extend_from_slice(&0u32.to_le_bytes());
                     groups += 1;
@@ -1346,6 +1385,7 @@ impl Builder {
             self.recs[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
         }
         self.recs[at + 4..at + 8].copy_from_slice(&groups.to_le_bytes());
+        self.attr_bits.push(bits);
         Ok(())
     }
 
@@ -1353,6 +1393,7 @@ impl Builder {
         let mut seg = Segment {
             recs: Pages::new(self.recs),
             starts: self.starts,
+            attr_bits: self.attr_bits,
             table: Pages::default(),
             big_counts: self.big_counts,
             slots: self
@@ -1370,6 +1411,7 @@ impl Builder {
             memo: Memo::default(),
         };
         seg.starts.shrink_to_fit();
+        seg.attr_bits.shrink_to_fit();
         seg
     }
 }
@@ -1623,6 +1665,35 @@ mod tests {
         Segment::from_entries(entries, slot, h).unwrap()
     }
 
+    /// A search under some attributes skips the values reported under none of them, by
+    /// their attribute bits alone; attributes sharing a bit (1 and 9) stay candidates.
+    #[test]
+    fn substring_under_attributes_skips_other_attributes() {
+        let h = RandomState::default();
+        let entries = vec![
+            (&b"alpha one"[..], 0, 1),
+            (&b"alpha two"[..], 1, 1),
+            (&b"alpha six"[..], 9, 1),
+            (&b"alpha ten"[..], 0, 1),
+            (&b"alpha ten"[..], 2, 1),
+        ];
+        let seg = Segment::from_entries(entries, 0, &h).unwrap();
+        let finder = memmem::Finder::new(b"alpha");
+        let found = |mask: u8| -> Vec<String> {
+            let mut ids = Vec::new();
+            seg.find_substring(&finder, mask, &mut ids);
+            ids.iter()
+                .map(|&id| String::from_utf8_lossy(seg.folded_value(id)).into_owned())
+                .collect()
+        };
+        assert_eq!(found(ANY_ATTR).len(), 4);
+        assert_eq!(found(attr_mask(&[0])), ["alpha one", "alpha ten"]);
+        assert_eq!(found(attr_mask(&[2])), ["alpha ten"]);
+        assert_eq!(found(attr_mask(&[1])), ["alpha six", "alpha two"]);
+        assert_eq!(found(attr_mask(&[0, 9])).len(), 4);
+        assert!(found(attr_mask(&[5])).is_empty());
+    }
+
     #[test]
     fn folds_and_merges_spellings() {
         let h = RandomState::default();
@@ -1709,6 +1780,33 @@ mod tests {
             prop_assert_eq!(got, want);
         }
 
+        /// The count of a slot in a long posting group is found wherever the slots sit
+        /// (evenly spread or bunched).
+        #[test]
+        fn count_at_finds_every_slot(
+            slots in prop::collection::btree_set(0u32..5000, 1..300),
+            bunched in any::<bool>(),
+        ) {
+            let h = RandomState::default();
+            let slots: Vec<u32> = slots
+                .into_iter()
+                .map(|s| if bunched && s % 3 == 0 { s / 100 } else { s })
+                .collect::<std::collections::BTreeSet<u32>>()
+                .into_iter()
+                .collect();
+            let mut bulk = BulkBuilder::default();
+            for &slot in &slots {
+                bulk.add(&[(&b"value"[..], 3, u64::from(slot) + 1)], slot, &h).unwrap();
+            }
+            let seg = bulk.finish(&h, true).unwrap();
+            let start = seg.start_of(0);
+            for probe in 0..5001u32 {
+                let want = slots.binary_search(&probe).ok().map(|_| u64::from(probe) + 1);
+                prop_assert_eq!(seg.count_at(start, 3, probe), want, "slot {}", probe);
+            }
+            prop_assert_eq!(seg.count_at(start, 4, slots[0]), None);
+        }
+
         /// Without its trigram index (a bulk load's segments), a segment finds the same
         /// substrings by scanning.
         #[test]
@@ -1726,15 +1824,15 @@ mod tests {
             let lower = needle.to_ascii_lowercase();
             let finder = memmem::Finder::new(lower.as_bytes());
             let (mut a, mut b) = (Vec::new(), Vec::new());
-            plain.find_substring(&finder, &mut a);
-            indexed.find_substring(&finder, &mut b);
+            plain.find_substring(&finder, ANY_ATTR, &mut a);
+            indexed.find_substring(&finder, ANY_ATTR, &mut b);
             let values_of = |s: &Segment, ids: &[u32]| -> Vec<Vec<u8>> {
                 ids.iter().map(|&id| s.folded_value(id).to_vec()).collect()
             };
             prop_assert_eq!(values_of(&plain, &a), values_of(&indexed, &b));
             plain.ensure_grams();
             a.clear();
-            plain.find_substring(&finder, &mut a);
+            plain.find_substring(&finder, ANY_ATTR, &mut a);
             prop_assert_eq!(values_of(&plain, &a), values_of(&indexed, &b));
         }
 
@@ -1749,7 +1847,7 @@ mod tests {
             let s = Segment::from_entries(entries, 0, &h).unwrap();
             let mut got = Vec::new();
             let lower = needle.to_ascii_lowercase();
-            s.find_substring(&memmem::Finder::new(lower.as_bytes()), &mut got);
+            s.find_substring(&memmem::Finder::new(lower.as_bytes()), ANY_ATTR, &mut got);
             let want: Vec<u32> = (0..s.len() as u32)
                 .filter(|&id| contains_ignore_ascii_case(&s.value(id), needle.as_bytes()))
                 .collect();

@@ -93,7 +93,7 @@ impl Default for SummaryConfig {
             max_work_per_value: 48,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             background: true,
-            memo_bytes: 64 << 20,
+            memo_bytes: 128 << 20,
             memo_min_candidates: 256,
         }
     }

@@ -85,7 +85,9 @@ use cip_proto::soif::attr::base_name;
 
 use crate::answer::{Answer, Item};
 use crate::hint::{AttrSpec, CipHint};
-use crate::index::{BulkBuilder, RandomState, Segment, TOUCH_BATCH, cmp_folded, hash_lower};
+use crate::index::{
+    BulkBuilder, RandomState, Segment, TOUCH_BATCH, attr_mask, cmp_folded, hash_lower,
+};
 use crate::memo::MemoBudget;
 use crate::query::{MatchOp, Query, Term};
 use crate::rank::{
@@ -930,6 +932,11 @@ struct AttrCache {
     attribute: String,
 }
 
+/// Values that are cheap to search for any substring (a tenth of a millisecond or so):
+/// [`RoutingTable::answers_quickly`] does not ask segments holding fewer than this in all
+/// for their sums.
+const QUICK_SCAN_VALUES: usize = 20_000;
+
 /// Most values per referral ([`QueryOptions::max_values`]) for which a single-term query
 /// keeps each peer's best values while matching; more take a second pass.
 const TALLY_MAX_VALUES: usize = 16;
@@ -1731,6 +1738,40 @@ impl RoutingTable {
             .collect()
     }
 
+    /// True when answering `q` costs about what an exact lookup does, whatever the
+    /// table's size: every term is exact, or the one term is a substring whose per-peer
+    /// sums every big segment has (summarized or memoized, see [`crate::memo`]) and whose
+    /// other segments are small. The daemon answers such queries on the spot instead of
+    /// handing them to a scanning thread.
+    pub fn answers_quickly(&self, q: &Query, opts: &QueryOptions) -> bool {
+        if q.terms().iter().all(|t| t.op == MatchOp::Exact) {
+            return true;
+        }
+        let Some(term) = single_term(q, opts) else {
+            return false;
+        };
+        if opts.thesaurus.is_some() || opts.max_values > SUMMARY_TOPS {
+            return false;
+        }
+        let snap = self.current.load();
+        let mut attrs = Vec::new();
+        snap.attrs
+            .resolve_term(term.template.as_deref(), &term.attribute, &mut attrs);
+        let attr = match attrs[..] {
+            [] => return true,
+            [attr] => attr,
+            _ => return false,
+        };
+        let lower = term.value.to_ascii_lowercase();
+        let mut scanned = 0;
+        snap.segments.iter().all(|seg| {
+            seg.summary(&lower, attr).is_some() || seg.memoized(&lower, attr).is_some() || {
+                scanned += seg.len();
+                scanned < QUICK_SCAN_VALUES
+            }
+        })
+    }
+
     /// Ranked referrals for `q` (see [`crate::rank`] for the order), owned.
     pub fn query(&self, q: &Query, opts: &QueryOptions) -> Vec<Referral> {
         self.answer(q, opts).into_referrals()
@@ -1882,6 +1923,7 @@ impl RoutingTable {
             MatchOp::Substring => {
                 let finder = memchr::memmem::Finder::new(&scratch.lower);
                 let summable = attrs.len() == 1 && k <= SUMMARY_TOPS;
+                let mask = attr_mask(attrs);
                 let memo = &self.memo;
                 let cfg = &self.config.summaries;
                 for (si, seg) in segs.iter().enumerate() {
@@ -1905,6 +1947,8 @@ impl RoutingTable {
                     let Some(exact) = seg.substring_candidates(&finder, &mut scratch.ids) else {
                         continue;
                     };
+                    // Values reported under other attributes only need not be loaded.
+                    seg.retain_under(&mut scratch.ids, mask);
                     if summable
                         && memo.enabled()
                         && seg.len() >= cfg.min_values
@@ -2138,9 +2182,10 @@ impl RoutingTable {
                 }
                 MatchOp::Substring => {
                     let finder = memchr::memmem::Finder::new(&scratch.lower);
+                    let mask = attr_mask(&attrs);
                     for (si, seg) in snap.segments.iter().enumerate() {
                         scratch.ids.clear();
-                        seg.find_substring(&finder, &mut scratch.ids);
+                        seg.find_substring(&finder, mask, &mut scratch.ids);
                         let mut digest = 0;
                         for batch in scratch.ids.chunks(TOUCH_BATCH) {
                             digest ^= seg.touch_postings(batch);
@@ -3079,6 +3124,65 @@ mod tests {
         assert_eq!(st.memoized, 0, "{st:?}");
         assert_eq!(st.memo_bytes, 0);
         compare("after merging");
+    }
+
+    /// A substring term is quick once every big segment has its sums; other shapes of
+    /// query are not, whatever is cached.
+    #[test]
+    fn substring_queries_are_quick_once_their_sums_are_kept() {
+        let (_, hints) = syllable_peers();
+        let t = RoutingTable::new(TableConfig {
+            summaries: SummaryConfig {
+                min_values: 1,
+                min_matches: usize::MAX,
+                memo_bytes: 1 << 20,
+                memo_min_candidates: 1,
+                ..SummaryConfig::everything()
+            },
+            ..TableConfig::default()
+        });
+        load(&t, &hints, true);
+        let opts = QueryOptions::default();
+        assert!(t.answers_quickly(&q("DOCUMENT:Author=anber"), &opts));
+        assert!(
+            t.answers_quickly(&q("DOCUMENT:Nothing~anb"), &opts),
+            "no such attribute"
+        );
+        // The table is smaller than QUICK_SCAN_VALUES: any substring is quick.
+        assert!(t.answers_quickly(&q("DOCUMENT:Author~anb"), &opts));
+        // Past it, only once the sums are kept.
+        let big: Vec<CipHint> = (0..30)
+            .map(|p| {
+                let values: Vec<String> = (0..800).map(|i| format!("anber {p} {i}")).collect();
+                let es: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), 1)).collect();
+                hint(1000, &[("DOCUMENT", "Author", &es)])
+            })
+            .collect();
+        let r = t.replace_all(
+            big.iter()
+                .enumerate()
+                .map(|(p, h)| (meta(&format!("2.{p}")), h)),
+        );
+        assert!(r.iter().all(Result::is_ok));
+        assert!(t.stats().distinct_values >= QUICK_SCAN_VALUES);
+        let term = q("DOCUMENT:Author~anber");
+        assert!(!t.answers_quickly(&term, &opts));
+        let first = t.query(&term, &opts);
+        assert!(t.answers_quickly(&term, &opts));
+        assert_eq!(t.query(&term, &opts), first);
+        assert!(!t.answers_quickly(&q("DOCUMENT:Author~anbe"), &opts));
+        // Two terms, possible referrals or many values per referral take the general path.
+        assert!(!t.answers_quickly(&q("DOCUMENT:Author~anber & DOCUMENT:Author=x"), &opts));
+        let possible = QueryOptions {
+            include_possible: true,
+            ..QueryOptions::default()
+        };
+        assert!(!t.answers_quickly(&term, &possible));
+        let many = QueryOptions {
+            max_values: SUMMARY_TOPS + 1,
+            ..QueryOptions::default()
+        };
+        assert!(!t.answers_quickly(&term, &many));
     }
 
     /// Summaries change only speed: with every n-gram summarized, bulk and incremental
