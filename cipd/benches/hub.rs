@@ -1625,10 +1625,12 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
     let cache = gauge(&page, "cipd_table_substring_cache_bytes").unwrap_or(0.0);
     if let Some((rss, _)) = memory_after_load {
         println!(
-            "after the load: substring cache {:.1} MB ({} needles), VmRSS {} MiB; \
-             RSS {:.2}x the README's sizing with the cache",
+            "after the load: substring cache {:.1} MB ({} needles; {} hits, {} computed), \
+             VmRSS {} MiB; RSS {:.2}x the README's sizing with the cache",
             cache / 1e6,
             gauge(&page, "cipd_table_substring_cache_needles").unwrap_or(0.0),
+            gauge(&page, "cipd_table_substring_cache_hits_total").unwrap_or(0.0),
+            gauge(&page, "cipd_table_substring_cache_computed_total").unwrap_or(0.0),
             rss / 1024,
             rss as f64 * 1024.0 / (formula + cache)
         );

@@ -126,6 +126,10 @@ pub struct Gauges {
     pub table_substring_cache_needles: u64,
     /// Bytes of those sums (at most `[index] substring_cache_bytes`).
     pub table_substring_cache_bytes: u64,
+    /// Segment searches answered from kept substring sums.
+    pub table_substring_cache_hits: u64,
+    /// Substring sums computed for the cache.
+    pub table_substring_cache_computed: u64,
     /// Objects in local collections.
     pub local_objects: u64,
     /// Seconds since the daemon started.
@@ -448,6 +452,18 @@ impl Metrics {
             "cipd_table_substring_cache_bytes",
             "Bytes of the kept substring sums (at most [index] substring_cache_bytes).",
             gauges.table_substring_cache_bytes as f64,
+        );
+        counter(
+            &mut out,
+            "cipd_table_substring_cache_hits_total",
+            "Segment searches answered from kept substring sums.",
+            gauges.table_substring_cache_hits,
+        );
+        counter(
+            &mut out,
+            "cipd_table_substring_cache_computed_total",
+            "Substring sums computed for the cache (each a pass over the needle's matches).",
+            gauges.table_substring_cache_computed,
         );
         gauge(
             &mut out,

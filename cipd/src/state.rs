@@ -636,6 +636,8 @@ impl Node {
             table_budget_bytes: stats.budget_bytes,
             table_substring_cache_needles: stats.memoized as u64,
             table_substring_cache_bytes: stats.memo_bytes as u64,
+            table_substring_cache_hits: stats.memo_hits,
+            table_substring_cache_computed: stats.memo_computed,
             local_objects: self.local_objects_count(),
             uptime_seconds: self.uptime().as_secs_f64(),
             table_generation: self.table.generation(),

@@ -20,17 +20,21 @@
 //! forgets its oldest entries first, and an entry that does not fit is not kept.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::index::RandomState;
 use crate::summary::Store;
 
-/// Bytes of memoized sums the whole table may hold.
+/// Bytes of memoized sums the whole table may hold, and how the memo fares.
 #[derive(Debug)]
 pub(crate) struct MemoBudget {
     limit: usize,
     used: AtomicUsize,
+    /// Substring terms answered from memoized sums.
+    hits: AtomicU64,
+    /// Sums computed to be memoized (kept or, over the budget, not).
+    computed: AtomicU64,
 }
 
 impl MemoBudget {
@@ -38,6 +42,8 @@ impl MemoBudget {
         Arc::new(Self {
             limit,
             used: AtomicUsize::new(0),
+            hits: AtomicU64::new(0),
+            computed: AtomicU64::new(0),
         })
     }
 
@@ -49,6 +55,24 @@ impl MemoBudget {
     /// Bytes held now, over all segments.
     pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// Counts a term answered from memoized sums.
+    pub(crate) fn hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts sums computed for the memo.
+    pub(crate) fn computed(&self) {
+        self.computed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(hits, computed)` so far.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.computed.load(Ordering::Relaxed),
+        )
     }
 
     /// Takes `bytes` of the budget if they fit.

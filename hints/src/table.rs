@@ -258,6 +258,11 @@ pub struct TableStats {
     /// Bytes those take (not in `approx_bytes`: bounded by
     /// [`SummaryConfig::memo_bytes`]).
     pub memo_bytes: usize,
+    /// Segment searches answered from memoized sums since the table was made.
+    pub memo_hits: u64,
+    /// Segment searches whose sums were computed for the memo (kept, or not when over
+    /// its budget).
+    pub memo_computed: u64,
 }
 
 /// One row of [`RoutingTable::entries`].
@@ -1693,6 +1698,7 @@ impl RoutingTable {
             st.memoized += seg.memo_stats().0;
         }
         st.memo_bytes = self.memo.used();
+        (st.memo_hits, st.memo_computed) = self.memo.counts();
         st.summaries_pending = *self.pending.lock();
         st.budget_bytes = snap.budget_held();
         st.approx_bytes += snap.slots.capacity() * 8
@@ -1939,6 +1945,7 @@ impl RoutingTable {
                             continue;
                         }
                         if let Some(store) = seg.memoized(&scratch.lower, attr) {
+                            memo.hit();
                             tally.add_summary(&store.only(attr));
                             scratch.summed.push((si, Some(store)));
                             continue;
@@ -1956,6 +1963,7 @@ impl RoutingTable {
                     {
                         // Expensive, and likely asked again: sum it for every attribute
                         // and slot in one pass, and keep that.
+                        memo.computed();
                         let store = seg.memoize(&finder, &scratch.ids, exact, attrs[0], memo);
                         tally.add_summary(&store.only(attrs[0]));
                         scratch.summed.push((si, Some(store)));
@@ -3107,6 +3115,10 @@ mod tests {
         compare("loaded");
         let st = memoized.stats();
         assert!(st.memoized > 20 && st.memo_bytes > 0, "{st:?}");
+        // Each needle computed once, then read back (the second pass, and the first pass
+        // of the queries asking it again).
+        assert!(st.memo_computed >= st.memoized as u64, "{st:?}");
+        assert!(st.memo_hits >= st.memo_computed, "{st:?}");
         assert!(tiny.stats().memo_bytes <= 3000);
         // Replace two peers' hints with others' values and remove a third: their slots
         // die in the memoized segment.
