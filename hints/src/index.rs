@@ -564,7 +564,12 @@ impl Segment {
 
     /// Builds the trigram index if the segment was made without it.
     pub(crate) fn ensure_grams(&self) {
-        self.grams.get_or_init(|| GramIndex::build(self));
+        self.gram_index();
+    }
+
+    /// The trigram index, built first if the segment was made without it.
+    fn gram_index(&self) -> &GramIndex {
+        self.grams.get_or_init(|| GramIndex::build(self))
     }
 
     /// Whether the trigram index is built.
@@ -637,6 +642,11 @@ impl Segment {
         self.memo.get(needle, attr)
     }
 
+    /// Whether a query kept the sums of `needle` (ASCII-lowercased) under `attr`.
+    pub(crate) fn has_memoized(&self, needle: &[u8], attr: u32) -> bool {
+        self.memo.contains(needle, attr)
+    }
+
     /// Computes the sums under `attr` of the values holding `finder`'s needle from `ids`
     /// (the candidates, see [`Segment::substring_candidates`]) and keeps them if `budget`
     /// has room (see [`crate::memo`]).
@@ -670,7 +680,7 @@ impl Segment {
 
     /// `(trigram key, number of values holding it)` for every trigram.
     pub(crate) fn gram_cards(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        let grams = self.grams.get_or_init(|| GramIndex::build(self));
+        let grams = self.gram_index();
         grams.keys.iter().copied().zip(grams.cards.iter().copied())
     }
 
