@@ -89,23 +89,24 @@ impl Daemon {
         options: StartOptions,
     ) -> Result<RunningDaemon, StartError> {
         let token = CancellationToken::new();
+        let backlog = u32::try_from(config.limits.listen_backlog).unwrap_or(u32::MAX);
         let mut cip = Vec::new();
         for addr in &config.listen.cip {
-            cip.push(bind(*addr).await?);
+            cip.push(bind(*addr, backlog)?);
         }
         let mut cip_tls = Vec::new();
         for l in &config.listen.cip_tls {
-            cip_tls.push((bind(l.addr).await?, tls_server(l)?));
+            cip_tls.push((bind(l.addr, backlog)?, tls_server(l)?));
         }
         let mut http = Vec::new();
         for addr in &config.listen.http {
-            http.push((bind(*addr).await?, None));
+            http.push((bind(*addr, backlog)?, None));
         }
         for l in &config.listen.https {
             // Offer HTTP/1.1 by ALPN: clients that ask for h2 fall back to it.
             let mut server = (*tls_server(l)?).clone();
             server.alpn_protocols = vec![b"http/1.1".to_vec()];
-            http.push((bind(l.addr).await?, Some(Arc::new(server))));
+            http.push((bind(l.addr, backlog)?, Some(Arc::new(server))));
         }
         let bound = Listeners {
             cip: cip.iter().filter_map(|l| l.local_addr().ok()).collect(),
@@ -270,10 +271,23 @@ fn tls_server(
     })
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { addr, source })
+/// A TCP listener on `addr` with the given accept backlog (the kernel caps it at
+/// `net.core.somaxconn`); address reuse as `TcpListener::bind` sets it, so a restart binds
+/// while old connections linger in TIME_WAIT.
+// Called once per listener at start: the error's size costs nothing.
+#[allow(clippy::result_large_err)]
+fn bind(addr: SocketAddr, backlog: u32) -> Result<TcpListener, StartError> {
+    let listen = || {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(backlog)
+    };
+    listen().map_err(|source| StartError::Bind { addr, source })
 }
 
 /// A started node.

@@ -13,6 +13,12 @@
 //! The thread also keeps the digests of what the table holds per dataset, under the same
 //! lock as the table write: a hint re-served unchanged refreshes its expiry but requests no
 //! out-bound rebuild.
+//!
+//! A job may carry a [`Vouch`]: asked under that lock just before the write, it can veto
+//! the job (the peer's DSI binding ended while the hint waited in the queue). Whoever ends
+//! a binding and then drops its dataset under the same lock therefore never misses a hint
+//! that lands in between, even when the caller that queued it has gone (a poller restarted
+//! by a reload drops its future mid-import).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -68,12 +74,20 @@ pub enum QueueError {
     /// The table write panicked; the table is unchanged.
     #[error("import failed: {0}")]
     Internal(String),
+    /// The job's [`Vouch`] said no: nobody vouches for the dataset any more.
+    #[error("the peer's dsi binding ended while its object was imported")]
+    Unvouched,
 }
+
+/// Asked by the import thread, under the digests lock, right before a job is written:
+/// false drops the job with [`QueueError::Unvouched`].
+pub(crate) type Vouch = Box<dyn Fn() -> bool + Send>;
 
 struct Job {
     meta: PeerMeta,
     hint: CipHint,
     digest: u64,
+    vouch: Option<Vouch>,
     reply: oneshot::Sender<Result<Imported, QueueError>>,
 }
 
@@ -112,16 +126,18 @@ impl Importer {
         Ok(Self { tx })
     }
 
-    /// Imports `hint` (payload digest `digest`) and waits for the outcome.
+    /// Imports `hint` (payload digest `digest`) and waits for the outcome; `vouch`, when
+    /// given, is asked right before the write (see [`Vouch`]).
     ///
     /// # Errors
-    /// [`QueueError::Refused`] with the table's reason; [`QueueError::Closed`] during
-    /// shutdown.
+    /// [`QueueError::Refused`] with the table's reason; [`QueueError::Unvouched`] when
+    /// `vouch` said no; [`QueueError::Closed`] during shutdown.
     pub async fn import(
         &self,
         meta: PeerMeta,
         hint: CipHint,
         digest: u64,
+        vouch: Option<Vouch>,
     ) -> Result<Imported, QueueError> {
         let (reply, outcome) = oneshot::channel();
         self.tx
@@ -129,6 +145,7 @@ impl Importer {
                 meta,
                 hint,
                 digest,
+                vouch,
                 reply,
             })
             .await
@@ -195,45 +212,68 @@ fn import_batch(
     batch: &[Job],
 ) -> (Vec<Result<Imported, QueueError>>, bool) {
     let mut held = lock(digests);
+    // Asked under the lock: a binding ended before this point vetoes the job; one ended
+    // after it finds the dataset in the table when it drops it.
+    let vouched: Vec<bool> = batch
+        .iter()
+        .map(|j| j.vouch.as_ref().is_none_or(|v| v()))
+        .collect();
     // Later jobs for the same dataset win, as they would in one replace_all.
     let mut last: HashMap<&Dsi, usize> = HashMap::new();
     for (i, j) in batch.iter().enumerate() {
-        last.insert(&j.meta.dsi, i);
+        if vouched[i] {
+            last.insert(&j.meta.dsi, i);
+        }
     }
-    let unchanged: Vec<bool> = batch
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Step {
+        Index,
+        Refresh,
+        Veto,
+    }
+    let steps: Vec<Step> = batch
         .iter()
         .enumerate()
         .map(|(i, j)| {
-            last[&j.meta.dsi] == i
+            if !vouched[i] {
+                Step::Veto
+            } else if last[&j.meta.dsi] == i
                 && held.get(&j.meta.dsi) == Some(&j.digest)
                 && table.contains(&j.meta.dsi)
+            {
+                Step::Refresh
+            } else {
+                Step::Index
+            }
         })
         .collect();
-    let changed_jobs = batch
-        .iter()
-        .zip(&unchanged)
-        .filter(|(_, u)| !**u)
-        .map(|(j, _)| (j.meta.clone(), &j.hint));
-    let mut replaced = table.replace_all(changed_jobs).into_iter();
-    // Same payloads: new expiries, in one swap; nothing to index or rebuild.
-    table.refresh_all(
+    let jobs_at = |step: Step| {
         batch
             .iter()
-            .zip(&unchanged)
-            .filter(|(_, u)| **u)
-            .map(|(j, _)| j.meta.clone()),
-    );
+            .zip(&steps)
+            .filter(move |(_, s)| **s == step)
+            .map(|(j, _)| j)
+    };
+    let mut replaced = table
+        .replace_all(jobs_at(Step::Index).map(|j| (j.meta.clone(), &j.hint)))
+        .into_iter();
+    // Same payloads: new expiries, in one swap; nothing to index or rebuild.
+    table.refresh_all(jobs_at(Step::Refresh).map(|j| j.meta.clone()));
     let generation = table.generation();
     let mut any = false;
     let results = batch
         .iter()
-        .zip(unchanged)
-        .map(|(job, unchanged)| {
-            if unchanged {
-                return Ok(Imported {
-                    changed: false,
-                    generation,
-                });
+        .zip(steps)
+        .map(|(job, step)| {
+            match step {
+                Step::Veto => return Err(QueueError::Unvouched),
+                Step::Refresh => {
+                    return Ok(Imported {
+                        changed: false,
+                        generation,
+                    });
+                }
+                Step::Index => {}
             }
             replaced
                 .next()
@@ -300,7 +340,12 @@ mod tests {
             let total = if i % 10 == 0 { 0 } else { 5 };
             tasks.push(tokio::spawn(async move {
                 importer
-                    .import(meta(&format!("1.{i}")), hint(total, &format!("v{i}")), 1)
+                    .import(
+                        meta(&format!("1.{i}")),
+                        hint(total, &format!("v{i}")),
+                        1,
+                        None,
+                    )
                     .await
             }));
         }
@@ -324,9 +369,54 @@ mod tests {
         assert!(outbound.stats().requested >= 1);
         // The same payload again: imported, but no change.
         let again = importer
-            .import(meta("1.1"), hint(5, "v1"), 1)
+            .import(meta("1.1"), hint(5, "v1"), 1, None)
             .await
             .unwrap();
         assert!(!again.changed);
+    }
+
+    #[tokio::test]
+    async fn a_vouch_that_says_no_keeps_the_hint_out_of_the_table() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let table = Arc::new(RoutingTable::default());
+        let digests = Digests::default();
+        let outbound = Arc::new(Pipeline::new());
+        let importer = Importer::start(
+            ImportConfig::default(),
+            table.clone(),
+            digests.clone(),
+            outbound,
+        )
+        .unwrap();
+        let bound = Arc::new(AtomicBool::new(true));
+        let vouch = |b: &Arc<AtomicBool>| -> Option<Vouch> {
+            let b = b.clone();
+            Some(Box::new(move || b.load(Ordering::SeqCst)))
+        };
+        let first = importer
+            .import(meta("1.1"), hint(5, "v1"), 1, vouch(&bound))
+            .await
+            .unwrap();
+        assert!(first.changed);
+        let generation = table.generation();
+        // The binding ends: neither a refresh of the held payload (digest 1) nor a new one
+        // (digest 2) is written; dropping what is held is the caller's part.
+        bound.store(false, Ordering::SeqCst);
+        for digest in [1, 2] {
+            let refused = importer
+                .import(meta("1.1"), hint(5, "v2"), digest, vouch(&bound))
+                .await;
+            assert!(matches!(refused, Err(QueueError::Unvouched)), "{refused:?}");
+        }
+        assert_eq!(lock(&digests).get(&Dsi::new("1.1").unwrap()), Some(&1));
+        let other = importer
+            .import(meta("1.2"), hint(5, "v3"), 3, None)
+            .await
+            .unwrap();
+        assert!(other.changed);
+        assert_eq!(table.peers().len(), 2);
+        assert!(table.generation() > generation);
+        let q = hints::query::Query::parse("DOCUMENT:Author=v2").unwrap();
+        assert!(table.query(&q, &Default::default()).is_empty());
     }
 }

@@ -23,7 +23,7 @@ use hints::answer::ReferralView;
 use hints::hint::CipHint;
 use hints::query::{MatchOp, Query};
 use hints::rank::QueryOptions;
-use hints::table::{ImportError, PeerMeta, RoutingTable, TableConfig};
+use hints::table::{ImportError, PeerMeta, PeerSummary, RoutingTable, TableConfig};
 use hints::thesaurus::Thesaurus;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
@@ -442,7 +442,7 @@ pub struct Node {
     /// The out-bound hint and its builder's request sequence.
     outbound: Arc<Pipeline>,
     /// Which DSI each peer may deliver.
-    bindings: Bindings,
+    bindings: Arc<Bindings>,
     /// The queue to the import thread.
     importer: Importer,
     /// Bounds the in-bound hints being parsed at once (on the blocking pool).
@@ -553,7 +553,7 @@ impl Node {
                 .map_err(|e| Box::new(crate::daemon::StartError::Key(e)))?,
         );
         Ok(Self {
-            bindings: Bindings::new(&config),
+            bindings: Arc::new(Bindings::new(&config)),
             config: ArcSwap::from_pointee(config),
             config_path,
             identity: ArcSwap::from_pointee(identity),
@@ -1251,16 +1251,23 @@ impl Node {
         let objects = hint.total_object_count;
         // The table refuses our own DSI, loops (provenance) and implausible counts; a
         // refused hint never reaches the spool.
+        // A reload may end the peer's binding while the object waits in the import queue:
+        // the import thread asks the binding right before the write (and the reload drops
+        // the dataset under the same lock), so the outcome holds even if this future is
+        // dropped mid-import (a poller restarted by that reload).
+        let vouch: crate::import::Vouch = {
+            let (bindings, peer, dsi) = (self.bindings.clone(), peer.to_owned(), obj.dsi.clone());
+            Box::new(move || bindings.get(&peer).is_some_and(|b| b.dsi == dsi))
+        };
         self.importer
-            .import(meta, hint, digest)
+            .import(meta, hint, digest, Some(vouch))
             .await
             .map_err(|e| match e {
                 QueueError::Refused(r) => Rejection::Refused(r),
                 other => Rejection::Storage(other.to_string()),
             })?;
-        // A reload may have ended the peer's binding while the object waited in the import
-        // queue (the reload dropped what the binding vouched for before this landed): what
-        // the ended binding brought goes again, and is not spooled.
+        // Ended after the write: the reload drops the dataset; this keeps it out of the
+        // spool.
         if self.bindings.get(peer).is_none_or(|b| b.dsi != obj.dsi) {
             tracing::info!(%peer, dsi = %obj.dsi, "binding ended during the import; its hint dropped");
             self.drop_dataset(&obj.dsi);
@@ -1558,17 +1565,27 @@ impl Node {
     /// the learned binding of the peer that delivered it (its next answer binds it anew).
     /// Writes the table: call it off the async workers.
     pub fn drop_dataset(&self, dsi: &Dsi) -> bool {
+        self.drop_dataset_if(dsi, |_| true)
+    }
+
+    /// [`Self::drop_dataset`] unless the table holds `dsi` with a summary `keep_going`
+    /// refuses; decided under the import thread's lock (no import lands in between).
+    fn drop_dataset_if(&self, dsi: &Dsi, keep_going: impl FnOnce(&PeerSummary) -> bool) -> bool {
+        let removed = {
+            // A later import of the same payload must rebuild the out-bound hint again.
+            let mut imported = lock(&self.imported);
+            let held = self.table.peers().into_iter().find(|p| p.dsi == *dsi);
+            if held.as_ref().is_some_and(|p| !keep_going(p)) {
+                return false;
+            }
+            imported.remove(dsi);
+            self.table.remove(dsi)
+        };
         self.forget_hints(std::slice::from_ref(dsi));
         if let Some(peer) = self.bindings.forget_dsi(dsi) {
             tracing::info!(%peer, %dsi, "peer's learned dsi forgotten");
             self.update_peer(&peer, |s| s.dsi = None);
         }
-        let removed = {
-            // A later import of the same payload must rebuild the out-bound hint again.
-            let mut imported = lock(&self.imported);
-            imported.remove(dsi);
-            self.table.remove(dsi)
-        };
         let peers: Vec<String> = lock(&self.peers).keys().cloned().collect();
         for p in &peers {
             if let Err(e) = self.spool.remove(p, dsi) {
@@ -1898,16 +1915,17 @@ impl Node {
             self.config.store(Arc::new(new));
             self.invalidate_answers();
             for (peer, dsi) in ended {
-                // The hint that binding vouched for is nobody's now.
-                let via_peer = self
-                    .table
-                    .peers()
-                    .iter()
-                    .any(|p| p.dsi == dsi && p.via.as_deref() == Some(peer.as_str()));
-                tracing::info!(%peer, %dsi, dropped = via_peer, "peer's dsi binding ended by the reload");
-                if via_peer {
-                    let node = self.clone();
-                    let _ = tokio::task::spawn_blocking(move || node.drop_dataset(&dsi)).await;
+                // The hint that binding vouched for is nobody's now. Checked under the
+                // import thread's lock: a hint of that peer in flight has either landed (and
+                // goes here) or will be vetoed by its vouch.
+                let node = self.clone();
+                let dropped = tokio::task::spawn_blocking(move || {
+                    node.drop_dataset_if(&dsi, |p| p.via.as_deref() == Some(peer.as_str()))
+                        .then_some((peer, dsi))
+                })
+                .await;
+                if let Ok(Some((peer, dsi))) = dropped {
+                    tracing::info!(%peer, %dsi, "peer's dsi binding ended by the reload; its hint dropped");
                 }
             }
             for p in self.config().peers.iter() {
@@ -1974,6 +1992,22 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
         || old.limits.answer_cache_bytes != new.limits.answer_cache_bytes
     {
         out.push("limits (concurrent polls and scans, answer cache)".to_owned());
+    }
+    let (o, n) = (&old.limits, &new.limits);
+    if (
+        o.max_connections,
+        o.max_connections_per_address,
+        o.max_http_connections,
+        o.max_http_connections_per_address,
+        o.listen_backlog,
+    ) != (
+        n.max_connections,
+        n.max_connections_per_address,
+        n.max_http_connections,
+        n.max_http_connections_per_address,
+        n.listen_backlog,
+    ) {
+        out.push("limits (connection limits, listen backlog)".to_owned());
     }
     if old.import != new.import {
         out.push("import".to_owned());
@@ -2163,6 +2197,24 @@ mod tests {
             o.push(k, v.to_string()).unwrap();
         }
         o
+    }
+
+    #[test]
+    fn connection_limits_and_backlog_need_a_restart() {
+        let old = Config::from_toml(
+            "data_dir = \"/var/lib/cipd\"\n[node]\ndsi = \"1.3.6.1.4.1.99999.1\"\n",
+        )
+        .unwrap();
+        let mut new = old.clone();
+        assert!(restart_only_changes(&old, &new).is_empty());
+        new.limits.listen_backlog = 8;
+        assert_eq!(
+            restart_only_changes(&old, &new),
+            ["limits (connection limits, listen backlog)"]
+        );
+        let mut new = old.clone();
+        new.limits.max_http_connections_per_address = 3;
+        assert_eq!(restart_only_changes(&old, &new).len(), 1);
     }
 
     #[test]

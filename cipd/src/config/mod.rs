@@ -239,6 +239,8 @@ pub struct RawLimits {
     pub max_http_connections: Option<usize>,
     /// Most simultaneous HTTP connections from one source address.
     pub max_http_connections_per_address: Option<usize>,
+    /// Connections the kernel queues per listener before the accept loop takes them.
+    pub listen_backlog: Option<usize>,
     /// Largest CIP message (one dot-terminated frame), bytes.
     pub max_frame_size: Option<usize>,
     /// Largest single SOIF value, bytes.
@@ -561,6 +563,11 @@ pub struct Limits {
     /// Most simultaneous HTTP connections from one source address (an IPv6 /64) (default
     /// 256; raise it behind a reverse proxy). Takes effect at restart.
     pub max_http_connections_per_address: usize,
+    /// Connections the kernel holds per TCP listener until the accept loop takes them
+    /// (default 4096; the kernel caps it at `net.core.somaxconn`). A burst of connections
+    /// past it is dropped by the kernel before the limits above can answer it. Takes
+    /// effect at restart.
+    pub listen_backlog: usize,
     /// Largest CIP frame (default 64 MiB).
     pub max_frame_size: usize,
     /// Largest SOIF value (default 16 MiB).
@@ -622,6 +629,7 @@ impl Default for Limits {
             max_connections_per_address: 64,
             max_http_connections: 1024,
             max_http_connections_per_address: 256,
+            listen_backlog: 4096,
             max_frame_size: 64 << 20,
             max_value_size: 16 << 20,
             max_line_length: 64 << 10,
@@ -1478,6 +1486,11 @@ impl Validator<'_> {
                 raw.max_http_connections_per_address,
                 d.max_http_connections_per_address,
             ),
+            listen_backlog: self.positive(
+                "limits.listen_backlog",
+                raw.listen_backlog,
+                d.listen_backlog,
+            ),
             max_frame_size: self.positive(
                 "limits.max_frame_size",
                 raw.max_frame_size,
@@ -1890,21 +1903,23 @@ level = "=="
             ),
             (64, 256)
         );
+        assert_eq!(d.listen_backlog, 4096);
         let text = format!(
             "{MINIMAL}[limits]\nmax_connections_per_address = 3\n\
-             max_http_connections_per_address = 4\n"
+             max_http_connections_per_address = 4\nlisten_backlog = 5\n"
         );
         let l = Config::from_toml(&text).unwrap().limits;
         assert_eq!(
             (
                 l.max_connections_per_address,
-                l.max_http_connections_per_address
+                l.max_http_connections_per_address,
+                l.listen_backlog
             ),
-            (3, 4)
+            (3, 4, 5)
         );
         let zero = format!(
             "{MINIMAL}[limits]\nmax_connections_per_address = 0\n\
-             max_http_connections_per_address = 0\n"
+             max_http_connections_per_address = 0\nlisten_backlog = 0\n"
         );
         let err = Config::from_toml(&zero).unwrap_err();
         let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
@@ -1912,7 +1927,8 @@ level = "=="
             keys,
             [
                 "limits.max_connections_per_address",
-                "limits.max_http_connections_per_address"
+                "limits.max_http_connections_per_address",
+                "limits.listen_backlog"
             ],
             "{err}"
         );

@@ -596,7 +596,11 @@ async fn flood(t: &Target) -> Flood {
                     out.http_refused += 1;
                 }
             }
-            (_, Err(e)) => out.failures.push(e),
+            // "no line in time" on many at once usually means the kernel's accept queue
+            // overflowed (see `nstat TcpExtListenOverflows`): `limits.listen_backlog`.
+            (cip, Err(e)) => out
+                .failures
+                .push(format!("{}: {e}", if cip { "cip" } else { "http" })),
         }
     }
     drop(held);
