@@ -33,7 +33,8 @@
 //!    query kind, each kind drawn from a pool after a warm-up that asks every distinct query
 //!    of the pool once (its row is printed too: what the same queries cost the first time): `mixed` (a quarter each of exact popular, exact rare, substring `~` on a
 //!    4-6 byte fragment of a held value, and conjunctive: `Author=a & Keywords=k` of an
-//!    author and a keyword one peer holds), `mixed limit=10`, `exact rare`, `exact popular`,
+//!    author and a keyword one peer holds; the default page of 10 referrals), `mixed
+//!    limit=100` (the same with full answers), `exact rare`, `exact popular`,
 //!    `substring` (drawn at random from 4,096, so repeated as a skewed workload repeats them),
 //!    `substring, new` (fragments in no other pool, each sent once: the cost of a first
 //!    asking, which the substring cache cannot help), `conjunctive`. Prints q/s,
@@ -88,8 +89,9 @@ const ATTRIBUTES: [&str; 3] = ["Author", "Title", "Keywords"];
 /// `limits.max_referrals` in the hub's configuration (the daemon's default, set explicitly
 /// because the answer checks depend on it).
 const MAX_REFERRALS: usize = 100;
-/// Limit of the `mixed limit=10` kind.
-const SMALL_LIMIT: usize = 10;
+/// `limits.default_referrals` in the hub's configuration (the daemon's default): the
+/// referrals of an answer that names no `limit`.
+const DEFAULT_REFERRALS: usize = 10;
 /// Timeout of one probe query, and of one request of the load.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Period of the probe.
@@ -508,7 +510,7 @@ impl Query {
     /// Referrals the hub should answer with.
     fn expected(&self, limit: Option<usize>) -> usize {
         self.holders
-            .min(limit.unwrap_or(MAX_REFERRALS).min(MAX_REFERRALS))
+            .min(limit.unwrap_or(DEFAULT_REFERRALS).min(MAX_REFERRALS))
     }
 }
 
@@ -694,7 +696,7 @@ impl Pools {
     fn kinds(&self) -> Vec<(&'static str, Vec<String>, bool)> {
         vec![
             ("mixed", self.mixed(None), false),
-            ("mixed limit=10", self.mixed(Some(SMALL_LIMIT)), false),
+            ("mixed limit=100", self.mixed(Some(MAX_REFERRALS)), false),
             ("exact rare", Self::paths(&self.rare), false),
             ("exact popular", Self::paths(&self.popular), false),
             ("substring", Self::paths(&self.substring), false),
@@ -709,7 +711,7 @@ impl Pools {
         for q in self.popular.iter().take(3) {
             v.push(("popular", q, None));
         }
-        v.push(("popular", &self.popular[0], Some(SMALL_LIMIT)));
+        v.push(("popular", &self.popular[0], Some(MAX_REFERRALS)));
         for q in self.rare.iter().take(3) {
             v.push(("rare", q, None));
         }
@@ -928,6 +930,7 @@ http = ["127.0.0.1:0"]
 [limits]
 max_http_connections = {http}
 max_referrals = {MAX_REFERRALS}
+default_referrals = {DEFAULT_REFERRALS}
 
 [log]
 format = "text"

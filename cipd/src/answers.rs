@@ -132,34 +132,53 @@ impl AnswerCache {
 
 /// Writes the `/v1/referrals` answer for `query` (as given) at node `own`: the referrals of
 /// `answer` except `own`'s, and the count of local matches. Returns the referrals written.
-pub fn write_answer(out: &mut Vec<u8>, query: &str, own: &Dsi, answer: &Answer, local: u64) -> u32 {
+///
+/// At most `limit` referrals are written; `more` says whether `answer` holds further ones
+/// (rank `limit` + 2 so that one more remains after this node's own dataset is left out).
+pub fn write_answer(
+    out: &mut Vec<u8>,
+    query: &str,
+    own: &Dsi,
+    answer: &Answer,
+    limit: usize,
+    local: u64,
+) -> u32 {
     #[derive(Serialize)]
     struct Out<'a> {
         query: &'a str,
         dsi: &'a str,
         referrals: Referrals<'a>,
+        more: bool,
         local: u64,
     }
+    let others = answer.iter().filter(|r| r.dsi() != own).count();
     let body = Out {
         query,
         dsi: own.as_str(),
-        referrals: Referrals { answer, own },
+        referrals: Referrals { answer, own, limit },
+        more: others > limit,
         local,
     };
     // Writing plain data into a Vec cannot fail.
     let _ = serde_json::to_writer(out, &body);
-    answer.iter().filter(|r| r.dsi() != own).count() as u32
+    others.min(limit) as u32
 }
 
 struct Referrals<'a> {
     answer: &'a Answer,
     own: &'a Dsi,
+    limit: usize,
 }
 
 impl Serialize for Referrals<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(None)?;
-        for r in self.answer.iter().filter(|r| r.dsi() != self.own) {
+        for r in self
+            .answer
+            .iter()
+            .filter(|r| r.dsi() != self.own)
+            .take(self.limit)
+        {
             seq.serialize_element(&Referral(r))?;
         }
         seq.end()

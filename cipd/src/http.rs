@@ -255,7 +255,12 @@ async fn referrals(
     QueryParams(args): QueryParams<QueryArgs>,
 ) -> Result<Response, ApiError> {
     let q = args.query()?.to_owned();
-    let (possible, limit) = (args.possible()?, args.limit()?);
+    let possible = args.possible()?;
+    // A page of the best few unless the client asks for more (capped by max_referrals).
+    let limit = Some(
+        args.limit()?
+            .unwrap_or_else(|| node.config().limits.default_referrals),
+    );
     let started = Instant::now();
     let query = node.parse_query(&q).inspect_err(|_| {
         crate::metrics::Metrics::inc(&node.metrics().query_errors);

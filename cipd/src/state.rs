@@ -330,8 +330,12 @@ pub struct QueryAnswer {
     pub query: String,
     /// The answering node's DSI (clients detect loops by it, RFC 2651 §4).
     pub dsi: String,
-    /// Ranked referrals.
+    /// Ranked referrals, at most the request's `limit`.
     pub referrals: Vec<ReferralJson>,
+    /// More referrals rank below these: ask again with a larger `limit` (up to
+    /// `limits.max_referrals`) for them.
+    #[serde(default)]
+    pub more: bool,
     /// Local objects matching the query (fetch them from `/v1/objects`).
     pub local: u64,
 }
@@ -1752,12 +1756,24 @@ impl Node {
             Some(hit) => Ok(hit),
             None => {
                 let own = self.identity.load().dsi.clone();
-                let answer = self.table.answer(query, &opts);
+                // Two more than asked: one may be this node's own, one tells `more`.
+                let ranked = QueryOptions {
+                    limit: opts.limit.saturating_add(2),
+                    ..opts.clone()
+                };
+                let answer = self.table.answer(query, &ranked);
                 let scan_max = self.config().limits.local_scan_max_objects;
                 let local = self.local.load().query(query, 0, scan_max);
                 local.map(|local| {
                     let mut out = Vec::with_capacity(256 + answer.len() * 160);
-                    let n = crate::answers::write_answer(&mut out, raw, &own, &answer, local.total);
+                    let n = crate::answers::write_answer(
+                        &mut out,
+                        raw,
+                        &own,
+                        &answer,
+                        opts.limit,
+                        local.total,
+                    );
                     let out = (Bytes::from(out), n);
                     self.answers
                         .put(raw, possible, opts.limit, stamp, out.clone());
@@ -1781,19 +1797,27 @@ impl Node {
         let query = self.parse_query(q)?;
         let opts = self.query_options(possible, limit);
         let own = self.identity.load().dsi.clone();
-        let referrals = self
+        // As in `referrals_json`: two more than asked, for this node's own and `more`.
+        let ranked = QueryOptions {
+            limit: opts.limit.saturating_add(2),
+            ..opts.clone()
+        };
+        let mut referrals: Vec<ReferralJson> = self
             .table
-            .answer(&query, &opts)
+            .answer(&query, &ranked)
             .iter()
             .filter(|r| *r.dsi() != own)
             .map(ReferralJson::from)
             .collect();
+        let more = referrals.len() > opts.limit;
+        referrals.truncate(opts.limit);
         let scan_max = self.config().limits.local_scan_max_objects;
         let count = self.local.load().query(&query, 0, scan_max)?.total;
         Ok(QueryAnswer {
             query: q.to_owned(),
             dsi: own.to_string(),
             referrals,
+            more,
             local: count,
         })
     }

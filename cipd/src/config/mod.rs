@@ -268,6 +268,8 @@ pub struct RawLimits {
     pub max_backoff: Option<String>,
     /// Most referrals one query returns.
     pub max_referrals: Option<usize>,
+    /// Referrals per `/v1/referrals` answer when the request names no `limit`.
+    pub default_referrals: Option<usize>,
     /// Bytes of recent referral answers kept (0: none).
     pub answer_cache_bytes: Option<usize>,
     /// Queries that may scan (substrings, unindexed attributes) evaluated at once.
@@ -594,6 +596,10 @@ pub struct Limits {
     pub max_backoff: Duration,
     /// Referrals per query (default 100).
     pub max_referrals: usize,
+    /// Referrals per `/v1/referrals` answer when the request names no `limit` (default
+    /// 10, at most `max_referrals`): the best few are what a client follows, and the
+    /// answer says `"more": true` when others rank below them.
+    pub default_referrals: usize,
     /// Bytes of recent referral answers kept, each valid until the table, the local hint
     /// or the configuration changes (default 8 MiB; 0 turns the cache off).
     pub answer_cache_bytes: usize,
@@ -643,6 +649,7 @@ impl Default for Limits {
             shutdown_grace: Duration::from_secs(10),
             max_backoff: Duration::from_secs(3600),
             max_referrals: 100,
+            default_referrals: 10,
             answer_cache_bytes: 8 << 20,
             max_concurrent_scans: std::thread::available_parallelism().map_or(2, usize::from),
             max_concurrent_polls: 128,
@@ -1451,6 +1458,7 @@ impl Validator<'_> {
 
     fn limits(&mut self, raw: RawLimits) -> Limits {
         let d = Limits::default();
+        let explicit_default_referrals = raw.default_referrals.is_some();
         let watch_interval = match raw.watch_interval.as_deref() {
             None => d.watch_interval,
             Some(s) => match humantime::parse_duration(s) {
@@ -1465,7 +1473,7 @@ impl Validator<'_> {
                 }
             },
         };
-        Limits {
+        let mut limits = Limits {
             max_connections: self.positive(
                 "limits.max_connections",
                 raw.max_connections,
@@ -1539,6 +1547,11 @@ impl Validator<'_> {
                 "limits.max_referrals",
                 raw.max_referrals,
                 d.max_referrals,
+            ),
+            default_referrals: self.positive(
+                "limits.default_referrals",
+                raw.default_referrals,
+                d.default_referrals,
             ),
             answer_cache_bytes: raw.answer_cache_bytes.unwrap_or(d.answer_cache_bytes),
             max_concurrent_scans: self.positive(
@@ -1632,7 +1645,20 @@ impl Validator<'_> {
                     d.admin.idle_timeout,
                 ),
             },
+        };
+        if limits.default_referrals > limits.max_referrals && !explicit_default_referrals {
+            // Only max_referrals was lowered: the page is all of it.
+            limits.default_referrals = limits.max_referrals;
+        } else if limits.default_referrals > limits.max_referrals {
+            self.err(
+                "limits.default_referrals",
+                format!(
+                    "must not exceed limits.max_referrals ({})",
+                    limits.max_referrals
+                ),
+            );
         }
+        limits
     }
 }
 
@@ -1890,6 +1916,31 @@ level = "=="
             keys,
             ["limits.max_table_peers", "limits.max_query_terms"],
             "{err}"
+        );
+    }
+
+    #[test]
+    fn default_referrals_is_a_page_within_max_referrals() {
+        let d = Config::from_toml(MINIMAL).unwrap().limits;
+        assert_eq!((d.default_referrals, d.max_referrals), (10, 100));
+        let text = format!("{MINIMAL}[limits]\nmax_referrals = 5\n");
+        assert_eq!(
+            Config::from_toml(&text).unwrap().limits.default_referrals,
+            5
+        );
+        let text = format!("{MINIMAL}[limits]\nmax_referrals = 5\ndefault_referrals = 6\n");
+        let err = Config::from_toml(&text).unwrap_err();
+        assert!(
+            err.to_string().contains("limits.default_referrals")
+                && err
+                    .to_string()
+                    .contains("must not exceed limits.max_referrals (5)"),
+            "{err}"
+        );
+        let text = format!("{MINIMAL}[limits]\nmax_referrals = 50\ndefault_referrals = 20\n");
+        assert_eq!(
+            Config::from_toml(&text).unwrap().limits.default_referrals,
+            20
         );
     }
 

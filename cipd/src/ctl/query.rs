@@ -41,7 +41,8 @@ pub struct QueryArgs {
     /// Chase referrals to the nodes holding objects and print what they return.
     #[arg(long)]
     pub follow: bool,
-    /// Most referrals per node.
+    /// Most referrals per node (the server's default page, 10, when not given; capped by its
+    /// `limits.max_referrals`).
     #[arg(long)]
     pub limit: Option<usize>,
     /// Per-request timeout.
@@ -373,6 +374,12 @@ fn print_answer(server: &str, a: &QueryAnswer) {
         ]);
     }
     println!("{t}");
+    if a.more {
+        println!(
+            "more referrals rank below these: ask with --limit {} (or more)",
+            a.referrals.len() * 10
+        );
+    }
 }
 
 fn print_objects(o: &ObjectsAnswer) {

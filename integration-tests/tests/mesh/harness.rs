@@ -294,10 +294,16 @@ impl TestNode {
 
     /// Referrals for `q` over HTTP, possible ones too when `possible`.
     pub async fn query_with(&self, q: &str, possible: bool) -> QueryAnswer {
+        self.query_page(q, possible, None).await
+    }
+
+    /// Referrals for `q` over HTTP with `limit` (the node's default page when `None`).
+    pub async fn query_page(&self, q: &str, possible: bool, limit: Option<usize>) -> QueryAnswer {
         let path = format!(
-            "/v1/referrals?q={}{}",
+            "/v1/referrals?q={}{}{}",
             cipd::ctl::query::percent_encode(q),
-            if possible { "&possible=true" } else { "" }
+            if possible { "&possible=true" } else { "" },
+            limit.map(|n| format!("&limit={n}")).unwrap_or_default()
         );
         cipd::ctl::query::get_json(&self.http_url(), &path, Duration::from_secs(5))
             .await

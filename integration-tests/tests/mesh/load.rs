@@ -50,11 +50,9 @@ async fn queries_are_answered_while_hundreds_of_hints_import() {
         worst = worst.max(t.elapsed());
         answered += 1;
         if done {
-            assert_eq!(
-                a.referrals.len(),
-                PEERS.min(100),
-                "every peer refers for the shared value"
-            );
+            // Every peer refers for the shared value: a page of 10 by default, saying more.
+            assert_eq!(a.referrals.len(), 10);
+            assert!(a.more);
             break;
         }
         assert!(
@@ -62,6 +60,15 @@ async fn queries_are_answered_while_hundreds_of_hints_import() {
             "import never finished"
         );
     }
+    // Larger pages on request, up to limits.max_referrals (100); the best come first in
+    // every page.
+    let page = |limit| hub.query_page("Author=Garcia", false, Some(limit));
+    let (ten, hundred, capped) = (page(10).await, page(100).await, page(PEERS + 1).await);
+    assert_eq!((hundred.referrals.len(), hundred.more), (100, true));
+    assert_eq!(capped.referrals, hundred.referrals);
+    assert_eq!(ten.referrals[..], hundred.referrals[..10]);
+    let one = hub.query("Author=author 3 5").await;
+    assert_eq!((one.referrals.len(), one.more), (1, false));
     let s = hub.daemon.node().status_snapshot();
     assert_eq!(s.table_peers as usize, PEERS);
     assert!(answered >= 2);

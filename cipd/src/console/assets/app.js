@@ -489,7 +489,8 @@
     // The plain answer adds this node's own matches and the datasets' descriptions.
     let answer = null;
     try {
-      answer = await api('/v1/referrals', args);
+      // As many as explain lists (the server caps it at limits.max_referrals).
+      answer = await api('/v1/referrals', { ...args, limit: String(Math.max(explained.referrals.length, 1)) });
     } catch (_) {
       answer = null;
     }
