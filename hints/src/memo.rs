@@ -4,8 +4,10 @@
 //! Summaries ([`crate::summary`]) cover the broadest n-grams of a big segment, mined when
 //! it is built. Needles below their threshold (a few hundred to a few tens of thousands of
 //! matching values) are still costly to scan in a table of millions of values, and real
-//! workloads repeat them. So when a substring term under one attribute matches at least
-//! [`crate::summary::SummaryConfig::memo_min_candidates`] candidates in a big segment, the
+//! workloads repeat them; and finding the candidates of even a narrow needle intersects
+//! trigram lists over millions of values. So when a substring term under one attribute
+//! matches at least [`crate::summary::SummaryConfig::memo_min_candidates`] candidates (by
+//! default one) in a big segment, the
 //! segment's sums for it (the same [`Store`] a summary uses: per attribute and slot, the
 //! summed count, the values matched and the slot's best values) are computed in the pass
 //! that answers the query and kept in the segment.

@@ -94,7 +94,7 @@ impl Default for SummaryConfig {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             background: true,
             memo_bytes: 128 << 20,
-            memo_min_candidates: 256,
+            memo_min_candidates: 1,
         }
     }
 }
