@@ -55,6 +55,8 @@
 //! | `BENCH_CONNS` | 64 | HTTP connections of the load |
 //! | `BENCH_SECS` | 5 | seconds of load per query kind |
 //! | `CIPD_BENCH_NGINX` | `/usr/sbin/nginx` | the nginx binary of the yardstick |
+//! | `BENCH_ANSWER_CACHE` | the daemon's | `limits.answer_cache_bytes` of the hub (0: every answer computed, as on a hub whose table changes all the time) |
+//! | `BENCH_KINDS` | all | comma-separated kinds to load (`mixed,substring`), for profiling one |
 
 mod common;
 use common::env_or;
@@ -163,6 +165,8 @@ struct Settings {
     seed: u64,
     conns: usize,
     secs: f64,
+    /// `BENCH_KINDS`: the kinds to load (all when empty).
+    kinds: Vec<String>,
     cpus: usize,
     nginx: PathBuf,
 }
@@ -176,6 +180,13 @@ impl Settings {
             seed: env_or("BENCH_SEED", 1),
             conns: env_or("BENCH_CONNS", 64),
             secs: env_or("BENCH_SECS", 5.0),
+            kinds: std::env::var("BENCH_KINDS")
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned)
+                .collect(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             nginx: std::env::var_os("CIPD_BENCH_NGINX")
                 .map_or_else(|| PathBuf::from("/usr/sbin/nginx"), PathBuf::from),
@@ -939,6 +950,15 @@ level = "info"
         data = dir.join("data").display().to_string(),
         http = (conns * 2).max(1024),
     );
+    if let Ok(bytes) = std::env::var("BENCH_ANSWER_CACHE") {
+        let bytes: usize = bytes
+            .parse()
+            .expect("BENCH_ANSWER_CACHE must be a number of bytes");
+        toml = toml.replace(
+            "[limits]\n",
+            &format!("[limits]\nanswer_cache_bytes = {bytes}\n"),
+        );
+    }
     for (i, addr) in peers.iter().enumerate() {
         toml.push_str(&format!(
             "\n[[peer]]\nname = \"peer{i}\"\nhost = \"{}\"\nport = {}\nrole = \"poll\"\n\
@@ -1590,6 +1610,9 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
 
     let mut loads = Vec::new();
     for (label, paths, once) in pools.kinds() {
+        if !settings.kinds.is_empty() && !settings.kinds.iter().any(|k| k == label) {
+            continue;
+        }
         if !once {
             // Steady state: every distinct query of the kind is asked once first, so that
             // the caches hold what they would after a while of this load (shown, not
@@ -1649,7 +1672,12 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
     let hub_stop = hub.proc.stop();
     token.cancel();
 
-    let mixed_size = loads[0].mean_size() as usize;
+    // The yardstick serves the size of the mean `mixed` answer (or of the first kind run).
+    let mixed_size = loads
+        .iter()
+        .find(|l| l.label == "mixed")
+        .or(loads.first())
+        .map_or(0, |l| l.mean_size() as usize);
     let nginx = yardstick(settings, mixed_size).await;
 
     Summary {
@@ -1865,18 +1893,24 @@ impl Summary {
         for l in &self.loads {
             println!("{}", l.row());
         }
-        match &self.nginx {
-            Ok(n) => {
+        let hub = self
+            .loads
+            .iter()
+            .find(|l| l.label == "mixed")
+            .or(self.loads.first());
+        match (&self.nginx, hub) {
+            (Ok(n), Some(hub)) => {
                 println!("{}", n.row());
-                let hub = &self.loads[0];
                 println!(
-                    "hub mixed / nginx: {:.1} % of the q/s; p50 x{:.1}, p99 x{:.1}",
+                    "hub {} / nginx: {:.1} % of the q/s; p50 x{:.1}, p99 x{:.1}",
+                    hub.label,
                     100.0 * hub.qps() / n.qps().max(f64::MIN_POSITIVE),
                     ratio(hub.percentile(0.5), n.percentile(0.5)),
                     ratio(hub.percentile(0.99), n.percentile(0.99)),
                 );
             }
-            Err(msg) => println!("{msg}"),
+            (Err(msg), _) => println!("{msg}"),
+            (Ok(_), None) => println!("no load ran (BENCH_KINDS)"),
         }
     }
 }

@@ -8,9 +8,10 @@
 //!   the state it was computed from (table and local generations, a configuration epoch).
 //!   A stale stamp is a miss, so a cached answer is never older than the table; a query
 //!   repeated between two changes (the popular values of a skewed workload) costs a hash
-//!   lookup and a copy of shared bytes. It is bounded in bytes; a full shard is emptied.
+//!   lookup and a copy of shared bytes. It is bounded in bytes; a full shard forgets its
+//!   oldest answers first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
@@ -43,8 +44,18 @@ struct Key {
 
 #[derive(Debug, Default)]
 struct Shard {
-    entries: HashMap<Key, (Stamp, (Bytes, u32))>,
+    /// Answer by key, with the sequence number of its insertion.
+    entries: HashMap<Key, (Stamp, (Bytes, u32), u64)>,
+    /// Keys in insertion order with their sequence numbers; a key put again is in it
+    /// twice, and only the entry whose number matches is evicted.
+    order: VecDeque<(Key, u64)>,
+    next: u64,
     bytes: usize,
+}
+
+/// Bytes charged for an answer: its bytes, the key twice (map and order) and bookkeeping.
+fn charge(query: &str, answer: &Bytes) -> usize {
+    answer.len() + 2 * query.len() + 96
 }
 
 /// Recent answers (see the module doc).
@@ -89,7 +100,7 @@ impl AnswerCache {
         };
         let shard = lock(self.shard(&key));
         match shard.entries.get(&key) {
-            Some((s, answer)) if *s == stamp => Some(answer.clone()),
+            Some((s, answer, _)) if *s == stamp => Some(answer.clone()),
             _ => None,
         }
     }
@@ -103,7 +114,7 @@ impl AnswerCache {
         stamp: Stamp,
         answer: (Bytes, u32),
     ) {
-        let size = answer.0.len() + query.len() + 64;
+        let size = charge(query, &answer.0);
         if size > self.max_shard_bytes / 4 {
             return;
         }
@@ -112,15 +123,34 @@ impl AnswerCache {
             possible,
             limit,
         };
-        let mut shard = lock(self.shard(&key));
-        if shard.bytes + size > self.max_shard_bytes {
-            // Crude but bounded: most entries of a full shard are stale after a change anyway.
-            shard.entries.clear();
-            shard.bytes = 0;
+        let mut guard = lock(self.shard(&key));
+        let shard = &mut *guard;
+        if let Some((_, old, _)) = shard.entries.remove(&key) {
+            shard.bytes = shard.bytes.saturating_sub(charge(query, &old.0));
         }
-        if let Some((_, old)) = shard.entries.insert(key, (stamp, answer)) {
-            shard.bytes = shard.bytes.saturating_sub(old.0.len() + query.len() + 64);
+        // Oldest first out (after a table change those are stale anyway); an entry put
+        // again since has a newer number and stays.
+        while shard.bytes + size > self.max_shard_bytes {
+            let Some((old_key, seq)) = shard.order.pop_front() else {
+                break;
+            };
+            if shard.entries.get(&old_key).is_some_and(|e| e.2 == seq)
+                && let Some((_, old, _)) = shard.entries.remove(&old_key)
+            {
+                shard.bytes = shard.bytes.saturating_sub(charge(&old_key.query, &old.0));
+            }
         }
+        // Keys of answers put again since: dropped once they are most of the queue.
+        if shard.order.len() > 2 * shard.entries.len() + 16 {
+            let entries = &shard.entries;
+            shard
+                .order
+                .retain(|(k, seq)| entries.get(k).is_some_and(|e| e.2 == *seq));
+        }
+        let seq = shard.next;
+        shard.next += 1;
+        shard.order.push_back((key.clone(), seq));
+        shard.entries.insert(key, (stamp, answer, seq));
         shard.bytes += size;
     }
 
@@ -274,6 +304,45 @@ mod tests {
             );
         }
         assert!(c.bytes() <= 16 * 4096);
+        // The newest answers stay when older ones make room.
+        assert!(c.get("A=9999", false, 10, stamp(1)).is_some());
+        assert!(c.get("A=0", false, 10, stamp(1)).is_none());
+        // A key put again counts once, and its newer answer outlives older keys.
+        let c = AnswerCache::new(SHARDS * 1024);
+        for round in 0..50 {
+            for i in 0..20 {
+                c.put(
+                    &format!("cold {round} {i}"),
+                    false,
+                    10,
+                    stamp(1),
+                    (Bytes::from(vec![b'c'; 100]), 1),
+                );
+            }
+            c.put(
+                "hot",
+                false,
+                10,
+                stamp(1),
+                (Bytes::from(vec![b'h'; 100]), 1),
+            );
+            assert!(c.bytes() <= SHARDS * 1024);
+            assert!(c.get("hot", false, 10, stamp(1)).is_some());
+            assert!(
+                c.get(&format!("cold {round} 19"), false, 10, stamp(1))
+                    .is_some()
+            );
+        }
+        for shard in &c.shards {
+            let s = lock(shard);
+            assert!(s.order.len() <= 2 * s.entries.len() + 17);
+            let charged: usize = s
+                .entries
+                .iter()
+                .map(|(k, (_, a, _))| charge(&k.query, &a.0))
+                .sum();
+            assert_eq!(charged, s.bytes);
+        }
         let off = AnswerCache::new(0);
         off.put("A=x", false, 10, stamp(1), (Bytes::from_static(b"one"), 1));
         assert!(off.get("A=x", false, 10, stamp(1)).is_none());

@@ -601,7 +601,8 @@ pub struct Limits {
     /// answer says `"more": true` when others rank below them.
     pub default_referrals: usize,
     /// Bytes of recent referral answers kept, each valid until the table, the local hint
-    /// or the configuration changes (default 8 MiB; 0 turns the cache off).
+    /// or the configuration changes (default 32 MiB, oldest first out; 0 turns the cache
+    /// off).
     pub answer_cache_bytes: usize,
     /// Queries that may scan (substrings, unindexed local attributes) evaluated at once on
     /// the blocking pool; more wait their turn without holding a thread (default: the CPU
@@ -650,7 +651,7 @@ impl Default for Limits {
             max_backoff: Duration::from_secs(3600),
             max_referrals: 100,
             default_referrals: 10,
-            answer_cache_bytes: 8 << 20,
+            answer_cache_bytes: 32 << 20,
             max_concurrent_scans: std::thread::available_parallelism().map_or(2, usize::from),
             max_concurrent_polls: 128,
             max_objects: 1000,
