@@ -1649,16 +1649,19 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
     let memory_after_load = memory_kib(hub.proc.pid());
     let page = metrics(addr).await.unwrap_or_default();
     let cache = gauge(&page, "cipd_table_substring_cache_bytes").unwrap_or(0.0);
+    let answers = gauge(&page, "cipd_answer_cache_bytes").unwrap_or(0.0);
     if let Some((rss, _)) = memory_after_load {
         println!(
             "after the load: substring cache {:.1} MB ({} needles; {} hits, {} computed), \
-             VmRSS {} MiB; RSS {:.2}x the README's sizing with the cache",
+             answer cache {:.1} MB, VmRSS {} MiB; RSS {:.2}x the README's sizing with the \
+             caches",
             cache / 1e6,
             gauge(&page, "cipd_table_substring_cache_needles").unwrap_or(0.0),
             gauge(&page, "cipd_table_substring_cache_hits_total").unwrap_or(0.0),
             gauge(&page, "cipd_table_substring_cache_computed_total").unwrap_or(0.0),
+            answers / 1e6,
             rss / 1024,
-            rss as f64 * 1024.0 / (formula + cache)
+            rss as f64 * 1024.0 / (formula + cache + answers)
         );
     }
     stop_probe.cancel();

@@ -130,6 +130,8 @@ pub struct Gauges {
     pub table_substring_cache_hits: u64,
     /// Substring sums computed for the cache.
     pub table_substring_cache_computed: u64,
+    /// Bytes of recent referral answers kept (at most `limits.answer_cache_bytes`).
+    pub answer_cache_bytes: u64,
     /// Objects in local collections.
     pub local_objects: u64,
     /// Seconds since the daemon started.
@@ -464,6 +466,12 @@ impl Metrics {
             "cipd_table_substring_cache_computed_total",
             "Substring sums computed for the cache (each a pass over the needle's matches).",
             gauges.table_substring_cache_computed,
+        );
+        gauge(
+            &mut out,
+            "cipd_answer_cache_bytes",
+            "Bytes of recent referral answers kept (at most limits.answer_cache_bytes).",
+            gauges.answer_cache_bytes as f64,
         );
         gauge(
             &mut out,

@@ -642,6 +642,7 @@ impl Node {
             table_substring_cache_bytes: stats.memo_bytes as u64,
             table_substring_cache_hits: stats.memo_hits,
             table_substring_cache_computed: stats.memo_computed,
+            answer_cache_bytes: self.answers.bytes() as u64,
             local_objects: self.local_objects_count(),
             uptime_seconds: self.uptime().as_secs_f64(),
             table_generation: self.table.generation(),

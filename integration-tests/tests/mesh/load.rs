@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::fake::{FakePeer, author_hint, object};
-use crate::harness::{NodeSpec, TestNode};
+use crate::harness::{NodeSpec, TestNode, metric};
 
 const HUB: &str = "1.3.6.1.4.1.99999.60";
 const PEERS: usize = 200;
@@ -69,6 +69,12 @@ async fn queries_are_answered_while_hundreds_of_hints_import() {
     assert_eq!(ten.referrals[..], hundred.referrals[..10]);
     let one = hub.query("Author=author 3 5").await;
     assert_eq!((one.referrals.len(), one.more), (1, false));
+    // Those answers are kept: the gauge shows their bytes, within the default 32 MiB.
+    let kept = metric(
+        &hub.daemon.node().render_metrics(),
+        "cipd_answer_cache_bytes",
+    );
+    assert!(kept > 0.0 && kept <= f64::from(32u32 << 20), "{kept}");
     let s = hub.daemon.node().status_snapshot();
     assert_eq!(s.table_peers as usize, PEERS);
     assert!(answered >= 2);
