@@ -1,0 +1,1350 @@
+//! The routing table: peers' CIP-HINTs, merged into an index that answers queries with
+//! ranked referrals.
+//!
+//! # Design
+//!
+//! The table is an immutable `Snapshot` behind an [`ArcSwap`]. A reader loads the current
+//! snapshot (no lock, never waits for a writer) and answers from it alone, so it sees each
+//! peer's old hint or its new one, never a mix. Writers take a mutex, build the next
+//! snapshot off to the side and swap it in.
+//!
+//! A snapshot holds:
+//! * `slots`: one per imported hint, each with its peer's metadata; a peer's DSI maps to its
+//!   live slot. Replacing a peer's hint gives the new hint a new slot and marks the old one
+//!   dead, which hides every old posting at once;
+//! * `segments`: immutable value indexes (the private `index` module), shared between snapshots by
+//!   `Arc`. Each import becomes a new small segment (cost proportional to the hint), and
+//!   segments are merged LSM-style: while the second-newest holds no more than twice the
+//!   newest's live entries, the two merge, and a segment whose dead entries outnumber its
+//!   live ones is rewritten. So the segment count stays logarithmic, each entry is rewritten
+//!   a few times over its life, and a replacement never rebuilds the whole index. A slot's
+//!   postings always sit in exactly one segment; a dead slot number is reused only once no
+//!   segment refers to it;
+//! * `attrs`: the table-wide attribute dictionary, keyed by lowercase template and lowercase
+//!   attribute base name (RFC 2655 §3.3, §4), with the first spelling seen.
+//!
+//! [`RoutingTable::replace_all`] imports many hints into one new segment, interning values
+//! in a hash map and sorting only the distinct ones: the path for loading at start-up.
+//! During a bulk load ([`RoutingTable::set_bulk_load`]) its segments get no trigram index
+//! (substring searches scan them) until the final merge indexes everything once.
+//! Writes run on the caller's thread and may take a while when they trigger a big merge:
+//! call them from a blocking task, not an async executor thread.
+//!
+//! This module holds the snapshot, its writers and the import limits; the read side (query
+//! evaluation, tallies, ranking, answers) is in `eval`, and the tests are in `tests`.
+//!
+//! # Queries
+//!
+//! A term's matching values come from each segment's exact table or trigram index; their
+//! postings are summed per slot in flat per-thread arrays indexed by slot (no hashing, no
+//! per-query allocation of them), so the work is one pass over the matching postings.
+//!
+//! A single-term query (the common case; no possible referrals) needs nothing more: during
+//! that pass each slot also counts its distinct matched values and keeps its best
+//! [`QueryOptions::max_values`] values (up to 16; ties in case-insensitive value order,
+//! which within a segment is id order, so no value bytes are read; a per-slot floor settles
+//! most values with one comparison). The peers are ranked without touching their entries:
+//! the snapshot keeps per slot a *tie position* (the order of the live peers by ratio, then
+//! DSI) and an expiry, so a peer's rank key is one integer, `count` descending then tie
+//! position, and a few keys are ranked by counting, without branches. An exact value found
+//! in one segment under one attribute skips the summing: each slot appears once among its
+//! postings, which rank as they stand.
+//!
+//! [`RoutingTable::answer`] returns an [`Answer`]: one reference to the snapshot, the
+//! ranked slots and one buffer holding every referral's values, so an answer costs a few
+//! allocations and no per-referral reference counts; the daemon serializes from its
+//! borrowed views. [`RoutingTable::query`] turns it into owned [`Referral`]s.
+//!
+//! Substring matches are checked and their postings summed in one pipelined pass: record
+//! starts two batches ahead, whole records one batch ahead, so that cache misses overlap.
+//! A needle held by a large share of a big segment's values reads that segment's
+//! precomputed sums instead ([`crate::summary`]): its cost would otherwise be bounded
+//! only by the number of postings to add. A narrower needle that still matched many
+//! candidates in a big segment has the same sums computed in its pass and kept with the
+//! segment for its next asking ([`crate::memo`], bounded by [`SummaryConfig::memo_bytes`]).
+//!
+//! Other queries (several terms, possible referrals, many values) rank candidates over all
+//! terms, then a second pass collects the matched values of just the `limit` best.
+//! Attribute names resolve without allocating, and the last resolution is cached per
+//! thread.
+//!
+//! # Loop prevention (digest A21)
+//!
+//! Every hint may carry `Provenance-N` attributes naming the DSIs of the datasets it was
+//! aggregated from ([`crate::aggregate`]). Import refuses a hint whose DSI is this node's, or
+//! whose provenance names this node's DSI, or that names more datasets than
+//! [`TableLimits::max_provenance`] (CIP v1's hop count served the same end).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use cip_proto::Dsi;
+use cip_proto::dsi::DsiError;
+use cip_proto::soif::attr::base_name;
+
+use crate::answer::{Answer, Item};
+use crate::hint::{AttrSpec, CipHint};
+use crate::index::{BulkBuilder, RandomState, Segment};
+use crate::memo::MemoBudget;
+use crate::rank::{QueryOptions, Referral};
+use crate::summary::SummaryConfig;
+use crate::thesaurus::AttrPattern;
+
+mod eval;
+
+use eval::Ranked;
+pub use eval::Route;
+
+/// Name of the CIP-HINT attribute (with `-N` multi-value suffixes) that lists provenance
+/// DSIs.
+pub const PROVENANCE_ATTRIBUTE: &str = "Provenance";
+
+/// Default for [`TableLimits::max_peers`].
+pub const DEFAULT_MAX_PEERS: usize = 10_000;
+/// Default for [`TableLimits::max_entries_per_hint`].
+pub const DEFAULT_MAX_ENTRIES_PER_HINT: usize = 20_000_000;
+/// Default for [`TableLimits::max_value_len`].
+pub const DEFAULT_MAX_VALUE_LEN: usize = 4096;
+/// Default for [`TableLimits::max_provenance`].
+pub const DEFAULT_MAX_PROVENANCE: usize = 256;
+/// Default for [`TableLimits::max_attributes`].
+pub const DEFAULT_MAX_ATTRIBUTES: usize = 65_536;
+/// Most segments a bulk load leaves before it merges any ([`RoutingTable::set_bulk_load`]).
+const BULK_MAX_SEGMENTS: usize = 32;
+
+/// Default for [`TableLimits::max_total_objects`]: a trillion objects, far above any real
+/// collection or aggregate, far below the sums that would crowd out honest peers.
+pub const DEFAULT_MAX_TOTAL_OBJECTS: u64 = 1_000_000_000_000;
+
+/// Default for [`TableLimits::max_peer_bytes`]: 1 GiB, about 12 million short values.
+pub const DEFAULT_MAX_PEER_BYTES: u64 = 1 << 30;
+/// Default for [`TableLimits::max_table_bytes`]: 8 GiB.
+pub const DEFAULT_MAX_TABLE_BYTES: u64 = 8 << 30;
+/// What one weightlist entry is charged against the memory budgets besides its value's
+/// bytes: its share of a segment's offsets, hash slots and postings when no other peer
+/// holds the value (the README's sizing: 8 bytes per entry plus 65 per distinct value).
+pub const ENTRY_BUDGET_BYTES: u64 = 73;
+
+/// What a hint is charged against the memory budgets: every entry as if its value were
+/// held by no other peer, so an upper bound of what the hint adds to the table.
+pub fn budget_bytes(hint: &CipHint) -> u64 {
+    hint.weightlists
+        .iter()
+        .flat_map(|(_, w)| &w.entries)
+        .map(|e| e.value.len() as u64 + ENTRY_BUDGET_BYTES)
+        .sum()
+}
+
+/// Bounds on what the table accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLimits {
+    /// Most peers (DSIs) in the table.
+    pub max_peers: usize,
+    /// Most weightlist entries in one hint.
+    pub max_entries_per_hint: usize,
+    /// Longest weightlist value, in bytes.
+    pub max_value_len: usize,
+    /// Most provenance DSIs on one hint.
+    pub max_provenance: usize,
+    /// Most distinct `Template:Attribute` keys in the table.
+    pub max_attributes: usize,
+    /// Largest `Total-Object-Count` a hint may claim; a larger one cannot be true and would
+    /// outrank every honest peer, so the hint is refused.
+    pub max_total_objects: u64,
+    /// Largest memory charge ([`budget_bytes`]) of one peer's hint.
+    pub max_peer_bytes: u64,
+    /// Largest memory charge of all hints in the table together.
+    pub max_table_bytes: u64,
+}
+
+impl Default for TableLimits {
+    fn default() -> Self {
+        Self {
+            max_peers: DEFAULT_MAX_PEERS,
+            max_entries_per_hint: DEFAULT_MAX_ENTRIES_PER_HINT,
+            max_value_len: DEFAULT_MAX_VALUE_LEN,
+            max_provenance: DEFAULT_MAX_PROVENANCE,
+            max_attributes: DEFAULT_MAX_ATTRIBUTES,
+            max_total_objects: DEFAULT_MAX_TOTAL_OBJECTS,
+            max_peer_bytes: DEFAULT_MAX_PEER_BYTES,
+            max_table_bytes: DEFAULT_MAX_TABLE_BYTES,
+        }
+    }
+}
+
+/// Table configuration.
+#[derive(Debug, Clone, Default)]
+pub struct TableConfig {
+    /// This node's DSI: hints from it, or derived from it, are refused.
+    pub node: Option<Dsi>,
+    /// Bounds.
+    pub limits: TableLimits,
+    /// Summaries of broad substrings in big segments.
+    pub summaries: SummaryConfig,
+}
+
+/// What the node knows about a peer hint besides its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerMeta {
+    /// The dataset's DSI (the index object's `dsi` parameter).
+    pub dsi: Dsi,
+    /// Its base-uri(s), for referrals.
+    pub base_uris: Vec<String>,
+    /// DSI-description, when the peer sent one.
+    pub dsi_description: Option<String>,
+    /// When the hint arrived.
+    pub received: SystemTime,
+    /// When it stops counting, if ever.
+    pub expires: Option<SystemTime>,
+    /// The configured peer it came from.
+    pub via: Option<String>,
+}
+
+/// A peer as [`RoutingTable::peers`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSummary {
+    /// DSI.
+    pub dsi: Dsi,
+    /// Base-URIs.
+    pub base_uris: Vec<String>,
+    /// DSI-description.
+    pub dsi_description: Option<String>,
+    /// Total-Object-Count of its hint.
+    pub total: u64,
+    /// Distinct values (case-folded) over all its weightlists.
+    pub distinct_values: usize,
+    /// `(attribute, value)` entries.
+    pub entries: usize,
+    /// When the hint arrived.
+    pub received: SystemTime,
+    /// When it expires.
+    pub expires: Option<SystemTime>,
+    /// The configured peer it came from.
+    pub via: Option<String>,
+    /// DSIs the hint says it was aggregated from.
+    pub provenance: Vec<Dsi>,
+}
+
+/// Size figures of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableStats {
+    /// Peers.
+    pub peers: usize,
+    /// Index segments.
+    pub segments: usize,
+    /// Distinct values, summed over segments (a value held in two segments counts twice
+    /// until they merge; [`RoutingTable::compact`] merges all).
+    pub distinct_values: usize,
+    /// Bytes of those values.
+    pub value_bytes: usize,
+    /// Live `(value, peer, attribute)` entries.
+    pub entries: usize,
+    /// Entries of replaced or removed hints not yet merged away.
+    pub dead_entries: usize,
+    /// Approximate heap bytes of the index and peer data.
+    pub approx_bytes: usize,
+    /// Broad n-grams summarized (see [`crate::summary`]), summed over segments.
+    pub summaries: usize,
+    /// Summary builds still running in the background.
+    pub summaries_pending: usize,
+    /// Approximate heap bytes of the summaries (included in `approx_bytes`).
+    pub summary_bytes: usize,
+    /// The hints' memory charge against [`TableLimits::max_table_bytes`] ([`budget_bytes`]).
+    pub budget_bytes: u64,
+    /// Substring needles whose sums are memoized ([`crate::memo`]), summed over segments.
+    pub memoized: usize,
+    /// Bytes those take (not in `approx_bytes`: bounded by
+    /// [`SummaryConfig::memo_bytes`]).
+    pub memo_bytes: usize,
+    /// Segment searches answered from memoized sums since the table was made.
+    pub memo_hits: u64,
+    /// Segment searches whose sums were computed for the memo (kept, or not when over
+    /// its budget).
+    pub memo_computed: u64,
+}
+
+/// One row of [`RoutingTable::entries`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRow {
+    /// The attribute.
+    pub attribute: AttrSpec,
+    /// The value (one spelling of its case-folded class).
+    pub value: Bytes,
+    /// Sum of the peers' counts.
+    pub total: u64,
+    /// Per peer count, by DSI.
+    pub peers: Vec<(Dsi, u64)>,
+}
+
+/// What [`RoutingTable::replace`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplaceOutcome {
+    /// True when the peer had a hint that this one replaced.
+    pub replaced: bool,
+    /// Distinct values in the new hint.
+    pub distinct_values: usize,
+    /// `(attribute, value)` entries in the new hint.
+    pub entries: usize,
+}
+
+/// Why a hint was not imported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// The hint claims this node's own DSI.
+    #[error("hint carries this node's own dsi {dsi}")]
+    OwnDsi {
+        /// The DSI.
+        dsi: Dsi,
+    },
+    /// The hint was derived from this node's own out-bound hint.
+    #[error("hint from {peer} lists this node ({node}) in its provenance: a routing loop")]
+    Loop {
+        /// The peer's DSI.
+        peer: Dsi,
+        /// This node's DSI.
+        node: Dsi,
+    },
+    /// A provenance value is not a DSI.
+    #[error("provenance value {value:?} is not a dsi: {source}")]
+    BadProvenance {
+        /// The value.
+        value: String,
+        /// Why.
+        source: DsiError,
+    },
+    /// Too many provenance DSIs.
+    #[error("hint lists {count} provenance dsis, the limit is {max}")]
+    TooManyProvenance {
+        /// How many.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A value longer than the limit.
+    #[error("value {index} of weightlist {attribute} is {len} bytes long, the limit is {max}")]
+    ValueTooLong {
+        /// The weightlist's attribute, as spelled.
+        attribute: String,
+        /// Position of the value in its weightlist.
+        index: usize,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More entries than the limit.
+    #[error("hint has {count} weightlist entries, the limit is {max}")]
+    TooManyEntries {
+        /// How many.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The table holds the most peers it may.
+    #[error("routing table is full ({max} peers)")]
+    TooManyPeers {
+        /// The limit.
+        max: usize,
+    },
+    /// The table holds the most attributes it may.
+    #[error("routing table holds the limit of {max} attributes")]
+    TooManyAttributes {
+        /// The limit.
+        max: usize,
+    },
+    /// The hint's index would exceed 32-bit offsets.
+    #[error("hint too large to index")]
+    TooLarge,
+    /// The hint alone is charged more than [`TableLimits::max_peer_bytes`].
+    #[error(
+        "hint needs {bytes} bytes of table memory, above the per-peer budget of {max}          (limits.max_peer_table_bytes)"
+    )]
+    OverPeerBudget {
+        /// Its charge ([`budget_bytes`]).
+        bytes: u64,
+        /// The budget.
+        max: u64,
+    },
+    /// Taking the hint would put the table over [`TableLimits::max_table_bytes`].
+    #[error(
+        "hint needs {bytes} bytes of table memory; the table holds {held} of its budget of          {max} (limits.max_table_bytes)"
+    )]
+    OverTableBudget {
+        /// Its charge.
+        bytes: u64,
+        /// What the other hints are charged.
+        held: u64,
+        /// The budget.
+        max: u64,
+    },
+    /// `Total-Object-Count` above [`TableLimits::max_total_objects`].
+    #[error("Total-Object-Count {total} is above the plausible maximum {max}")]
+    ImplausibleTotal {
+        /// The claimed total.
+        total: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A weightlist count above the hint's own `Total-Object-Count`: more objects hold the
+    /// value than the collection has (a missing total counts as 0).
+    #[error(
+        "value {index} of weightlist {attribute} has a count of {count}, above the hint's \
+         Total-Object-Count {total}"
+    )]
+    CountAboveTotal {
+        /// The weightlist's attribute, as spelled.
+        attribute: String,
+        /// Position of the value in its weightlist.
+        index: usize,
+        /// The count.
+        count: u64,
+        /// The hint's total.
+        total: u64,
+    },
+}
+
+/// The DSIs a hint's `Provenance` / `Provenance-N` attributes list (values may also hold
+/// several DSIs separated by whitespace or commas).
+///
+/// # Errors
+/// [`ImportError::BadProvenance`] for a value that is not a DSI.
+pub fn provenance(hint: &CipHint) -> Result<Vec<Dsi>, ImportError> {
+    let mut out = Vec::new();
+    for a in &hint.extra {
+        if !a
+            .name
+            .base_name()
+            .eq_ignore_ascii_case(PROVENANCE_ATTRIBUTE)
+        {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&a.value);
+        for part in text
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|p| !p.is_empty())
+        {
+            let dsi = Dsi::new(part).map_err(|source| ImportError::BadProvenance {
+                value: part.to_owned(),
+                source,
+            })?;
+            out.push(dsi);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// A peer's hint as the table keeps it (values live in the segments).
+#[derive(Debug, Clone)]
+pub(crate) struct PeerEntry {
+    pub meta: Arc<PeerMeta>,
+    pub total: u64,
+    pub attributes: Vec<AttrSpec>,
+    pub sources: Vec<String>,
+    /// `(attribute id, threshold)`, sorted by id.
+    pub thresholds: Vec<(u32, u64)>,
+    pub provenance: Vec<Dsi>,
+    pub distinct_values: usize,
+    pub entries: usize,
+    /// Its memory charge ([`budget_bytes`]).
+    pub budget: u64,
+}
+
+impl PeerEntry {
+    fn threshold_for(&self, attrs: &[u32]) -> Option<u64> {
+        self.thresholds
+            .iter()
+            .filter(|(a, t)| *t > 1 && attrs.binary_search(a).is_ok())
+            .map(|e| e.1)
+            .max()
+    }
+
+    fn live_at(&self, now: Option<SystemTime>) -> bool {
+        match (now, self.meta.expires) {
+            (Some(now), Some(exp)) => exp > now,
+            _ => true,
+        }
+    }
+}
+
+/// A normalised attribute.
+#[derive(Debug, Clone)]
+pub(crate) struct AttrInfo {
+    pub template: String,
+    pub spelling: AttrSpec,
+}
+
+/// Table-wide attribute dictionary.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AttrTable {
+    pub infos: Vec<AttrInfo>,
+    by_key: HashMap<(String, String), u32>,
+    by_attribute: HashMap<String, Vec<u32>>,
+}
+
+pub(crate) fn attr_key(spec: &AttrSpec) -> (String, String) {
+    (
+        spec.template.to_ascii_lowercase(),
+        base_name(&spec.attribute).to_ascii_lowercase(),
+    )
+}
+
+impl AttrTable {
+    pub(crate) fn id(&self, spec: &AttrSpec) -> Option<u32> {
+        self.by_key.get(&attr_key(spec)).copied()
+    }
+
+    fn intern(&mut self, spec: &AttrSpec) -> u32 {
+        let key = attr_key(spec);
+        if let Some(&id) = self.by_key.get(&key) {
+            return id;
+        }
+        let id = self.infos.len() as u32;
+        let spelling = AttrSpec {
+            template: spec.template.clone(),
+            attribute: base_name(&spec.attribute).to_owned(),
+        };
+        self.by_attribute.entry(key.1.clone()).or_default().push(id);
+        self.infos.push(AttrInfo {
+            template: key.0.clone(),
+            spelling,
+        });
+        self.by_key.insert(key, id);
+        id
+    }
+
+    /// Ids of the attributes `[template:]attribute` names (ASCII case and multi-value
+    /// suffix ignored), sorted, into `out`; allocates only for names over 64 bytes.
+    pub(crate) fn resolve_term(&self, template: Option<&str>, attribute: &str, out: &mut Vec<u32>) {
+        out.clear();
+        let name = base_name(attribute);
+        let mut buf = [0u8; 64];
+        let owned;
+        let key: &str = if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+            name
+        } else if let Some(b) = buf.get_mut(..name.len()) {
+            b.copy_from_slice(name.as_bytes());
+            b.make_ascii_lowercase();
+            // ASCII lowercasing keeps UTF-8 valid; an error cannot happen.
+            match std::str::from_utf8(b) {
+                Ok(k) => k,
+                Err(_) => return,
+            }
+        } else {
+            owned = name.to_ascii_lowercase();
+            &owned
+        };
+        if let Some(ids) = self.by_attribute.get(key) {
+            for &id in ids {
+                let info = &self.infos[id as usize];
+                if template.is_none_or(|t| info.template.eq_ignore_ascii_case(t)) {
+                    out.push(id);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+
+    /// Ids of the attributes any pattern matches, sorted.
+    pub(crate) fn resolve(&self, patterns: &[AttrPattern]) -> Vec<u32> {
+        let mut out = Vec::new();
+        for p in patterns {
+            if let Some(ids) = self.by_attribute.get(&p.attribute) {
+                for &id in ids {
+                    let info = &self.infos[id as usize];
+                    if p.template.as_ref().is_none_or(|t| *t == info.template) {
+                        out.push(id);
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// One consistent state of the table.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    /// Bumped by every published change ([`RoutingTable::generation`]).
+    pub generation: u64,
+    pub peers: BTreeMap<Dsi, u32>,
+    pub slots: Vec<Option<Arc<PeerEntry>>>,
+    free: Vec<u32>,
+    pub attrs: Arc<AttrTable>,
+    pub segments: Vec<Arc<Segment>>,
+    /// Per slot: `(Total-Object-Count, tie position)`, so that ranking reads one small
+    /// array instead of the peers' entries. The tie position orders the live peers as
+    /// [`crate::rank`] does between equal counts: by ratio (smaller non-zero total first,
+    /// a total of 0 last), then by DSI; so a definite referral's rank key is just
+    /// `(count descending, tie position)`.
+    pub rank_keys: Vec<(u64, u32)>,
+    /// Per slot: the live peer's metadata, so that answers reach it in one step.
+    pub metas: Vec<Option<Arc<PeerMeta>>>,
+    /// Per slot: when the live peer's hint expires, so that ranking checks liveness
+    /// without reaching into the entries.
+    pub expires: Vec<Option<SystemTime>>,
+    /// Per tie position: its slot.
+    pub by_tie: Vec<u32>,
+}
+
+impl Snapshot {
+    /// Recomputes [`Snapshot::rank_keys`] and [`Snapshot::metas`]; call before publishing
+    /// the snapshot.
+    fn rerank(&mut self) {
+        self.rank_keys.clear();
+        self.rank_keys.resize(self.slots.len(), (0, u32::MAX));
+        self.metas.clear();
+        self.metas.resize(self.slots.len(), None);
+        self.expires.clear();
+        self.expires.resize(self.slots.len(), None);
+        // `peers` iterates in DSI order; the stable sort keeps it between equal totals.
+        let mut live: Vec<(u32, u64)> = Vec::with_capacity(self.peers.len());
+        for &slot in self.peers.values() {
+            if let Some(e) = self.slots.get(slot as usize).and_then(Option::as_ref) {
+                live.push((slot, e.total));
+                self.metas[slot as usize] = Some(e.meta.clone());
+                self.expires[slot as usize] = e.meta.expires;
+            }
+        }
+        live.sort_by_key(|&(_, total)| (total == 0, total));
+        self.by_tie.clear();
+        for (tie, &(slot, total)) in live.iter().enumerate() {
+            self.rank_keys[slot as usize] = (total, tie as u32);
+            self.by_tie.push(slot);
+        }
+    }
+
+    /// The tie position of `slot` when it holds a peer live at `now` (any peer without).
+    #[inline]
+    fn live_tie(&self, slot: u32, now: Option<SystemTime>) -> Option<u32> {
+        let &(_, tie) = self.rank_keys.get(slot as usize)?;
+        // Only live slots have a tie position (`rerank`).
+        if tie == u32::MAX {
+            return None;
+        }
+        match (now, self.expires.get(slot as usize).copied().flatten()) {
+            (Some(now), Some(exp)) if exp <= now => None,
+            _ => Some(tie),
+        }
+    }
+
+    pub(crate) fn entry(&self, slot: u32) -> Option<&Arc<PeerEntry>> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    /// The metadata of the live peer in `slot`.
+    #[inline]
+    pub(crate) fn meta(&self, slot: u32) -> Option<&Arc<PeerMeta>> {
+        self.metas.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    /// Loads the metadata of `ranked`'s peers in a tight loop, so that their cache misses
+    /// overlap before the answer clones them one by one; returns a digest (pass it to
+    /// [`std::hint::black_box`]).
+    fn touch_metas(&self, ranked: &[Ranked]) -> u64 {
+        let mut digest = 0u64;
+        for r in ranked {
+            if let Some(m) = self.meta(r.slot) {
+                // The reference count, which cloning updates.
+                digest ^= Arc::strong_count(m) as u64;
+            }
+        }
+        digest
+    }
+
+    fn live_entries(&self, seg: &Segment) -> u64 {
+        seg.slots()
+            .iter()
+            .filter(|(s, _)| self.entry(*s).is_some())
+            .map(|e| e.1)
+            .sum()
+    }
+
+    /// The memory charge of every hint held.
+    fn budget_held(&self) -> u64 {
+        self.peers
+            .values()
+            .filter_map(|&slot| self.slots.get(slot as usize)?.as_ref())
+            .map(|e| e.budget)
+            .sum()
+    }
+
+    /// The memory charge of `dsi`'s hint, 0 when none is held.
+    fn budget_of(&self, dsi: &Dsi) -> u64 {
+        self.peers
+            .get(dsi)
+            .and_then(|&slot| self.slots.get(slot as usize)?.as_ref())
+            .map_or(0, |e| e.budget)
+    }
+
+    fn kill(&mut self, dsi: &Dsi) -> bool {
+        match self.peers.remove(dsi) {
+            Some(slot) => {
+                self.slots[slot as usize] = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn merge_range(&mut self, range: std::ops::Range<usize>, hasher: &RandomState) -> bool {
+        let parts: Vec<&Segment> = self.segments[range.clone()].iter().map(|s| &**s).collect();
+        let bytes: usize = parts.iter().map(|s| s.value_bytes()).sum();
+        let entries: usize = parts.iter().map(|s| s.entries()).sum();
+        let values: usize = parts.iter().map(|s| s.len()).sum();
+        if [bytes, entries, values]
+            .iter()
+            .any(|&n| n >= u32::MAX as usize)
+        {
+            return false;
+        }
+        let slots = &self.slots;
+        let live = |s: u32| slots.get(s as usize).is_some_and(Option::is_some);
+        match Segment::merge(&parts, &live, hasher) {
+            Ok(merged) => {
+                self.segments.splice(range, [Arc::new(merged)]);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Applies the merge policy of the module doc; `full` merges everything into one.
+    fn compact(&mut self, hasher: &RandomState, full: bool, bulk: bool) {
+        self.segments.retain(|s| s.entries() > 0);
+        let dead = self
+            .segments
+            .iter()
+            .any(|s| self.live_entries(s) < s.entries() as u64);
+        if full && (self.segments.len() > 1 || dead) {
+            let n = self.segments.len();
+            self.merge_range(0..n, hasher);
+        }
+        loop {
+            self.segments.retain(|s| s.entries() > 0);
+            let n = self.segments.len();
+            if n >= 2 {
+                let older = self.live_entries(&self.segments[n - 2]);
+                let newer = self.live_entries(&self.segments[n - 1]);
+                // In a bulk load, segments pile up (up to a bound) for one merge at the end.
+                let tiered = !bulk && older <= newer.saturating_mul(2);
+                let over = bulk && n > BULK_MAX_SEGMENTS;
+                if (tiered || over) && self.merge_range(n - 2..n, hasher) {
+                    continue;
+                }
+            }
+            let dirty = self.segments.iter().position(|s| {
+                let live = self.live_entries(s);
+                s.entries() as u64 - live > live
+            });
+            if let Some(i) = dirty {
+                let n = self.segments.len();
+                if (i + 1 < n && self.merge_range(i..i + 2, hasher))
+                    || self.merge_range(i..i + 1, hasher)
+                {
+                    continue;
+                }
+            }
+            break;
+        }
+        // Slots no segment refers to any more can be handed out again.
+        let mut referenced = vec![false; self.slots.len()];
+        for seg in &self.segments {
+            for &(s, _) in seg.slots() {
+                referenced[s as usize] = true;
+            }
+        }
+        self.free = (0..self.slots.len() as u32)
+            .filter(|&s| self.slots[s as usize].is_none() && !referenced[s as usize])
+            .collect();
+        while self.slots.last().is_some_and(Option::is_none)
+            && self.free.last() == Some(&(self.slots.len() as u32 - 1))
+        {
+            self.slots.pop();
+            self.free.pop();
+        }
+    }
+}
+
+/// Peers' hints, indexed for routing queries. Cheap to share in an `Arc`; all methods take
+/// `&self`; readers never wait for writers.
+#[derive(Debug)]
+pub struct RoutingTable {
+    config: TableConfig,
+    hasher: RandomState,
+    current: ArcSwap<Snapshot>,
+    writer: Mutex<()>,
+    /// Summaries being built in the background.
+    pending: Arc<Pending>,
+    /// Set during a bulk load ([`RoutingTable::set_bulk_load`]).
+    bulk_load: std::sync::atomic::AtomicBool,
+    /// Bytes of memoized substring sums, over all segments ([`crate::memo`]).
+    memo: Arc<MemoBudget>,
+}
+
+/// A count of background summary builds, to wait on.
+#[derive(Debug, Default)]
+struct Pending {
+    count: Mutex<usize>,
+    done: Condvar,
+    /// Held by the build running: builds take turns, so that a burst of big segments
+    /// does not start a crowd of threads.
+    turn: Mutex<()>,
+}
+
+impl Pending {
+    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
+        // A plain counter: a panic elsewhere leaves it consistent.
+        self.count
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Counts one background build from creation to drop (also when the build panics).
+struct PendingBuild(Arc<Pending>);
+
+impl PendingBuild {
+    fn new(pending: &Arc<Pending>) -> Self {
+        *pending.lock() += 1;
+        Self(pending.clone())
+    }
+}
+
+impl Drop for PendingBuild {
+    fn drop(&mut self) {
+        let mut n = self.0.lock();
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.0.done.notify_all();
+        }
+    }
+}
+
+impl Default for RoutingTable {
+    fn default() -> Self {
+        Self::new(TableConfig::default())
+    }
+}
+
+impl RoutingTable {
+    /// An empty table.
+    pub fn new(config: TableConfig) -> Self {
+        Self {
+            hasher: RandomState::default(),
+            current: ArcSwap::from_pointee(Snapshot::default()),
+            writer: Mutex::new(()),
+            pending: Arc::default(),
+            bulk_load: std::sync::atomic::AtomicBool::new(false),
+            memo: MemoBudget::new(config.summaries.memo_bytes),
+            config,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TableConfig {
+        &self.config
+    }
+
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// Builds the summaries the segments of `snap` lack ([`crate::summary`]): in the
+    /// background when [`SummaryConfig::background`] is set (queries scan meanwhile), else
+    /// before returning.
+    fn summarize(&self, snap: &Snapshot) {
+        if self.bulk() {
+            return;
+        }
+        let cfg = self.config.summaries;
+        for seg in &snap.segments {
+            if !seg.wants_summaries(&cfg) {
+                continue;
+            }
+            if cfg.background {
+                let (seg, build) = (seg.clone(), PendingBuild::new(&self.pending));
+                let spawned = std::thread::Builder::new()
+                    .name("table-summaries".into())
+                    .spawn(move || {
+                        let turn = build.0.turn.lock();
+                        // A segment merged away meanwhile is not worth summarizing.
+                        if Arc::strong_count(&seg) > 1 {
+                            seg.summarize(&cfg);
+                        }
+                        drop(turn);
+                        drop(build);
+                    });
+                if spawned.is_ok() {
+                    continue;
+                }
+            }
+            // Without a thread (or when none could be started) the caller builds them.
+            seg.summarize(&cfg);
+        }
+    }
+
+    /// Starts or ends a bulk load (a hub's cold start, hundreds of hints arriving within
+    /// seconds). Meanwhile imports pile their segments up instead of merging them tier by
+    /// tier (up to 32; each value is then written once instead of once per tier), and the
+    /// segments of [`RoutingTable::replace_all`] get neither a trigram index nor summaries
+    /// (all are merged away at the end; substring searches scan them meanwhile, which
+    /// changes only speed). Ending it merges everything into one segment, indexes and
+    /// summarizes it: call it off the async workers.
+    pub fn set_bulk_load(&self, on: bool) {
+        let was = self.bulk_load.swap(on, std::sync::atomic::Ordering::AcqRel);
+        if was && !on {
+            self.compact();
+        }
+    }
+
+    fn bulk(&self) -> bool {
+        self.bulk_load.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until no summaries are being built in the background.
+    pub fn wait_for_summaries(&self) {
+        let mut n = self.pending.lock();
+        while *n > 0 {
+            n = self
+                .pending
+                .done
+                .wait(n)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Publishes `next` as the new current snapshot with the next generation. Callers hold
+    /// the writer lock, so generations are published in order.
+    fn publish(&self, mut next: Snapshot) {
+        next.generation = self.current.load().generation + 1;
+        self.current.store(Arc::new(next));
+    }
+
+    /// The generation of the current contents: 0 for a new table, bumped by every import,
+    /// removal and expiry (not by [`RoutingTable::compact`] or [`RoutingTable::refresh`],
+    /// which change no contents). Whatever is derived from the table (the out-bound
+    /// hint) records the generation it was computed from.
+    pub fn generation(&self) -> u64 {
+        self.current.load().generation
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // The guarded data is `()`: a panic in another writer leaves nothing inconsistent.
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Imports `hint` from `peer`, atomically replacing any hint with the same DSI.
+    ///
+    /// # Errors
+    /// [`ImportError`] when the hint is this node's own or derived from it, or breaks a
+    /// limit; the table is then unchanged.
+    pub fn replace(&self, peer: PeerMeta, hint: &CipHint) -> Result<ReplaceOutcome, ImportError> {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        let mut held = next.budget_held();
+        let (slot, mut entry, entries) = self.prepare(&mut next, peer, hint, &mut held)?;
+        let segment = Segment::from_entries(entries, slot, &self.hasher)
+            .map_err(|_| ImportError::TooLarge)?;
+        entry.distinct_values = segment.len();
+        entry.entries = segment.entries();
+        let outcome = install(&mut next, slot, entry);
+        next.segments.push(Arc::new(segment));
+        next.compact(&self.hasher, false, self.bulk());
+        next.rerank();
+        self.summarize(&next);
+        self.publish(next);
+        Ok(outcome)
+    }
+
+    /// Imports many hints and indexes them in one pass: the fast path for loading. Each
+    /// hint succeeds or fails on its own; all successful ones appear in one swap.
+    pub fn replace_all<I, H>(&self, hints: I) -> Vec<Result<ReplaceOutcome, ImportError>>
+    where
+        I: IntoIterator<Item = (PeerMeta, H)>,
+        H: std::borrow::Borrow<CipHint>,
+    {
+        // Flush a bulk segment well before its 32-bit offsets could overflow.
+        const FLUSH_AT: usize = (u32::MAX / 2) as usize;
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        let mut bulk = BulkBuilder::default();
+        let (mut bulk_bytes, mut bulk_entries) = (0usize, 0usize);
+        let mut results = Vec::new();
+        let mut held = next.budget_held();
+        for (peer, hint) in hints {
+            let result = self
+                .prepare(&mut next, peer, hint.borrow(), &mut held)
+                .and_then(|(slot, mut entry, entries)| {
+                    let bytes: usize = entries.iter().map(|e| e.0.len()).sum();
+                    if bulk_bytes + bytes > FLUSH_AT || bulk_entries + entries.len() > FLUSH_AT {
+                        let full = std::mem::take(&mut bulk);
+                        let segment = full
+                            .finish(&self.hasher, !self.bulk())
+                            .map_err(|_| ImportError::TooLarge)?;
+                        next.segments.push(Arc::new(segment));
+                        (bulk_bytes, bulk_entries) = (0, 0);
+                    }
+                    bulk_bytes += bytes;
+                    bulk_entries += entries.len();
+                    let (distinct, count) = bulk
+                        .add(&entries, slot, &self.hasher)
+                        .map_err(|_| ImportError::TooLarge)?;
+                    entry.distinct_values = distinct;
+                    entry.entries = count;
+                    Ok(install(&mut next, slot, entry))
+                });
+            results.push(result);
+        }
+        if results.iter().all(Result::is_err) {
+            // Nothing to publish: the table, and its generation, stay as they were.
+            return results;
+        }
+        match bulk.finish(&self.hasher, !self.bulk()) {
+            Ok(segment) => next.segments.push(Arc::new(segment)),
+            // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
+            // rather than keep hints that no segment holds.
+            Err(_) => {
+                return results
+                    .into_iter()
+                    .map(|_| Err(ImportError::TooLarge))
+                    .collect();
+            }
+        }
+        next.compact(&self.hasher, false, self.bulk());
+        next.rerank();
+        self.summarize(&next);
+        self.publish(next);
+        results
+    }
+
+    /// Checks a hint and turns it into a slot, a peer entry (counts not yet filled in) and
+    /// the entries `(value, attribute id, count)` to index. `held` is the memory charge of
+    /// the table's hints; it is updated when the hint passes.
+    #[allow(clippy::type_complexity)]
+    fn prepare<'h>(
+        &self,
+        next: &mut Snapshot,
+        peer: PeerMeta,
+        hint: &'h CipHint,
+        held: &mut u64,
+    ) -> Result<(u32, PeerEntry, Vec<(&'h [u8], u32, u64)>), ImportError> {
+        let limits = &self.config.limits;
+        let provenance = provenance(hint)?;
+        if provenance.len() > limits.max_provenance {
+            return Err(ImportError::TooManyProvenance {
+                count: provenance.len(),
+                max: limits.max_provenance,
+            });
+        }
+        if let Some(node) = &self.config.node {
+            if *node == peer.dsi {
+                return Err(ImportError::OwnDsi { dsi: peer.dsi });
+            }
+            if provenance.contains(node) {
+                return Err(ImportError::Loop {
+                    peer: peer.dsi,
+                    node: node.clone(),
+                });
+            }
+        }
+        if !next.peers.contains_key(&peer.dsi) && next.peers.len() >= limits.max_peers {
+            return Err(ImportError::TooManyPeers {
+                max: limits.max_peers,
+            });
+        }
+        let count: usize = hint.weightlists.iter().map(|(_, w)| w.entries.len()).sum();
+        if count > limits.max_entries_per_hint {
+            return Err(ImportError::TooManyEntries {
+                count,
+                max: limits.max_entries_per_hint,
+            });
+        }
+        if hint.total_object_count > limits.max_total_objects {
+            return Err(ImportError::ImplausibleTotal {
+                total: hint.total_object_count,
+                max: limits.max_total_objects,
+            });
+        }
+        for (spec, w) in &hint.weightlists {
+            if let Some((index, e)) = w
+                .entries
+                .iter()
+                .enumerate()
+                .find(|(_, e)| e.count > hint.total_object_count)
+            {
+                return Err(ImportError::CountAboveTotal {
+                    attribute: format!("{}:{}", spec.template, spec.attribute),
+                    index,
+                    count: e.count,
+                    total: hint.total_object_count,
+                });
+            }
+            if let Some((index, e)) = w
+                .entries
+                .iter()
+                .enumerate()
+                .find(|(_, e)| e.value.len() > limits.max_value_len)
+            {
+                return Err(ImportError::ValueTooLong {
+                    attribute: format!("{}:{}", spec.template, spec.attribute),
+                    index,
+                    len: e.value.len(),
+                    max: limits.max_value_len,
+                });
+            }
+        }
+        let budget = budget_bytes(hint);
+        if budget > limits.max_peer_bytes {
+            return Err(ImportError::OverPeerBudget {
+                bytes: budget,
+                max: limits.max_peer_bytes,
+            });
+        }
+        // The hint it replaces frees its charge.
+        let others = held.saturating_sub(next.budget_of(&peer.dsi));
+        if others.saturating_add(budget) > limits.max_table_bytes {
+            return Err(ImportError::OverTableBudget {
+                bytes: budget,
+                held: others,
+                max: limits.max_table_bytes,
+            });
+        }
+        let specs = hint
+            .weightlists
+            .iter()
+            .map(|(s, _)| s)
+            .chain(hint.thresholds.iter().map(|(s, _)| s));
+        let missing: Vec<&AttrSpec> = specs.filter(|s| next.attrs.id(s).is_none()).collect();
+        if !missing.is_empty() {
+            let mut attrs = (*next.attrs).clone();
+            for s in missing {
+                attrs.intern(s);
+            }
+            if attrs.infos.len() > limits.max_attributes {
+                return Err(ImportError::TooManyAttributes {
+                    max: limits.max_attributes,
+                });
+            }
+            next.attrs = Arc::new(attrs);
+        }
+        let attrs = &next.attrs;
+        let mut entries = Vec::with_capacity(count);
+        for (spec, w) in &hint.weightlists {
+            // Invariant: every weightlist attribute was interned just above.
+            let Some(id) = attrs.id(spec) else { continue };
+            entries.extend(
+                w.entries
+                    .iter()
+                    .filter(|e| e.count > 0)
+                    .map(|e| (&e.value[..], id, e.count)),
+            );
+        }
+        let mut thresholds: Vec<(u32, u64)> = hint
+            .thresholds
+            .iter()
+            .filter_map(|(s, t)| Some((attrs.id(s)?, *t)))
+            .collect();
+        thresholds.sort_unstable();
+        thresholds.dedup_by(|b, a| {
+            let same = a.0 == b.0;
+            if same {
+                a.1 = a.1.max(b.1);
+            }
+            same
+        });
+        let slot = next.free.pop().unwrap_or(next.slots.len() as u32);
+        let entry = PeerEntry {
+            meta: Arc::new(peer),
+            total: hint.total_object_count,
+            attributes: hint.attributes.clone(),
+            sources: hint.sources.clone(),
+            thresholds,
+            provenance,
+            distinct_values: 0,
+            entries: 0,
+            budget,
+        };
+        *held = others + budget;
+        Ok((slot, entry, entries))
+    }
+
+    /// Removes a peer's hint; false when there was none.
+    pub fn remove(&self, dsi: &Dsi) -> bool {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        if !next.kill(dsi) {
+            return false;
+        }
+        next.compact(&self.hasher, false, self.bulk());
+        next.rerank();
+        self.summarize(&next);
+        self.publish(next);
+        true
+    }
+
+    /// Removes every hint that expired at or before `now`; returns their DSIs.
+    pub fn expire(&self, now: SystemTime) -> Vec<Dsi> {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        let gone: Vec<Dsi> = next
+            .peers
+            .iter()
+            .filter(|&(_, &slot)| next.entry(slot).is_some_and(|e| !e.live_at(Some(now))))
+            .map(|(d, _)| d.clone())
+            .collect();
+        if gone.is_empty() {
+            return gone;
+        }
+        for d in &gone {
+            next.kill(d);
+        }
+        next.compact(&self.hasher, false, self.bulk());
+        next.rerank();
+        self.summarize(&next);
+        self.publish(next);
+        gone
+    }
+
+    /// Merges all segments into one, dropping dead entries.
+    pub fn compact(&self) {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        next.compact(&self.hasher, true, false);
+        // Segments a bulk load left unmerged (too big to merge) get their trigram index.
+        for seg in &next.segments {
+            seg.ensure_grams();
+        }
+        next.rerank();
+        self.summarize(&next);
+        // The same contents, laid out anew: the generation stays.
+        self.current.store(Arc::new(next));
+    }
+
+    /// Replaces the metadata (arrival, expiry, base-uris) of the hint held for `meta.dsi`
+    /// without indexing it again: the path for a peer that re-serves an unchanged hint.
+    /// Queries see the new expiry at once; the generation stays, as the contents do.
+    /// False when the table holds no hint for that DSI.
+    pub fn refresh(&self, meta: PeerMeta) -> bool {
+        self.refresh_all([meta]).first().copied().unwrap_or(false)
+    }
+
+    /// [`RoutingTable::refresh`] for many hints in one swap (one copy of the snapshot's
+    /// peer arrays, one re-ranking); says for each whether the table held it.
+    pub fn refresh_all(&self, metas: impl IntoIterator<Item = PeerMeta>) -> Vec<bool> {
+        let _writer = self.lock();
+        let mut next = (*self.current.load_full()).clone();
+        let held: Vec<bool> = metas
+            .into_iter()
+            .map(|meta| {
+                let Some(&slot) = next.peers.get(&meta.dsi) else {
+                    return false;
+                };
+                let Some(entry) = next.entry(slot) else {
+                    return false;
+                };
+                let mut entry = (**entry).clone();
+                entry.meta = Arc::new(meta);
+                next.slots[slot as usize] = Some(Arc::new(entry));
+                true
+            })
+            .collect();
+        if held.contains(&true) {
+            next.rerank();
+            self.current.store(Arc::new(next));
+        }
+        held
+    }
+
+    /// True when the table holds a hint for `dsi`.
+    pub fn contains(&self, dsi: &Dsi) -> bool {
+        self.current.load().peers.contains_key(dsi)
+    }
+
+    /// The peers, by DSI.
+    pub fn peers(&self) -> Vec<PeerSummary> {
+        let snap = self.current.load();
+        snap.peers
+            .values()
+            .filter_map(|&slot| snap.entry(slot))
+            .map(|e| PeerSummary {
+                dsi: e.meta.dsi.clone(),
+                base_uris: e.meta.base_uris.clone(),
+                dsi_description: e.meta.dsi_description.clone(),
+                total: e.total,
+                distinct_values: e.distinct_values,
+                entries: e.entries,
+                received: e.meta.received,
+                expires: e.meta.expires,
+                via: e.meta.via.clone(),
+                provenance: e.provenance.clone(),
+            })
+            .collect()
+    }
+
+    /// Size figures.
+    pub fn stats(&self) -> TableStats {
+        let snap = self.current.load();
+        let mut st = TableStats {
+            peers: snap.peers.len(),
+            segments: snap.segments.len(),
+            ..TableStats::default()
+        };
+        for seg in &snap.segments {
+            let live = snap.live_entries(seg) as usize;
+            st.distinct_values += seg.len();
+            st.value_bytes += seg.value_bytes();
+            st.entries += live;
+            st.dead_entries += seg.entries() - live;
+            st.approx_bytes += seg.heap_bytes();
+            st.summaries += seg.summarized();
+            st.summary_bytes += seg.summary_bytes();
+            st.memoized += seg.memo_stats().0;
+        }
+        st.memo_bytes = self.memo.used();
+        (st.memo_hits, st.memo_computed) = self.memo.counts();
+        st.summaries_pending = *self.pending.lock();
+        st.budget_bytes = snap.budget_held();
+        st.approx_bytes += snap.slots.capacity() * 8
+            + snap.peers.len() * (std::mem::size_of::<PeerEntry>() + 64)
+            + snap.attrs.infos.len() * 128;
+        st
+    }
+}
+
+/// Makes `entry` the live hint of its peer in `slot`, retiring any older one.
+fn install(next: &mut Snapshot, slot: u32, entry: PeerEntry) -> ReplaceOutcome {
+    let dsi = entry.meta.dsi.clone();
+    let outcome = ReplaceOutcome {
+        replaced: next.kill(&dsi),
+        distinct_values: entry.distinct_values,
+        entries: entry.entries,
+    };
+    if slot as usize >= next.slots.len() {
+        next.slots.resize(slot as usize + 1, None);
+    }
+    next.slots[slot as usize] = Some(Arc::new(entry));
+    next.peers.insert(dsi, slot);
+    outcome
+}
+
+fn contains_sorted(ids: &[u32], id: u32) -> bool {
+    if ids.len() <= 8 {
+        ids.contains(&id)
+    } else {
+        ids.binary_search(&id).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1052 @@
+use super::eval::{QUICK_SCAN_VALUES, TALLY_MAX_VALUES, rank_keys};
+use super::*;
+use crate::hint::{WeightEntry, Weightlist};
+use crate::query::Query;
+use crate::rank::TermStatus;
+use crate::summary::SUMMARY_TOPS;
+use crate::thesaurus::Thesaurus;
+use std::time::Duration;
+
+fn dsi(s: &str) -> Dsi {
+    Dsi::new(s).unwrap()
+}
+
+fn meta(d: &str) -> PeerMeta {
+    PeerMeta {
+        dsi: dsi(d),
+        base_uris: vec![format!("cip://peer-{d}/")],
+        dsi_description: Some(format!("peer {d}")),
+        received: SystemTime::UNIX_EPOCH,
+        expires: None,
+        via: Some("upstream".into()),
+    }
+}
+
+fn spec(t: &str, a: &str) -> AttrSpec {
+    AttrSpec {
+        template: t.into(),
+        attribute: a.into(),
+    }
+}
+
+type Lists<'a> = [(&'a str, &'a str, &'a [(&'a str, u64)])];
+
+fn hint(total: u64, lists: &Lists<'_>) -> CipHint {
+    CipHint {
+        url: "-".into(),
+        total_object_count: total,
+        weightlists: lists
+            .iter()
+            .map(|(t, a, es)| {
+                let entries = es
+                    .iter()
+                    .map(|(v, c)| WeightEntry {
+                        value: Bytes::copy_from_slice(v.as_bytes()),
+                        count: *c,
+                    })
+                    .collect();
+                (spec(t, a), Weightlist { entries })
+            })
+            .collect(),
+        ..CipHint::default()
+    }
+}
+
+fn q(s: &str) -> Query {
+    Query::parse(s).unwrap()
+}
+
+fn summary(r: &[Referral]) -> Vec<(String, u64, bool)> {
+    r.iter()
+        .map(|r| (r.dsi.to_string(), r.count, r.definite))
+        .collect()
+}
+
+fn sample() -> RoutingTable {
+    let t = RoutingTable::new(TableConfig {
+        node: Some(dsi("9.9")),
+        ..TableConfig::default()
+    });
+    t.replace(
+        meta("1.1"),
+        &hint(
+            100,
+            &[(
+                "DOCUMENT",
+                "Author",
+                &[("Garcia", 10), ("Jose Garcia y Montes", 3)],
+            )],
+        ),
+    )
+    .unwrap();
+    t.replace(
+        meta("1.2"),
+        &hint(
+            50,
+            &[("document", "AUTHOR-1", &[("GARCIA", 20), ("Smith", 5)])],
+        ),
+    )
+    .unwrap();
+    t.replace(
+        meta("1.3"),
+        &hint(10, &[("FILE", "Author", &[("garcia", 10)])]),
+    )
+    .unwrap();
+    t
+}
+
+#[test]
+fn exact_lookup_folds_case_suffix_and_template() {
+    let t = sample();
+    let opts = QueryOptions::default();
+    assert_eq!(
+        summary(&t.query(&q("DOCUMENT:Author=garcia"), &opts)),
+        vec![("1.2".into(), 20, true), ("1.1".into(), 10, true)]
+    );
+    // Without a template FILE:Author counts too; 1.3 beats 1.1 on count/total.
+    assert_eq!(
+        summary(&t.query(&q("author=GARCIA"), &opts)),
+        vec![
+            ("1.2".into(), 20, true),
+            ("1.3".into(), 10, true),
+            ("1.1".into(), 10, true)
+        ]
+    );
+    let r = &t.query(&q("Author=garcia"), &opts)[0];
+    assert_eq!(r.base_uris(), ["cip://peer-1.2/".to_string()]);
+    assert_eq!(r.dsi_description(), Some("peer 1.2"));
+    assert_eq!(r.values, vec![(Bytes::from_static(b"GARCIA"), 20)]);
+    assert_eq!(r.values.to_vec(), vec![(Bytes::from_static(b"GARCIA"), 20)]);
+    assert!(t.query(&q("Author=Garci"), &opts).is_empty());
+    assert!(t.query(&q("Title=Garcia"), &opts).is_empty());
+}
+
+#[test]
+fn substring_rfc_example() {
+    let t = sample();
+    let r = t.query(&q("DOCUMENT:Author~Garcia"), &QueryOptions::default());
+    assert_eq!(
+        summary(&r),
+        vec![("1.2".into(), 20, true), ("1.1".into(), 13, true)]
+    );
+    assert_eq!(r[1].matched_values, 2);
+    // One spelling stands for all that fold together.
+    let (value, count) = r[1].values.get(0).unwrap();
+    assert!(value.eq_ignore_ascii_case(b"garcia"));
+    assert_eq!(count, 10);
+}
+
+#[test]
+fn single_term_order_matches_rank_order() {
+    // Equal counts: higher ratio (smaller total) first, then DSI; the fast path must
+    // agree with `rank_order` (the general path). (A total of 0 ranks last, but a hint
+    // with counts and no total is refused, so none is here.)
+    let t = RoutingTable::new(TableConfig::default());
+    for (d, total, count) in [
+        ("1.5", 20, 5),
+        ("1.4", 10, 5),
+        ("1.3", 5, 5),
+        ("1.2", 5, 5),
+        ("1.1", 9, 9),
+        ("1.6", 1, 1),
+    ] {
+        let lists: &Lists<'_> = &[("DOCUMENT", "Author", &[("Smith", count)])];
+        t.replace(meta(d), &hint(total, lists)).unwrap();
+    }
+    let fast = t.query(&q("Author=smith"), &QueryOptions::default());
+    let order: Vec<String> = fast.iter().map(|r| r.dsi.to_string()).collect();
+    assert_eq!(order, ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6"]);
+    let general = t.query(
+        &q("Author=smith"),
+        &QueryOptions {
+            max_values: TALLY_MAX_VALUES + 1,
+            ..QueryOptions::default()
+        },
+    );
+    assert_eq!(summary(&fast), summary(&general));
+    let routes: Vec<String> = t
+        .route(&q("Author=smith"), &QueryOptions::default())
+        .iter()
+        .map(|r| r.meta.dsi.to_string())
+        .collect();
+    assert_eq!(routes, order);
+}
+
+#[test]
+fn conjunction_takes_the_minimum() {
+    let t = sample();
+    let r = t.query(&q("Author~garcia & Author=smith"), &QueryOptions::default());
+    assert_eq!(summary(&r), vec![("1.2".into(), 5, true)]);
+    let e = t.explain(&q("Author~garcia & Author=smith"), &QueryOptions::default());
+    assert!(e[0].rank.contains("min(20, 5)"), "{}", e[0].rank);
+    // The first spelling the table saw names the attribute.
+    assert_eq!(
+        e[0].terms[1].matches[0].attribute,
+        spec("DOCUMENT", "Author")
+    );
+}
+
+/// Imports `hints` as peers `1.0`, `1.1`, ...: in one batch (one segment) or one by one.
+fn load(t: &RoutingTable, hints: &[CipHint], bulk: bool) {
+    if bulk {
+        let r = t.replace_all(
+            hints
+                .iter()
+                .enumerate()
+                .map(|(p, h)| (meta(&format!("1.{p}")), h)),
+        );
+        assert!(r.iter().all(Result::is_ok));
+    } else {
+        for (p, h) in hints.iter().enumerate() {
+            t.replace(meta(&format!("1.{p}")), h).unwrap();
+        }
+    }
+}
+
+/// A background build that panics still counts itself done: waiting for the
+/// summaries never hangs on it.
+#[test]
+fn a_failed_summary_build_is_not_waited_for() {
+    let t = RoutingTable::default();
+    let build = PendingBuild::new(&t.pending);
+    assert_eq!(t.stats().summaries_pending, 1);
+    let thread = std::thread::spawn(move || {
+        let _build = build;
+        panic!("summary build failed (on purpose, in a test)");
+    });
+    assert!(thread.join().is_err());
+    t.wait_for_summaries();
+    assert_eq!(t.stats().summaries_pending, 0);
+}
+
+/// A value held in several segments lists, for each peer, the spelling of the segment
+/// holding that peer's posting.
+#[test]
+fn exact_values_keep_each_segments_spelling() {
+    let t = RoutingTable::default();
+    // The first hint is more than twice the second, so the two segments stay apart.
+    let first: &[(&str, u64)] = &[("Garcia", 3), ("a", 1), ("b", 1), ("c", 1), ("d", 1)];
+    let hints = [
+        hint(10, &[("DOCUMENT", "Author", first)]),
+        hint(10, &[("DOCUMENT", "Author", &[("GARCIA", 5)])]),
+    ];
+    load(&t, &hints, false);
+    assert_eq!(t.stats().segments, 2);
+    let r = t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default());
+    let listed: Vec<(String, Vec<(Bytes, u64)>)> = r
+        .iter()
+        .map(|r| (r.dsi.to_string(), r.values.to_vec()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("1.1".to_string(), vec![(Bytes::from_static(b"GARCIA"), 5)]),
+            ("1.0".to_string(), vec![(Bytes::from_static(b"Garcia"), 3)])
+        ]
+    );
+}
+
+/// Counts past 32 bits rank as exactly as small ones (the wide rank keys), in both the
+/// direct exact path (one bulk segment) and the summing one.
+#[test]
+fn counts_past_32_bits_rank_exactly() {
+    let big = 5_000_000_000u64;
+    for bulk in [true, false] {
+        let t = RoutingTable::default();
+        let total = 2 * big;
+        let hints = [
+            hint(
+                total,
+                &[("DOCUMENT", "Author", &[("Garcia", big), ("Garcin", 7)])],
+            ),
+            hint(
+                total,
+                &[("DOCUMENT", "Author", &[("Garcia", u64::from(u32::MAX))])],
+            ),
+            hint(
+                total,
+                &[("DOCUMENT", "Author", &[("Garcia", 3), ("Garcin", big)])],
+            ),
+        ];
+        load(&t, &hints, bulk);
+        let opts = QueryOptions::default();
+        assert_eq!(
+            summary(&t.query(&q("DOCUMENT:Author=garcia"), &opts)),
+            vec![
+                ("1.0".into(), big, true),
+                ("1.1".into(), u64::from(u32::MAX), true),
+                ("1.2".into(), 3, true)
+            ],
+            "bulk {bulk}"
+        );
+        // Sums over two values: big + 7 for 1.0, big + 3 for 1.2.
+        assert_eq!(
+            summary(&t.query(&q("DOCUMENT:Author~garci"), &opts)),
+            vec![
+                ("1.0".into(), big + 7, true),
+                ("1.2".into(), big + 3, true),
+                ("1.1".into(), u64::from(u32::MAX), true)
+            ],
+            "bulk {bulk}"
+        );
+    }
+}
+
+/// An exact answer from one segment lists its one value for every referral, whether
+/// the value is held inline (short) or in the answer's buffer (long).
+#[test]
+fn exact_answers_list_their_one_value() {
+    let long = "A value well over forty-six bytes long, to leave the inline slot";
+    for value in ["Garcia", long] {
+        let t = RoutingTable::default();
+        let hints = [
+            hint(10, &[("DOCUMENT", "Author", &[(value, 3), ("x", 1)])]),
+            hint(20, &[("DOCUMENT", "Author", &[(value, 5)])]),
+        ];
+        load(&t, &hints, true);
+        assert_eq!(t.stats().segments, 1);
+        let opts = QueryOptions::default();
+        let text = format!("DOCUMENT:Author=\"{}\"", value.to_ascii_uppercase());
+        let answer = t.answer(&q(&text), &opts);
+        type Listed = Vec<(String, Vec<(Vec<u8>, u64)>)>;
+        let got: Listed = answer
+            .iter()
+            .map(|r| {
+                let values = r.values().map(|(v, c)| (v.to_vec(), c)).collect();
+                (r.dsi().to_string(), values)
+            })
+            .collect();
+        let v = value.as_bytes().to_vec();
+        assert_eq!(
+            got,
+            [
+                ("1.1".to_string(), vec![(v.clone(), 5)]),
+                ("1.0".to_string(), vec![(v.clone(), 3)])
+            ]
+        );
+        let owned = t.query(&q(&text), &opts);
+        assert_eq!(owned[1].values, vec![(Bytes::from(v), 3)]);
+        assert_eq!(owned[1].matched_values, 1);
+    }
+}
+
+/// Twelve peers' values made of a few syllables (so that substrings match many of them,
+/// in mixed case), with their hints over two attributes.
+fn syllable_peers() -> (Vec<Vec<(String, u64)>>, Vec<CipHint>) {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    const SYL: [&str; 6] = ["an", "Ber", "cor", "dal", "EL", "tor"];
+    let value = |next: &mut dyn FnMut(u64) -> u64| {
+        let mut v = String::new();
+        for _ in 0..2 + next(3) {
+            v.push_str(SYL[next(SYL.len() as u64) as usize]);
+            if next(3) == 0 {
+                v.push(' ');
+            }
+        }
+        v
+    };
+    let mut peers: Vec<Vec<(String, u64)>> = Vec::new();
+    for _ in 0..12 {
+        peers.push((0..40).map(|_| (value(&mut next), 1 + next(9))).collect());
+    }
+    let hints = peers
+        .iter()
+        .enumerate()
+        .map(|(p, list)| {
+            let es: Vec<(&str, u64)> = list.iter().map(|(v, c)| (v.as_str(), *c)).collect();
+            // Two attributes, so that lookups under one of them skip the other's sums.
+            let (a, b) = es.split_at(es.len() / 3);
+            hint(
+                100 + p as u64,
+                &[("DOCUMENT", "Author", b), ("DOCUMENT", "Title", a)],
+            )
+        })
+        .collect();
+    (peers, hints)
+}
+
+/// Memoized substring sums answer as scanning does: when first computed, when read
+/// back, after hints were replaced or removed (their slots dead in the memoized
+/// segment), and with a budget so small that entries keep being forgotten.
+#[test]
+fn memoized_sums_answer_as_scanning_does() {
+    let (peers, hints) = syllable_peers();
+    let off = SummaryConfig {
+        min_values: usize::MAX,
+        ..SummaryConfig::everything()
+    };
+    // No n-gram summarized; every substring memoized.
+    let memo = |bytes: usize| SummaryConfig {
+        min_matches: usize::MAX,
+        memo_bytes: bytes,
+        memo_min_candidates: 1,
+        ..SummaryConfig::everything()
+    };
+    let build = |cfg: SummaryConfig| {
+        let t = RoutingTable::new(TableConfig {
+            summaries: cfg,
+            ..TableConfig::default()
+        });
+        load(&t, &hints, true);
+        t
+    };
+    let plain = build(off);
+    let memoized = build(memo(64 << 20));
+    let tiny = build(memo(3000));
+    assert_eq!(memoized.stats().summaries, 0);
+    let compare = |round: &str| {
+        for list in &peers {
+            for (v, _) in list.iter().take(4) {
+                let lower = v.to_ascii_lowercase();
+                for len in 1..=8.min(lower.len()) {
+                    let needle = &lower[lower.len() - len..];
+                    for (attr, k, limit) in [("Author", 0, 3), ("Author", 3, 100), ("Title", 5, 4)]
+                    {
+                        let opts = QueryOptions {
+                            limit,
+                            max_values: k,
+                            ..QueryOptions::default()
+                        };
+                        let text = format!("DOCUMENT:{attr}~\"{needle}\"");
+                        let want = plain.query(&q(&text), &opts);
+                        for t in [&memoized, &tiny] {
+                            // Computed, then read back.
+                            for pass in 0..2 {
+                                assert_eq!(
+                                    t.query(&q(&text), &opts),
+                                    want,
+                                    "{round}: {text} k {k} limit {limit} pass {pass}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    compare("loaded");
+    let st = memoized.stats();
+    assert!(st.memoized > 20 && st.memo_bytes > 0, "{st:?}");
+    // Each needle computed once, then read back (the second pass, and the first pass
+    // of the queries asking it again).
+    assert!(st.memo_computed >= st.memoized as u64, "{st:?}");
+    assert!(st.memo_hits >= st.memo_computed, "{st:?}");
+    assert!(tiny.stats().memo_bytes <= 3000);
+    // Replace two peers' hints with others' values and remove a third: their slots
+    // die in the memoized segment.
+    for t in [&plain, &memoized, &tiny] {
+        for (p, from) in [(0usize, 5usize), (1, 7)] {
+            t.replace(meta(&format!("1.{p}")), &hints[from]).unwrap();
+        }
+        assert!(t.remove(&Dsi::new("1.2").unwrap()));
+    }
+    compare("after replacing");
+    // Merging everything drops the old segments and their memo charge with them.
+    memoized.compact();
+    let st = memoized.stats();
+    assert_eq!(st.segments, 1);
+    assert_eq!(st.memoized, 0, "{st:?}");
+    assert_eq!(st.memo_bytes, 0);
+    compare("after merging");
+}
+
+/// A substring term is quick once every big segment has its sums; other shapes of
+/// query are not, whatever is cached.
+#[test]
+fn substring_queries_are_quick_once_their_sums_are_kept() {
+    let (_, hints) = syllable_peers();
+    let t = RoutingTable::new(TableConfig {
+        summaries: SummaryConfig {
+            min_values: 1,
+            min_matches: usize::MAX,
+            memo_bytes: 1 << 20,
+            memo_min_candidates: 1,
+            ..SummaryConfig::everything()
+        },
+        ..TableConfig::default()
+    });
+    load(&t, &hints, true);
+    let opts = QueryOptions::default();
+    assert!(t.answers_quickly(&q("DOCUMENT:Author=anber"), &opts));
+    assert!(
+        t.answers_quickly(&q("DOCUMENT:Nothing~anb"), &opts),
+        "no such attribute"
+    );
+    // The table is smaller than QUICK_SCAN_VALUES: any substring is quick.
+    assert!(t.answers_quickly(&q("DOCUMENT:Author~anb"), &opts));
+    // Past it, only once the sums are kept.
+    let big: Vec<CipHint> = (0..30)
+        .map(|p| {
+            let values: Vec<String> = (0..800).map(|i| format!("anber {p} {i}")).collect();
+            let es: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), 1)).collect();
+            hint(1000, &[("DOCUMENT", "Author", &es)])
+        })
+        .collect();
+    let r = t.replace_all(
+        big.iter()
+            .enumerate()
+            .map(|(p, h)| (meta(&format!("2.{p}")), h)),
+    );
+    assert!(r.iter().all(Result::is_ok));
+    assert!(t.stats().distinct_values >= QUICK_SCAN_VALUES);
+    let term = q("DOCUMENT:Author~anber");
+    assert!(!t.answers_quickly(&term, &opts));
+    let first = t.query(&term, &opts);
+    assert!(t.answers_quickly(&term, &opts));
+    assert_eq!(t.query(&term, &opts), first);
+    assert!(!t.answers_quickly(&q("DOCUMENT:Author~anbe"), &opts));
+    // Two terms, possible referrals or many values per referral take the general path.
+    assert!(!t.answers_quickly(&q("DOCUMENT:Author~anber & DOCUMENT:Author=x"), &opts));
+    let possible = QueryOptions {
+        include_possible: true,
+        ..QueryOptions::default()
+    };
+    assert!(!t.answers_quickly(&term, &possible));
+    let many = QueryOptions {
+        max_values: SUMMARY_TOPS + 1,
+        ..QueryOptions::default()
+    };
+    assert!(!t.answers_quickly(&term, &many));
+    // Through a thesaurus naming one attribute the same sums serve; naming two, the
+    // general path.
+    let with = |text: &str| QueryOptions {
+        thesaurus: Some(Arc::new(crate::thesaurus::Thesaurus::parse(text).unwrap())),
+        ..QueryOptions::default()
+    };
+    assert!(t.answers_quickly(&term, &with("DOCUMENT:Author = DC:Creator\n")));
+    assert!(!t.answers_quickly(&term, &with("DOCUMENT:Author = DOCUMENT:Title\n")));
+}
+
+/// Summaries change only speed: with every n-gram summarized, bulk and incremental
+/// segments answer every substring query as scanning does.
+#[test]
+fn summaries_answer_as_scanning_does() {
+    let (peers, hints) = syllable_peers();
+    let forced = SummaryConfig::everything();
+    let off = SummaryConfig {
+        min_values: usize::MAX,
+        ..forced
+    };
+    let build = |cfg: SummaryConfig, bulk: bool| {
+        let t = RoutingTable::new(TableConfig {
+            summaries: cfg,
+            ..TableConfig::default()
+        });
+        load(&t, &hints, bulk);
+        t
+    };
+    let plain = build(off, true);
+    assert_eq!(plain.stats().summaries, 0);
+    for (bulk, background) in [(true, false), (false, false), (true, true)] {
+        let summed = build(
+            SummaryConfig {
+                background,
+                ..forced
+            },
+            bulk,
+        );
+        // Queries while the summaries are being built (in the background case) and
+        // after: the answers never change.
+        let compare = |summed: &RoutingTable| {
+            let mut asked = 0;
+            for list in &peers {
+                for (v, _) in list.iter().take(6) {
+                    let lower = v.to_ascii_lowercase();
+                    for len in 3..=7.min(lower.len()) {
+                        for at in [0, lower.len() - len] {
+                            let needle = &lower[at..at + len];
+                            for (k, limit) in [(0, 3), (1, 100), (3, 5), (5, 100), (7, 2)] {
+                                let opts = QueryOptions {
+                                    limit,
+                                    max_values: k,
+                                    ..QueryOptions::default()
+                                };
+                                let text = format!("DOCUMENT:Author~\"{needle}\"");
+                                let want = plain.query(&q(&text), &opts);
+                                let got = summed.query(&q(&text), &opts);
+                                assert_eq!(got, want, "{text} k {k} limit {limit} bulk {bulk}");
+                                let routes = |t: &RoutingTable| -> Vec<(String, u64)> {
+                                    t.route(&q(&text), &opts)
+                                        .iter()
+                                        .map(|r| (r.meta.dsi.to_string(), r.count))
+                                        .collect()
+                                };
+                                assert_eq!(routes(summed), routes(&plain), "{text}");
+                                asked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            asked
+        };
+        std::thread::scope(|s| {
+            let during = s.spawn(|| compare(&summed));
+            summed.wait_for_summaries();
+            assert!(during.join().is_ok_and(|n| n > 500));
+        });
+        let st = summed.stats();
+        assert!(st.summaries > 0);
+        assert_eq!(st.summaries_pending, 0);
+        let asked = compare(&summed);
+        assert!(asked > 500);
+    }
+}
+
+#[test]
+fn possible_referrals_follow_definite_ones() {
+    let t = sample();
+    let mut h = hint(1000, &[("DOCUMENT", "Author", &[("Other", 50)])]);
+    h.thresholds.push((spec("DOCUMENT", "Author"), 10));
+    t.replace(meta("1.4"), &h).unwrap();
+    let opts = QueryOptions {
+        include_possible: true,
+        ..QueryOptions::default()
+    };
+    let r = t.query(&q("DOCUMENT:Author=Garcia"), &opts);
+    assert_eq!(summary(&r).last(), Some(&("1.4".into(), 0, false)));
+    assert_eq!(r.last().unwrap().threshold, Some(10));
+    assert_eq!(r.len(), 3);
+    assert_eq!(
+        t.query(&q("DOCUMENT:Author=Garcia"), &QueryOptions::default())
+            .len(),
+        2
+    );
+    let e = t.explain(&q("DOCUMENT:Author=Garcia"), &opts);
+    assert_eq!(e[2].terms[0].status, TermStatus::Possible { threshold: 10 });
+}
+
+#[test]
+fn replace_remove_expire() {
+    let t = sample();
+    let out = t
+        .replace(
+            meta("1.1"),
+            &hint(5, &[("DOCUMENT", "Author", &[("Nobody", 1)])]),
+        )
+        .unwrap();
+    assert!(out.replaced);
+    assert_eq!(
+        summary(&t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default())),
+        vec![("1.2".into(), 20, true)]
+    );
+    assert!(t.remove(&dsi("1.2")));
+    assert!(!t.remove(&dsi("1.2")));
+    assert!(
+        t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default())
+            .is_empty()
+    );
+    let mut m = meta("1.5");
+    m.expires = Some(SystemTime::UNIX_EPOCH + Duration::from_secs(10));
+    t.replace(m, &hint(1, &[("DOCUMENT", "Author", &[("Garcia", 1)])]))
+        .unwrap();
+    let late = QueryOptions {
+        now: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(20)),
+        ..QueryOptions::default()
+    };
+    assert!(t.query(&q("DOCUMENT:Author=garcia"), &late).is_empty());
+    assert_eq!(
+        t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default())
+            .len(),
+        1
+    );
+    assert_eq!(
+        t.expire(SystemTime::UNIX_EPOCH + Duration::from_secs(5)),
+        Vec::<Dsi>::new()
+    );
+    assert_eq!(
+        t.expire(SystemTime::UNIX_EPOCH + Duration::from_secs(10)),
+        vec![dsi("1.5")]
+    );
+    let peers: Vec<String> = t.peers().iter().map(|p| p.dsi.to_string()).collect();
+    assert_eq!(peers, vec!["1.1", "1.3"]);
+    t.compact();
+    let st = t.stats();
+    assert_eq!(
+        (st.peers, st.segments, st.entries, st.dead_entries),
+        (2, 1, 2, 0)
+    );
+}
+
+#[test]
+fn thesaurus_at_query_time() {
+    let t = RoutingTable::default();
+    t.replace(
+        meta("1.1"),
+        &hint(10, &[("Dublin-Core-1", "CREATOR", &[("Garcia", 4)])]),
+    )
+    .unwrap();
+    let plain = QueryOptions::default();
+    assert!(t.query(&q("DOCUMENT:Author=garcia"), &plain).is_empty());
+    let th = Thesaurus::parse("DOCUMENT:Author = FILE:Author = Dublin-Core-1:CREATOR").unwrap();
+    let opts = QueryOptions {
+        thesaurus: Some(Arc::new(th)),
+        ..QueryOptions::default()
+    };
+    assert_eq!(
+        summary(&t.query(&q("DOCUMENT:Author=garcia"), &opts)),
+        vec![("1.1".into(), 4, true)]
+    );
+    assert_eq!(
+        summary(&t.query(&q("Author~GARC"), &opts)),
+        vec![("1.1".into(), 4, true)]
+    );
+}
+
+#[test]
+fn refuses_loops() {
+    let t = sample();
+    assert!(matches!(
+        t.replace(meta("9.9"), &hint(1, &[])),
+        Err(ImportError::OwnDsi { .. })
+    ));
+    let mut h = hint(1, &[("DOCUMENT", "Author", &[("x", 1)])]);
+    h.extra
+        .push(cip_proto::soif::Attribute::new("Provenance-1", "1.7").unwrap());
+    h.extra
+        .push(cip_proto::soif::Attribute::new("provenance-2", "9.9").unwrap());
+    assert_eq!(
+        t.replace(meta("1.7"), &h),
+        Err(ImportError::Loop {
+            peer: dsi("1.7"),
+            node: dsi("9.9")
+        })
+    );
+    h.extra[1] = cip_proto::soif::Attribute::new("Provenance-2", "1.02").unwrap();
+    assert!(matches!(
+        t.replace(meta("1.7"), &h),
+        Err(ImportError::BadProvenance { .. })
+    ));
+    h.extra.pop();
+    t.replace(meta("1.7"), &h).unwrap();
+    let p = t.peers().into_iter().find(|p| p.dsi == dsi("1.7")).unwrap();
+    assert_eq!(p.provenance, vec![dsi("1.7")]);
+}
+
+#[test]
+fn limits_are_enforced() {
+    let limits = TableLimits {
+        max_peers: 1,
+        max_value_len: 3,
+        ..TableLimits::default()
+    };
+    let t = RoutingTable::new(TableConfig {
+        node: None,
+        limits,
+        ..TableConfig::default()
+    });
+    t.replace(meta("1.1"), &hint(1, &[("D", "A", &[("abc", 1)])]))
+        .unwrap();
+    assert!(matches!(
+        t.replace(meta("1.1"), &hint(1, &[("D", "A", &[("abcd", 1)])])),
+        Err(ImportError::ValueTooLong {
+            index: 0,
+            len: 4,
+            max: 3,
+            ..
+        })
+    ));
+    assert_eq!(
+        t.replace(meta("1.2"), &hint(1, &[])),
+        Err(ImportError::TooManyPeers { max: 1 })
+    );
+    // The refused replacement left the old hint in place.
+    assert_eq!(t.query(&q("A=abc"), &QueryOptions::default()).len(), 1);
+}
+
+#[test]
+fn memory_budgets_are_enforced_at_import() {
+    // "abc" costs 3 + 73 bytes: a per-peer budget of 200 takes two such entries, a table
+    // budget of 400 five.
+    let t = RoutingTable::new(TableConfig {
+        limits: TableLimits {
+            max_peer_bytes: 200,
+            max_table_bytes: 400,
+            ..TableLimits::default()
+        },
+        ..TableConfig::default()
+    });
+    let two = hint(10, &[("D", "A", &[("abc", 4), ("abd", 1)])]);
+    assert_eq!(budget_bytes(&two), 152);
+    let three = hint(10, &[("D", "A", &[("abc", 4), ("abd", 1), ("abe", 1)])]);
+    assert_eq!(
+        t.replace(meta("1.1"), &three).unwrap_err(),
+        ImportError::OverPeerBudget {
+            bytes: 228,
+            max: 200
+        }
+    );
+    t.replace(meta("1.1"), &two).unwrap();
+    t.replace(meta("1.2"), &two).unwrap();
+    assert_eq!(t.stats().budget_bytes, 304);
+    let e = t.replace(meta("1.3"), &two).unwrap_err();
+    assert_eq!(
+        e,
+        ImportError::OverTableBudget {
+            bytes: 152,
+            held: 304,
+            max: 400
+        }
+    );
+    assert!(e.to_string().contains("limits.max_table_bytes"), "{e}");
+    // Replacing a held hint frees its own charge first; removing one frees room.
+    let one = hint(10, &[("D", "A", &[("abc", 4)])]);
+    t.replace(meta("1.2"), &one).unwrap();
+    assert_eq!(t.stats().budget_bytes, 228);
+    t.replace(meta("1.3"), &two).unwrap();
+    assert_eq!(t.stats().budget_bytes, 380);
+    assert!(t.replace(meta("1.4"), &one).is_err());
+    t.remove(&dsi("1.1"));
+    t.replace(meta("1.4"), &one).unwrap();
+    assert_eq!(t.stats().budget_bytes, 304);
+    // The bulk path charges each hint of the batch against the ones before it.
+    let t = RoutingTable::new(TableConfig {
+        limits: TableLimits {
+            max_table_bytes: 400,
+            ..TableLimits::default()
+        },
+        ..TableConfig::default()
+    });
+    let results = t.replace_all([
+        (meta("2.1"), two.clone()),
+        (meta("2.2"), two.clone()),
+        (meta("2.3"), two.clone()),
+    ]);
+    assert!(results[0].is_ok() && results[1].is_ok(), "{results:?}");
+    assert!(
+        matches!(results[2], Err(ImportError::OverTableBudget { .. })),
+        "{results:?}"
+    );
+    assert_eq!(t.peers().len(), 2);
+}
+
+#[test]
+fn implausible_counts_are_refused_and_the_old_hint_stays() {
+    let t = RoutingTable::new(TableConfig {
+        limits: TableLimits {
+            max_total_objects: 1000,
+            ..TableLimits::default()
+        },
+        ..TableConfig::default()
+    });
+    t.replace(meta("1.1"), &hint(10, &[("D", "A", &[("abc", 4)])]))
+        .unwrap();
+    let generation = t.generation();
+    // A count above the hint's own total.
+    assert_eq!(
+        t.replace(
+            meta("1.1"),
+            &hint(10, &[("D", "A", &[("abc", 3), ("x", 11)])])
+        ),
+        Err(ImportError::CountAboveTotal {
+            attribute: "D:A".into(),
+            index: 1,
+            count: 11,
+            total: 10
+        })
+    );
+    // Counts without a total cannot be true either.
+    assert!(matches!(
+        t.replace(meta("1.1"), &hint(0, &[("D", "A", &[("abc", 1)])])),
+        Err(ImportError::CountAboveTotal { total: 0, .. })
+    ));
+    // A total above the ceiling, however consistent its counts.
+    assert_eq!(
+        t.replace(meta("1.1"), &hint(u64::MAX, &[("D", "A", &[("abc", 9)])])),
+        Err(ImportError::ImplausibleTotal {
+            total: u64::MAX,
+            max: 1000
+        })
+    );
+    let refused = t.replace_all([(meta("1.2"), hint(1001, &[("D", "A", &[("abc", 1)])]))]);
+    assert!(matches!(
+        refused[0],
+        Err(ImportError::ImplausibleTotal { .. })
+    ));
+    // Nothing changed: the honest hint still answers, nothing was published.
+    let r = t.query(&q("A=abc"), &QueryOptions::default());
+    assert_eq!(summary(&r), vec![("1.1".into(), 4, true)]);
+    assert_eq!(t.peers().len(), 1);
+    assert_eq!(t.generation(), generation);
+}
+
+#[test]
+fn a_bulk_load_piles_segments_up_and_merges_them_at_its_end() {
+    let t = RoutingTable::default();
+    t.set_bulk_load(true);
+    for i in 0..6u64 {
+        let v = format!("v{i}");
+        let h = hint(10, &[("D", "A", &[("shared", 1 + i), (v.as_str(), 2)])]);
+        // One at a time, and in batches, which leave the trigram index for later.
+        if i < 3 {
+            t.replace(meta(&format!("1.{i}")), &h).unwrap();
+        } else {
+            assert!(t.replace_all([(meta(&format!("1.{i}")), &h)])[0].is_ok());
+        }
+    }
+    assert_eq!(t.stats().segments, 6, "no tiered merges during the load");
+    let grams = |t: &RoutingTable| -> Vec<bool> {
+        t.current
+            .load()
+            .segments
+            .iter()
+            .map(|s| s.has_grams())
+            .collect()
+    };
+    assert_eq!(grams(&t), [true, true, true, false, false, false]);
+    let ask = |t: &RoutingTable, text: &str| summary(&t.query(&q(text), &QueryOptions::default()));
+    let during = ask(&t, "A=shared");
+    let during_substring = [ask(&t, "A~hare"), ask(&t, "A~v4"), ask(&t, "A~ar")];
+    assert_eq!(during_substring[0], during);
+    assert_eq!(during_substring[1], vec![("1.4".into(), 2, true)]);
+    let generation = t.generation();
+    t.set_bulk_load(false);
+    assert_eq!(t.stats().segments, 1);
+    assert_eq!(grams(&t), [true]);
+    assert_eq!(ask(&t, "A=shared"), during);
+    assert_eq!(
+        [ask(&t, "A~hare"), ask(&t, "A~v4"), ask(&t, "A~ar")],
+        during_substring
+    );
+    assert_eq!(during.len(), 6);
+    assert_eq!(t.generation(), generation, "the merge changes no contents");
+    assert_eq!(t.stats().distinct_values, 7);
+}
+
+#[test]
+fn generation_counts_changes() {
+    let t = RoutingTable::default();
+    assert_eq!(t.generation(), 0);
+    t.replace(meta("1.1"), &hint(5, &[("D", "A", &[("abc", 4)])]))
+        .unwrap();
+    assert_eq!(t.generation(), 1);
+    t.replace_all([(meta("1.2"), hint(5, &[("D", "A", &[("x", 1)])]))]);
+    assert_eq!(t.generation(), 2);
+    assert!(t.remove(&dsi("1.1")));
+    assert_eq!(t.generation(), 3);
+    assert!(!t.remove(&dsi("1.1")), "nothing removed, nothing published");
+    assert_eq!(t.generation(), 3);
+    // Same contents: new expiry, same generation.
+    let mut m = meta("1.2");
+    m.expires = Some(SystemTime::UNIX_EPOCH);
+    assert!(t.refresh(m));
+    assert_eq!(t.generation(), 3);
+    assert!(
+        t.query(
+            &q("A=x"),
+            &QueryOptions {
+                now: Some(SystemTime::now()),
+                ..QueryOptions::default()
+            }
+        )
+        .is_empty(),
+        "the new expiry counts"
+    );
+    assert!(!t.refresh(meta("1.7")));
+    assert_eq!(t.refresh_all([meta("1.2"), meta("1.7")]), [true, false]);
+    t.compact();
+    assert_eq!(t.generation(), 3);
+}
+
+#[test]
+fn entries_lists_rows() {
+    let t = sample();
+    let rows = t.entries(None, None, Some(b"gar"), 10);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].total, 30);
+    assert_eq!(rows[0].peers, vec![(dsi("1.1"), 10), (dsi("1.2"), 20)]);
+    assert_eq!(rows[1].attribute, spec("FILE", "Author"));
+    let rows = t.entries(
+        Some(&spec("document", "author")),
+        Some(&dsi("1.2")),
+        None,
+        1,
+    );
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].value.clone(), rows[0].total),
+        (Bytes::from_static(b"GARCIA"), 20)
+    );
+}
+
+#[test]
+fn many_replacements_keep_segments_few_and_slots_bounded() {
+    let t = RoutingTable::default();
+    for round in 0..30u64 {
+        for p in 0..20 {
+            let v = format!("v{p}");
+            t.replace(
+                meta(&format!("2.{p}")),
+                &hint(round + 1, &[("D", "A", &[(&v, round + 1), ("shared", 1)])]),
+            )
+            .unwrap();
+        }
+    }
+    let st = t.stats();
+    assert!(st.segments <= 8, "{st:?}");
+    assert!(st.dead_entries <= st.entries, "{st:?}");
+    assert!(t.snapshot().slots.len() <= 80);
+    let r = t.query(&q("A=shared"), &QueryOptions::default());
+    assert_eq!(r.len(), 20);
+    assert!(r.iter().all(|r| r.count == 1 && r.total == 30));
+    assert_eq!(t.query(&q("A=v3"), &QueryOptions::default())[0].count, 30);
+}
+
+#[test]
+fn broad_substring_counts_every_value() {
+    let t = RoutingTable::default();
+    for p in 0..3u64 {
+        let values: Vec<String> = (0..400).map(|i| format!("value {i}")).collect();
+        let entries: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), p + 1)).collect();
+        t.replace(
+            meta(&format!("3.{p}")),
+            &hint(1000, &[("D", "A", &entries)]),
+        )
+        .unwrap();
+    }
+    let r = t.query(&q("A~VALUE"), &QueryOptions::default());
+    assert_eq!(
+        summary(&r),
+        vec![
+            ("3.2".into(), 1200, true),
+            ("3.1".into(), 800, true),
+            ("3.0".into(), 400, true)
+        ]
+    );
+    assert!(
+        r.iter()
+            .all(|r| r.matched_values == 400 && r.values.len() == 5)
+    );
+    let r = t.query(&q("A~lue 39"), &QueryOptions::default());
+    assert_eq!(r[0].matched_values, 11);
+}
+
+proptest::proptest! {
+    /// `rank_keys` keeps the `limit` smallest keys, ascending, like a full sort.
+    #[test]
+    fn rank_keys_is_a_partial_sort(
+        keys in proptest::collection::btree_set(proptest::prelude::any::<u128>(), 0..80),
+        limit in 0usize..90,
+        shuffle in proptest::prelude::any::<u64>(),
+    ) {
+        let mut sorted: Vec<u128> = keys.into_iter().collect();
+        let mut got = sorted.clone();
+        // A deterministic shuffle: rotate, then reverse every other run.
+        if !got.is_empty() {
+            let len = got.len();
+            got.rotate_left(shuffle as usize % len);
+            for chunk in got.chunks_mut(3).step_by(2) {
+                chunk.reverse();
+            }
+        }
+        rank_keys(&mut got, limit);
+        sorted.truncate(limit);
+        proptest::prop_assert_eq!(got, sorted);
+    }
+}
