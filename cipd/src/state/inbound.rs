@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use hints::table::{PeerMeta, PeerSummary};
+use hints::table::PeerMeta;
 
 use crate::binding::Claim;
 use crate::import::QueueError;
@@ -187,9 +187,7 @@ impl Node {
         if self.bindings.get(peer).is_none_or(|b| b.dsi != obj.dsi) {
             tracing::info!(%peer, dsi = %obj.dsi, "binding ended during the import; its hint dropped");
             self.drop_dataset(&obj.dsi);
-            return Err(Rejection::Storage(
-                "the peer's dsi binding ended while its object was imported".into(),
-            ));
+            return Err(Rejection::Storage(QueueError::Unvouched.to_string()));
         }
         self.index_state
             .note_stored(obj.index_type.as_str(), &obj.dsi, &stored);
@@ -494,13 +492,12 @@ impl Node {
     pub(super) fn drop_dataset_if(
         &self,
         dsi: &Dsi,
-        keep_going: impl FnOnce(&PeerSummary) -> bool,
+        keep_going: impl FnOnce(&PeerMeta) -> bool,
     ) -> bool {
         let removed = {
             // A later import of the same payload must rebuild the out-bound hint again.
             let mut imported = lock(&self.imported);
-            let held = self.table.peers().into_iter().find(|p| p.dsi == *dsi);
-            if held.as_ref().is_some_and(|p| !keep_going(p)) {
+            if self.table.peer_meta(dsi).is_some_and(|m| !keep_going(&m)) {
                 return false;
             }
             imported.remove(dsi);

@@ -161,12 +161,7 @@ impl Node {
             Some(hit) => Ok(hit),
             None => {
                 let own = self.identity.load().dsi.clone();
-                // Two more than asked: one may be this node's own, one tells `more`.
-                let ranked = QueryOptions {
-                    limit: opts.limit.saturating_add(2),
-                    ..opts.clone()
-                };
-                let answer = self.table.answer(query, &ranked);
+                let answer = self.page_answer(query, &opts);
                 let scan_max = self.config().limits.local_scan_max_objects;
                 let local = self.local.load().query(query, 0, scan_max);
                 local.map(|local| {
@@ -193,6 +188,16 @@ impl Node {
         result.map(|(bytes, _)| bytes)
     }
 
+    /// The table's answer for a page of `opts.limit` referrals, ranked two further: one
+    /// place may be this node's own dataset (left out), and one more says `more`.
+    pub(super) fn page_answer(&self, query: &Query, opts: &QueryOptions) -> hints::answer::Answer {
+        let ranked = QueryOptions {
+            limit: opts.limit.saturating_add(2),
+            ..opts.clone()
+        };
+        self.table.answer(query, &ranked)
+    }
+
     pub(super) fn referrals_inner(
         &self,
         q: &str,
@@ -202,14 +207,8 @@ impl Node {
         let query = self.parse_query(q)?;
         let opts = self.query_options(possible, limit);
         let own = self.identity.load().dsi.clone();
-        // As in `referrals_json`: two more than asked, for this node's own and `more`.
-        let ranked = QueryOptions {
-            limit: opts.limit.saturating_add(2),
-            ..opts.clone()
-        };
         let mut referrals: Vec<ReferralJson> = self
-            .table
-            .answer(&query, &ranked)
+            .page_answer(&query, &opts)
             .iter()
             .filter(|r| *r.dsi() != own)
             .map(ReferralJson::from)

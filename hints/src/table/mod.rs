@@ -1271,6 +1271,16 @@ impl RoutingTable {
         self.current.load().peers.contains_key(dsi)
     }
 
+    /// The metadata of the hint the table holds for `dsi` (one lookup, where
+    /// [`RoutingTable::peers`] lists them all).
+    pub fn peer_meta(&self, dsi: &Dsi) -> Option<Arc<PeerMeta>> {
+        let snap = self.current.load();
+        snap.peers
+            .get(dsi)
+            .and_then(|&slot| snap.meta(slot))
+            .cloned()
+    }
+
     /// The peers, by DSI.
     pub fn peers(&self) -> Vec<PeerSummary> {
         let snap = self.current.load();

@@ -636,7 +636,9 @@ fn replace_remove_expire() {
         summary(&t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default())),
         vec![("1.2".into(), 20, true)]
     );
+    assert_eq!(t.peer_meta(&dsi("1.2")).unwrap().dsi, dsi("1.2"));
     assert!(t.remove(&dsi("1.2")));
+    assert!(t.peer_meta(&dsi("1.2")).is_none());
     assert!(!t.remove(&dsi("1.2")));
     assert!(
         t.query(&q("DOCUMENT:Author=garcia"), &QueryOptions::default())
