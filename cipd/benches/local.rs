@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cip_proto::soif::{Limits, SoifObject};
-use cipd::collection::{CollectionSource, SoifSource, load_all};
-use cipd::local::{Job, query, rebuild};
-use cipd::state::object_matches;
+use cipd::node::object_matches;
+use cipd::store::collection::{CollectionSource, SoifSource, load_all};
+use cipd::store::local::{Job, query, rebuild};
 use hints::builder::Thresholds;
 use hints::hint::AttrSpec;
 use hints::query::Query;
@@ -82,7 +82,7 @@ fn main() {
         started.elapsed()
     );
     let source: Arc<dyn CollectionSource> = Arc::new(SoifSource {
-        files: cipd::collection::FileSet {
+        files: cipd::store::collection::FileSet {
             path: file.clone(),
             recursive: false,
             extensions: Vec::new(),

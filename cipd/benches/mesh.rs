@@ -38,7 +38,7 @@
 //!    leaf's mid; and the same from the moment the root (the last node) started.
 //! 2. **leaf change to root**: `MESH_CHANGES` times, on different leaves: the leaf's
 //!    collection file is rewritten with one more object by a new author and the leaf
-//!    reloaded ([`cipd::state::Node::reload`]; the leaves start without a configuration path,
+//!    reloaded ([`cipd::node::Node::reload`]; the leaves start without a configuration path,
 //!    so a reload rescans their collections only); the time until the root refers to the
 //!    leaf's mid for that author (leaf → `datachanged` → mid polls the leaf → mid's hint
 //!    rebuilt → `datachanged` → root polls the mid). Min, median and max against the target
@@ -69,9 +69,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cipd::config::Config;
 use cipd::daemon::{Daemon, RunningDaemon, StartOptions};
-use cipd::state::{Node, Status};
+use cipd::model::config::Config;
+use cipd::node::{Node, Status};
 use tempfile::TempDir;
 use tokio::sync::watch;
 use tokio::task::JoinSet;

@@ -1,37 +1,29 @@
 //! The CIP referral-mesh daemon (`cipd`) and its operators' tool (`cipctl`), as a library so
 //! tests can drive every piece in-process.
 //!
-//! * [`ctl`]: the `cipctl` subcommands.
+//! The modules are layers; each imports only from the layers below it (`ARCHITECTURE.md`
+//! draws them, and `tests/layers.rs` keeps them so):
+//!
+//! * [`ctl`]: the `cipctl` subcommands (with `main.rs` and `bin/`, the binaries).
+//! * [`daemon`]: wiring: builds the node, binds the listeners, runs the peer supervisor and
+//!   the background tasks, owns shutdown.
+//! * [`front`]: the front-ends: the CIP stream service and its transport, the HTTP router and
+//!   its routes (queries, CIP over HTTP, RDM, `/hina.di`, console, metrics), the admin socket.
+//! * [`node`]: [`node::Node`], the node's shared state and the operations the front-ends ask
+//!   of it.
+//! * [`pipeline`]: what moves data: the import queue, the out-bound builder, pulled feeds
+//!   (Hina-Di URLs, RDM pulls), the index-type registry.
+//! * [`store`]: what holds data: local collections and their sources, the spool, the RDM
+//!   journals, the answer cache, peer bindings, and durable file writes.
+//! * [`sys`]: process facilities: metrics, logging, systemd notification, start-up progress.
+//! * [`model`]: the validated configuration, key material and plain value types; no I/O
+//!   beyond reading the files it is pointed at.
 
-pub mod admin;
-pub mod answers;
-pub mod binding;
-pub mod cip_http;
-pub mod collection;
-pub mod config;
-pub mod conn_limit;
-pub mod console;
 pub mod ctl;
 pub mod daemon;
-pub mod feeds;
-pub mod fetch;
-pub mod hinadi;
-pub mod http;
-pub mod import;
-pub mod index_types;
-pub mod local;
-pub mod metrics;
-pub mod notify;
-pub mod outbound;
-pub mod peer;
-pub mod rdm;
-pub mod sample;
-pub mod service;
-pub mod soif_io;
-pub mod spool;
-pub mod startup;
-pub mod state;
-pub mod tagged;
-pub mod telemetry;
-pub mod transport;
-pub mod trust;
+pub mod front;
+pub mod model;
+pub mod node;
+pub mod pipeline;
+pub mod store;
+pub mod sys;

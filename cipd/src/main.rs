@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use cipd::admin::default_socket_path;
-use cipd::config::{Config, ConfigError, read_config};
 use cipd::daemon::{Daemon, StartError, StartOptions};
+use cipd::front::admin::default_socket_path;
+use cipd::model::config::{Config, ConfigError, read_config};
 use clap::{Parser, Subcommand};
 
 /// The daemon allocates and frees big buffers on many threads (hints parsed on the blocking
@@ -111,7 +111,7 @@ fn run(path: Option<PathBuf>) -> ExitCode {
             }
         },
     };
-    let log = match cipd::telemetry::init(config.log_format, &config.log_level) {
+    let log = match cipd::sys::telemetry::init(config.log_format, &config.log_level) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("cipd: {e}");
@@ -188,7 +188,7 @@ async fn serve(config: Config, options: StartOptions, sample: bool) -> anyhow::R
         if let Some(a) = l.http.first() {
             banner.push_str(&format!(
                 "try: cipctl query --server http://{a} '{}'\n",
-                cipd::sample::SAMPLE_QUERY
+                cipd::store::sample::SAMPLE_QUERY
             ));
         }
         let mut out = std::io::stdout().lock();

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use cipd::config::Config;
 use cipd::daemon::Daemon;
+use cipd::model::config::Config;
 
 fn cipctl(socket: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cipctl"))

@@ -38,13 +38,13 @@ fn keygen_then_verify_a_signed_hint() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
 
     // Sign a hint as the daemon does, then check it with the public key file and text.
-    let key = cipd::trust::keys::NodeKey::load(&keys.join("node.key")).unwrap();
+    let key = cipd::model::trust::keys::NodeKey::load(&keys.join("node.key")).unwrap();
     let mut hint = hints::hint::CipHint::with_weightlist(
         hints::hint::AttrSpec::new("DOCUMENT", "Author").unwrap(),
         3,
         [("Garcia", 2)],
     );
-    cipd::trust::signature::sign(&mut hint, &key, std::time::SystemTime::now());
+    cipd::model::trust::signature::sign(&mut hint, &key, std::time::SystemTime::now());
     let file = dir.path().join("hint.soif");
     std::fs::write(&file, hint.to_soif().to_bytes()).unwrap();
     let public = key.public().to_string();

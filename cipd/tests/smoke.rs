@@ -46,7 +46,7 @@ fn sample_node_answers_its_sample_query() {
     let url = url.expect("a 'listening for queries on' line");
     let try_line = try_line.expect("a 'try:' line");
     assert!(
-        try_line.contains(&url) && try_line.contains(cipd::sample::SAMPLE_QUERY),
+        try_line.contains(&url) && try_line.contains(cipd::store::sample::SAMPLE_QUERY),
         "{try_line}"
     );
 
@@ -54,8 +54,8 @@ fn sample_node_answers_its_sample_query() {
         .enable_all()
         .build()
         .unwrap();
-    let q = cipd::ctl::query::percent_encode(cipd::sample::SAMPLE_QUERY);
-    let answer: cipd::state::QueryAnswer = rt
+    let q = cipd::ctl::query::percent_encode(cipd::store::sample::SAMPLE_QUERY);
+    let answer: cipd::node::QueryAnswer = rt
         .block_on(cipd::ctl::query::get_json(
             &url,
             &format!("/v1/referrals?q={q}"),
@@ -63,7 +63,7 @@ fn sample_node_answers_its_sample_query() {
         ))
         .unwrap();
     assert!(answer.local >= 1, "{answer:?}");
-    let objects: cipd::state::ObjectsAnswer = rt
+    let objects: cipd::node::ObjectsAnswer = rt
         .block_on(cipd::ctl::query::get_json(
             &url,
             &format!("/v1/objects?q={q}"),
@@ -113,17 +113,17 @@ fn sample_node_answers_its_sample_query() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no catalog"));
     // And its Hina-Di file: the sample's documents have URLs and dates.
     let hina = rt
-        .block_on(cipd::fetch::get(
+        .block_on(cipd::pipeline::fetch::get(
             &format!("{url}/hina.di"),
             None,
             "smoke",
-            cipd::fetch::FetchLimits {
+            cipd::pipeline::fetch::FetchLimits {
                 timeout: Duration::from_secs(10),
                 max_bytes: 1 << 20,
             },
         ))
         .unwrap();
-    let cipd::fetch::Fetched::Body { bytes, .. } = hina else {
+    let cipd::pipeline::fetch::Fetched::Body { bytes, .. } = hina else {
         panic!("a body")
     };
     let parsed = cip_proto::hinadi::parse_bytes(&bytes, Default::default()).unwrap();
@@ -201,7 +201,7 @@ fn every_deploy_config_parses() {
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "toml") {
-                cipd::config::read_config(&path)
+                cipd::model::config::read_config(&path)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 n += 1;
             }
@@ -253,13 +253,13 @@ fn systemd_hears_ready_and_stopping() {
         .enable_all()
         .build()
         .unwrap();
-    let limits = cipd::fetch::FetchLimits {
+    let limits = cipd::pipeline::fetch::FetchLimits {
         timeout: Duration::from_secs(10),
         max_bytes: 1 << 10,
     };
     for path in ["/healthz", "/readyz"] {
         let got = rt
-            .block_on(cipd::fetch::get(
+            .block_on(cipd::pipeline::fetch::get(
                 &format!("{url}{path}"),
                 None,
                 "smoke",
@@ -267,7 +267,7 @@ fn systemd_hears_ready_and_stopping() {
             ))
             .unwrap();
         assert!(
-            matches!(got, cipd::fetch::Fetched::Body { .. }),
+            matches!(got, cipd::pipeline::fetch::Fetched::Body { .. }),
             "{path}: {got:?}"
         );
     }

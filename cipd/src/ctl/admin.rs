@@ -13,8 +13,8 @@ use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::Value;
 
 use super::EXIT_INVALID_INPUT;
-use crate::admin::protocol::{ExplainInfo, PeerInfo, StatusInfo, TableRowInfo};
-use crate::admin::{self, AdminRequest};
+use crate::front::admin::protocol::{ExplainInfo, PeerInfo, StatusInfo, TableRowInfo};
+use crate::front::admin::{self, AdminRequest};
 
 /// Exit status when the daemon cannot be reached.
 pub const EXIT_UNREACHABLE: u8 = 3;

@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 
 use super::soif::LimitArgs;
 use super::{EXIT_INVALID_INPUT, fail};
-use crate::soif_io;
+use crate::store::soif_io;
 
 /// The `cipctl hint` subcommands.
 #[derive(Debug, Subcommand)]

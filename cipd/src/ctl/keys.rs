@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use clap::Args;
 
 use super::{EXIT_INVALID_INPUT, fail};
-use crate::trust::keys::{NodeKey, PublicKey};
-use crate::trust::signature::{self, PeerTrust, Policy, Verdict};
+use crate::model::trust::keys::{NodeKey, PublicKey};
+use crate::model::trust::signature::{self, PeerTrust, Policy, Verdict};
 
 /// Arguments of `cipctl keygen`.
 #[derive(Debug, Args)]
@@ -60,11 +60,11 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
         .iter()
         .map(|k| {
             if k.trim_start()
-                .starts_with(crate::trust::keys::PUBLIC_KEY_PREFIX)
+                .starts_with(crate::model::trust::keys::PUBLIC_KEY_PREFIX)
             {
                 PublicKey::parse(k)
             } else {
-                crate::trust::keys::read_public(std::path::Path::new(k))
+                crate::model::trust::keys::read_public(std::path::Path::new(k))
             }
         })
         .collect::<Result<Vec<_>, _>>()
@@ -81,7 +81,7 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     let hint = match input
         .with_context(|| format!("cannot read {}", args.file.display()))
         .and_then(|bytes| {
-            crate::state::parse_hint(&bytes.into(), cip_proto::soif::Limits::default())
+            crate::node::parse_hint(&bytes.into(), cip_proto::soif::Limits::default())
                 .map_err(anyhow::Error::from)
         }) {
         Ok(h) => h,

@@ -19,7 +19,7 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 
-use crate::state::{ObjectsAnswer, QueryAnswer};
+use crate::node::{ObjectsAnswer, QueryAnswer};
 
 /// Most nodes `--follow` visits.
 pub const MAX_FOLLOW: usize = 64;
@@ -81,7 +81,7 @@ impl ClientTlsArgs {
             return Ok(None);
         };
         let pair = self.cert.as_deref().zip(self.key.as_deref());
-        Ok(Some(crate::transport::tls::client_config(ca, pair)?))
+        Ok(Some(crate::front::transport::tls::client_config(ca, pair)?))
     }
 }
 
@@ -261,7 +261,7 @@ pub async fn get_json_tls<T: serde::de::DeserializeOwned>(
             )
         })??;
     if !(200..300).contains(&status) {
-        let msg = serde_json::from_slice::<crate::http::ErrorBody>(&body)
+        let msg = serde_json::from_slice::<crate::front::http::ErrorBody>(&body)
             .map(|e| e.message)
             .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
         bail!("{server}: HTTP {status}: {msg}");
@@ -300,7 +300,7 @@ async fn get(
         let Some(config) = tls else {
             bail!("{server}: https:// needs --ca (the CA that signed its certificate)");
         };
-        let name = crate::transport::tls::server_name(bare)?;
+        let name = crate::front::transport::tls::server_name(bare)?;
         let stream = tokio_rustls::TlsConnector::from(config.clone())
             .connect(name, stream)
             .await

@@ -20,8 +20,8 @@ use cip_proto::rdm::{Body, Csid, GathererScope, Header, Message, Query, RdmType,
 use clap::{Args, Subcommand};
 
 use super::{EXIT_INVALID_INPUT, fail};
-use crate::fetch::FetchLimits;
-use crate::rdm::pull::{ClientError, exchange};
+use crate::pipeline::fetch::FetchLimits;
+use crate::pipeline::rdm_pull::{ClientError, exchange};
 
 /// The `cipctl rdm` subcommands.
 #[derive(Debug, Subcommand)]

@@ -14,7 +14,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::{EXIT_INVALID_INPUT, fail};
-use crate::soif_io;
+use crate::store::soif_io;
 
 /// The `cipctl soif` subcommands.
 #[derive(Debug, Subcommand)]

@@ -210,12 +210,12 @@ fn refuse_existing(paths: &[&Path]) -> anyhow::Result<()> {
 }
 
 fn create_dir(dir: &Path) -> anyhow::Result<()> {
-    crate::trust::keys::create_private_dir(dir)
+    crate::model::trust::keys::create_private_dir(dir)
         .with_context(|| format!("cannot create {}", dir.display()))
 }
 
 fn write_file(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    crate::trust::keys::write_new(path, bytes, mode)
+    crate::model::trust::keys::write_new(path, bytes, mode)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
@@ -250,13 +250,13 @@ mod tests {
         }
         // The daemon's own TLS loaders take them: a listener that requires client
         // certificates from the CA, and a client presenting one.
-        let server = crate::transport::tls::server_config(
+        let server = crate::front::transport::tls::server_config(
             &certs.join("leaf.mesh.test.pem"),
             &certs.join("leaf.mesh.test.key"),
             Some(&ca_dir.join("ca.pem")),
         );
         assert!(server.is_ok(), "{:?}", server.err());
-        let client = crate::transport::tls::client_config(
+        let client = crate::front::transport::tls::client_config(
             &ca_dir.join("ca.pem"),
             Some((
                 &certs.join("leaf.mesh.test.pem"),

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexType, Request, ResponseCode};
-use cipd::transport::{CipClient, TransportConfig};
+use cipd::front::transport::{CipClient, TransportConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinSet;
@@ -186,9 +186,10 @@ async fn attack_in_this_process() {
     .await;
     good_poll(target.cip).await.unwrap();
     assert_eq!(node.query("Author=Alice").await.local, 1);
-    let admin = cipd::admin::request(&target.admin, &cipd::admin::AdminRequest::Status)
-        .await
-        .unwrap();
+    let admin =
+        cipd::front::admin::request(&target.admin, &cipd::front::admin::AdminRequest::Status)
+            .await
+            .unwrap();
     assert!(admin.ok);
     let after = proc_status_kib("VmRSS:");
 

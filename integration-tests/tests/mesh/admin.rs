@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 
-use cipd::admin::{self, AdminRequest, Response};
+use cipd::front::admin::{self, AdminRequest, Response};
 use serde_json::Value;
 
 use crate::harness::{NodeSpec, TestNode};
@@ -347,7 +347,7 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
 /// restored, and `status` shows the phase and how far it is until the node serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_progress_of_a_long_start() {
-    use cipd::spool::{Spool, SpoolEntry};
+    use cipd::store::spool::{Spool, SpoolEntry};
     let mut spec = NodeSpec::new(HUB, &["Hugo"]);
     let peers = 150;
     let dir = tempfile::tempdir().unwrap();
@@ -381,7 +381,7 @@ async fn status_shows_the_progress_of_a_long_start() {
     let mut seen = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !start.is_finished() && std::time::Instant::now() < deadline {
-        if let Ok(r) = cipd::admin::request(&socket, &AdminRequest::Status).await
+        if let Ok(r) = cipd::front::admin::request(&socket, &AdminRequest::Status).await
             && let Some(result) = r.result
         {
             seen.push(result["starting"].clone());

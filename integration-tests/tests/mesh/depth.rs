@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use cipd::state::QueryAnswer;
+use cipd::node::QueryAnswer;
 
 use crate::harness::{NodeSpec, TestNode};
 

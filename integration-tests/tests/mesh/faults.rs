@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use cipd::admin::{self, AdminRequest};
-use cipd::state::{PeerState, QueryAnswer, ReferralJson};
+use cipd::front::admin::{self, AdminRequest};
+use cipd::node::{PeerState, QueryAnswer, ReferralJson};
 use serde_json::Value;
 
 use crate::harness::{NodeSpec, TestNode, eventually};

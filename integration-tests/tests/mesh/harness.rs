@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use cipd::config::{Config, read_config};
 use cipd::daemon::{Daemon, RunningDaemon, StartOptions};
-use cipd::state::{QueryAnswer, Status};
+use cipd::model::config::{Config, read_config};
+use cipd::node::{QueryAnswer, Status};
 use tempfile::TempDir;
 
 /// Upper bound on any wait; it only bounds failure.

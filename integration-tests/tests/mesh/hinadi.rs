@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use cip_proto::hinadi::{self, HinaLimits, KnownField};
-use cipd::fetch::{self, FetchLimits, Fetched};
+use cipd::pipeline::fetch::{self, FetchLimits, Fetched};
 
 use crate::harness::{NodeSpec, TestNode};
 

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use cip_proto::Dsi;
-use cipd::spool::{Spool, SpoolEntry};
+use cipd::store::spool::{Spool, SpoolEntry};
 
 use crate::fake::{FakePeer, author_hint, object};
 use crate::harness::{NodeSpec, TestNode, eventually, metric};

@@ -201,7 +201,7 @@ async fn a_legacy_tagged_leaf_is_referred_from_the_root_alongside_soif_leaves() 
     assert!(at_mid.referrals.iter().any(|r| r.dsi == SOIF_LEAF));
     assert_eq!(
         mid.daemon.node().index_state().learned("legacy"),
-        Some(cipd::index_types::IndexKind::Tagged)
+        Some(cipd::pipeline::index_types::IndexKind::Tagged)
     );
     // The mid's own aggregate leaves the legacy leaf out: its base-uri scheme (whois) is
     // not the mid's (http), RFC 2651 §3.2.3.

@@ -114,7 +114,7 @@ struct HeldBuild {
 }
 
 impl HeldBuild {
-    fn install(pipeline: &cipd::outbound::Pipeline) -> Self {
+    fn install(pipeline: &cipd::pipeline::outbound::Pipeline) -> Self {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::{Arc, Mutex, mpsc};
         let armed = Arc::new(AtomicBool::new(false));
@@ -167,7 +167,7 @@ fn leaf_dsi(leaf: &str) -> &'static str {
 }
 
 /// Leaf `leaf` pushes a hint holding `author` (in as many objects as its name is long).
-async fn push_leaf(node: &cipd::state::Node, leaf: &str, author: &str) {
+async fn push_leaf(node: &cipd::node::Node, leaf: &str, author: &str) {
     let n = author.len() as u64;
     let hint = crate::fake::author_hint(n, &[(author, n)]);
     let base = format!("http://{leaf}/");
@@ -280,7 +280,8 @@ async fn a_middle_node_keeps_its_outbound_hint_current_under_churn() {
         })
         .await;
         let stored = node.outbound().current();
-        let expected = cipd::outbound::build(&node.outbound_input(), &node.table_handle(), None);
+        let expected =
+            cipd::pipeline::outbound::build(&node.outbound_input(), &node.table_handle(), None);
         assert_eq!(
             stored.table_generation, expected.table_generation,
             "round {round}"

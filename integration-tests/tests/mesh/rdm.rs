@@ -10,8 +10,8 @@ use cip_proto::rdm::{
     View,
 };
 use cip_proto::soif::{Limits, SoifObject};
-use cipd::fetch::{self, FetchLimits, Fetched, Posted};
-use cipd::rdm::pull::rd_request;
+use cipd::pipeline::fetch::{self, FetchLimits, Fetched, Posted};
+use cipd::pipeline::rdm_pull::rd_request;
 
 use crate::harness::{NodeSpec, TestNode};
 
@@ -85,8 +85,8 @@ fn scope(s: &str) -> Option<Query> {
 
 /// Waits (on the clock, not a fixed time) until the next whole second has begun.
 async fn next_second() -> i64 {
-    let t0 = cipd::rdm::journal::now();
-    while cipd::rdm::journal::now() <= t0 {
+    let t0 = cipd::store::journal::now();
+    while cipd::store::journal::now() <= t0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     t0 + 1
@@ -435,8 +435,8 @@ async fn a_restarted_puller_goes_on_incrementally() {
         .wait_for("the first pull", |s| s.local_objects == 3)
         .await;
     let dir = puller.stop().await;
-    let (_, state) = cipd::rdm::pull::copy_paths(&dir.path().join("spool"), "pulled");
-    let kept: cipd::rdm::pull::PullState =
+    let (_, state) = cipd::pipeline::rdm_pull::copy_paths(&dir.path().join("spool"), "pulled");
+    let kept: cipd::pipeline::rdm_pull::PullState =
         serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
     assert!(kept.last_pull.is_some(), "{kept:?}");
     // The server syncs its journal, then loses an RD while the puller is down.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType, Request, ResponseCode};
-use cipd::transport::{CipClient, TransportConfig};
+use cipd::front::transport::{CipClient, TransportConfig};
 
 use crate::harness::{NodeSpec, TestNode};
 
@@ -16,10 +16,7 @@ const LEAF2: &str = "1.3.6.1.4.1.99999.22";
 const MID: &str = "1.3.6.1.4.1.99999.30";
 const ROOT: &str = "1.3.6.1.4.1.99999.40";
 
-fn referral<'a>(
-    a: &'a cipd::state::QueryAnswer,
-    dsi: &str,
-) -> Option<&'a cipd::state::ReferralJson> {
+fn referral<'a>(a: &'a cipd::node::QueryAnswer, dsi: &str) -> Option<&'a cipd::node::ReferralJson> {
     a.referrals.iter().find(|r| r.dsi == dsi)
 }
 
@@ -267,7 +264,7 @@ async fn bad_reload_keeps_the_running_config() {
         "cip = [\"127.0.0.1:0\"]",
         &format!("cip = [\"{}\"]", node.cip_addr()),
     );
-    let config = cipd::config::Config::from_toml(&text).unwrap();
+    let config = cipd::model::config::Config::from_toml(&text).unwrap();
     let e = cipd::daemon::Daemon::start(config).await.unwrap_err();
     assert!(matches!(e, cipd::daemon::StartError::Bind { .. }), "{e}");
     node.stop().await;
@@ -295,7 +292,7 @@ async fn http_answers_are_the_documented_documents_and_follow_changes() {
             for _ in 0..2 {
                 let query = node.parse_query(q).unwrap();
                 let bytes = node.referrals_json(q, &query, false, limit).unwrap();
-                let http: cipd::state::QueryAnswer = serde_json::from_slice(&bytes).unwrap();
+                let http: cipd::node::QueryAnswer = serde_json::from_slice(&bytes).unwrap();
                 assert_eq!(http, lib, "{q} limit {limit:?}");
                 assert_eq!(bytes, serde_json::to_vec(&lib).unwrap(), "{q}: same bytes");
             }

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cipd::config::Config;
 use cipd::daemon::{Daemon, RunningDaemon};
+use cipd::model::config::Config;
 
 const LEAF: &str = "1.3.6.1.4.1.99999.61";
 const HUB: &str = "1.3.6.1.4.1.99999.60";

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use cip_proto::cip::{Request, ResponseCode};
-use cipd::transport::{CipClient, TransportConfig};
-use cipd::trust::keys::NodeKey;
-use cipd::trust::signature::{self, PeerTrust, Policy};
+use cipd::front::transport::{CipClient, TransportConfig};
+use cipd::model::trust::keys::NodeKey;
+use cipd::model::trust::signature::{self, PeerTrust, Policy};
 
 use crate::fake::{author_hint, object};
 use crate::harness::{NodeSpec, TestNode, config_text, metric};
@@ -88,7 +88,7 @@ async fn signed_hints_cross_a_three_level_mesh() {
     // The mid keeps the leaf's hint as it arrived: its signature still checks against the
     // leaf's key, and against no other.
     let kept = mid.daemon.node().received_hint("leaf").unwrap();
-    let hint = cipd::state::parse_hint(&kept.payload, Default::default()).unwrap();
+    let hint = cipd::node::parse_hint(&kept.payload, Default::default()).unwrap();
     let trust = |k: &NodeKey| PeerTrust {
         keys: vec![k.public().clone()],
         policy: Policy::Require,
@@ -158,7 +158,7 @@ async fn pushed_hints_are_refused_with_the_530_series_and_the_good_one_stays() {
     // The real thing is taken.
     let taken = signed(good.clone(), &key, now);
     assert_eq!(push_code(&taken).await, ResponseCode::Ok);
-    let count = |a: &cipd::state::QueryAnswer| a.referrals.first().map(|r| r.count);
+    let count = |a: &cipd::node::QueryAnswer| a.referrals.first().map(|r| r.count);
     assert_eq!(count(&hub.query("Author=Garcia").await), Some(5));
 
     // An older signed hint (a replay of something the feeder once sent) is refused, as is
@@ -209,7 +209,7 @@ async fn a_key_others_can_read_stops_the_start_and_the_reload() {
     std::fs::write(dir.path().join("docs.soif"), spec.collection_text()).unwrap();
     let path = dir.path().join("cipd.toml");
     std::fs::write(&path, config_text(&spec, dir.path())).unwrap();
-    let config = cipd::config::read_config(&path).unwrap();
+    let config = cipd::model::config::read_config(&path).unwrap();
     let e = cipd::daemon::Daemon::start(config).await.unwrap_err();
     assert!(e.to_string().contains("readable by its group"), "{e}");
 
@@ -232,7 +232,7 @@ async fn a_key_others_can_read_stops_the_start_and_the_reload() {
     // Fixed, the reload takes the new key and the out-bound hint is signed with it.
     std::fs::set_permissions(&second, std::fs::Permissions::from_mode(0o600)).unwrap();
     node.reconfigure(next).await;
-    let second_public = cipd::trust::keys::NodeKey::load(&second)
+    let second_public = cipd::model::trust::keys::NodeKey::load(&second)
         .unwrap()
         .public()
         .clone();
@@ -241,7 +241,7 @@ async fn a_key_others_can_read_stops_the_start_and_the_reload() {
         &second_public
     );
     let exported = node.daemon.node().current_outbound().await;
-    let hint = cipd::state::parse_hint(&exported, Default::default()).unwrap();
+    let hint = cipd::node::parse_hint(&exported, Default::default()).unwrap();
     let trust = PeerTrust {
         keys: vec![second_public],
         policy: Policy::Require,

@@ -1,0 +1,584 @@
+//! Starting and stopping a node: listeners, background tasks, shutdown.
+//!
+//! [`Daemon::start`] binds every listener first (port 0 allowed; the bound addresses come
+//! back in [`RunningDaemon`]), restores the routing table from the spool, loads the local
+//! collections, and only then starts accepting connections and contacting peers. Every task
+//! runs on one [`TaskTracker`] under one [`CancellationToken`] (child tokens per subsystem);
+//! [`RunningDaemon::shutdown`] cancels, closes the tracker and waits up to the grace period
+//! for in-flight requests. Dropping a `RunningDaemon` cancels as a fallback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::front::conn_limit::{CIP_BUSY, ConnLimiter};
+use crate::front::service::CipService;
+use crate::front::transport::{PeerContext, serve_connection, tls};
+use crate::model::config::Config;
+use crate::node::{Listeners, Node, Status, display_addr};
+use crate::sys::metrics::Metrics;
+use crate::sys::telemetry::LogHandle;
+
+pub mod peer;
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A TLS listener's certificate or key could not be loaded.
+    #[error("tls listener {addr}: {source}")]
+    Tls {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: tls::TlsError,
+    },
+    /// The spool directory could not be opened.
+    #[error("spool: {0}")]
+    Spool(#[from] crate::store::spool::SpoolError),
+    /// The admin socket could not be created.
+    #[error("admin socket: {0}")]
+    Admin(#[from] crate::front::admin::BindError),
+    /// A worker thread (the import thread) could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Thread(std::io::Error),
+    /// The signing key (`[signing] key`) could not be loaded.
+    #[error("signing key: {0}")]
+    Key(#[from] crate::model::trust::keys::KeyError),
+}
+
+/// Options beside the configuration.
+#[derive(Debug, Default, Clone)]
+pub struct StartOptions {
+    /// The configuration file, re-read on reload (none: reload only rescans collections).
+    pub config_path: Option<PathBuf>,
+    /// The log filter handle, for the admin `log-level` command.
+    pub log: Option<LogHandle>,
+}
+
+/// Entry point.
+#[derive(Debug)]
+pub struct Daemon;
+
+impl Daemon {
+    /// Starts a node with `config` (see the module doc).
+    ///
+    /// # Errors
+    /// [`StartError`] when a listener cannot be bound or the spool cannot be opened.
+    pub async fn start(config: Config) -> Result<RunningDaemon, StartError> {
+        Self::start_with(config, StartOptions::default()).await
+    }
+
+    /// As [`Daemon::start`], with options.
+    ///
+    /// # Errors
+    /// As [`Daemon::start`].
+    pub async fn start_with(
+        config: Config,
+        options: StartOptions,
+    ) -> Result<RunningDaemon, StartError> {
+        let token = CancellationToken::new();
+        let backlog = u32::try_from(config.limits.listen_backlog).unwrap_or(u32::MAX);
+        let mut cip = Vec::new();
+        for addr in &config.listen.cip {
+            cip.push(bind(*addr, backlog)?);
+        }
+        let mut cip_tls = Vec::new();
+        for l in &config.listen.cip_tls {
+            cip_tls.push((bind(l.addr, backlog)?, tls_server(l)?));
+        }
+        let mut http = Vec::new();
+        for addr in &config.listen.http {
+            http.push((bind(*addr, backlog)?, None));
+        }
+        for l in &config.listen.https {
+            // Offer HTTP/1.1 by ALPN: clients that ask for h2 fall back to it.
+            let mut server = (*tls_server(l)?).clone();
+            server.alpn_protocols = vec![b"http/1.1".to_vec()];
+            http.push((bind(l.addr, backlog)?, Some(Arc::new(server))));
+        }
+        let bound = Listeners {
+            cip: cip.iter().filter_map(|l| l.local_addr().ok()).collect(),
+            cip_tls: cip_tls
+                .iter()
+                .filter_map(|(l, _)| l.local_addr().ok())
+                .collect(),
+            http: http
+                .iter()
+                .filter(|(_, tls)| tls.is_none())
+                .filter_map(|(l, _)| l.local_addr().ok())
+                .collect(),
+            https: http
+                .iter()
+                .filter(|(_, tls)| tls.is_some())
+                .filter_map(|(l, _)| l.local_addr().ok())
+                .collect(),
+            admin: config.listen.admin_socket.clone(),
+        };
+        let admin = match &config.listen.admin_socket {
+            Some(path) => Some((crate::front::admin::bind(path)?, path.clone())),
+            None => None,
+        };
+
+        let grace = config.limits.shutdown_grace;
+        let node = Arc::new(
+            Node::new(config, options.config_path, options.log, token.clone()).map_err(|e| *e)?,
+        );
+        node.set_listeners(bound.clone());
+        // The admin socket first: `cipctl status` shows how far a long start is.
+        if let Some((listener, path)) = admin {
+            tracing::info!("listening for admin commands on {}", path.display());
+            let backend = Arc::new(crate::front::admin::backend::NodeAdmin::new(node.clone()));
+            node.tracker.spawn(crate::front::admin::serve(
+                listener,
+                path,
+                backend,
+                node.config().limits.admin,
+                node.token.child_token(),
+                node.tracker.clone(),
+            ));
+        }
+        {
+            let n = node.clone();
+            let restore = tokio::task::spawn_blocking(move || n.restore_spool());
+            // Invariant: restore_spool does not panic; a join error would mean it did.
+            if let Err(e) = crate::sys::startup::report_while(node.startup(), restore).await {
+                tracing::error!(error = %e, "spool restore task failed");
+            }
+        }
+        node.load_thesaurus();
+        // The out-bound builder first: the local rebuild below requests a build.
+        node.tracker.spawn(crate::pipeline::outbound::run(
+            node.clone(),
+            node.token.child_token(),
+        ));
+        node.tracker.spawn(crate::pipeline::outbound::watchdog(
+            node.clone(),
+            node.token.child_token(),
+        ));
+        crate::sys::startup::report_while(node.startup(), node.rebuild_local(true)).await;
+        node.tracker
+            .spawn(crate::pipeline::hinadi::fetch_loop(node.clone()));
+        node.tracker
+            .spawn(crate::pipeline::rdm_pull::pull_loop(node.clone()));
+        node.tracker
+            .spawn(crate::store::journal::journal_loop(node.clone()));
+        node.resolve_peers().await;
+        node.begin_cold_start();
+
+        let config = node.config();
+        // One limiter for the CIP listeners (plain and TLS), one for the HTTP listeners.
+        let permits = ConnLimiter::new(
+            "cip",
+            config.limits.max_connections,
+            config.limits.max_connections_per_address,
+        );
+        let http_permits = ConnLimiter::new(
+            "http",
+            config.limits.max_http_connections,
+            config.limits.max_http_connections_per_address,
+        );
+        let service = Arc::new(CipService::new(node.clone()));
+        for l in cip {
+            let addr = l.local_addr().ok();
+            tracing::info!(
+                "listening for CIP on {}",
+                addr.map(display_addr).unwrap_or_default()
+            );
+            node.tracker.spawn(accept_loop(
+                node.clone(),
+                l,
+                None,
+                service.clone(),
+                permits.clone(),
+            ));
+        }
+        for (l, server) in cip_tls {
+            let addr = l.local_addr().ok();
+            tracing::info!(
+                "listening for CIP over TLS on {}",
+                addr.map(display_addr).unwrap_or_default()
+            );
+            node.tracker.spawn(accept_loop(
+                node.clone(),
+                l,
+                Some(server),
+                service.clone(),
+                permits.clone(),
+            ));
+        }
+        for (l, tls) in http {
+            let addr = l.local_addr().ok();
+            tracing::info!(
+                "listening for queries on {}://{}",
+                if tls.is_some() { "https" } else { "http" },
+                addr.map(display_addr).unwrap_or_default()
+            );
+            let app = crate::front::http::router(node.clone());
+            let limits = crate::front::http::HttpLimits {
+                max_connections: config.limits.max_http_connections,
+                idle_timeout: config.limits.http_idle_timeout,
+            };
+            let (t, tracker) = (node.token.child_token(), node.tracker.clone());
+            let http_permits = http_permits.clone();
+            node.tracker.spawn(async move {
+                let served = crate::front::http::serve_limited(
+                    l,
+                    limits,
+                    http_permits,
+                    tls,
+                    app,
+                    t,
+                    tracker,
+                );
+                if let Err(e) = served.await {
+                    tracing::error!(error = %e, "http server failed");
+                }
+            });
+        }
+        crate::daemon::peer::restart(&node);
+        node.tracker.spawn(watch_collections(node.clone()));
+        node.tracker.spawn(expire_loop(node.clone()));
+        node.tracker.spawn(import_progress(node.clone()));
+        node.update_status(|s| s.ready = true);
+        tracing::info!(dsi = %node.identity().dsi, "cipd ready");
+        crate::sys::notify::ready(&format!(
+            "serving {}: {} local objects",
+            node.identity().dsi,
+            node.local_objects_count()
+        ));
+        crate::sys::notify::spawn_watchdog(&node);
+        let status = node.subscribe();
+        Ok(RunningDaemon {
+            node,
+            listeners: bound,
+            status,
+            grace,
+        })
+    }
+}
+
+/// The TLS configuration of listener `l`, its files' errors naming the listener.
+// Called once per listener at start, like `bind`: the error's size costs nothing.
+#[allow(clippy::result_large_err)]
+fn tls_server(
+    l: &crate::model::config::TlsListenerConfig,
+) -> Result<Arc<rustls::ServerConfig>, StartError> {
+    tls::server_config(&l.cert, &l.key, l.client_ca.as_deref()).map_err(|source| StartError::Tls {
+        addr: l.addr,
+        source,
+    })
+}
+
+/// A TCP listener on `addr` with the given accept backlog (the kernel caps it at
+/// `net.core.somaxconn`); address reuse as `TcpListener::bind` sets it, so a restart binds
+/// while old connections linger in TIME_WAIT.
+// Called once per listener at start: the error's size costs nothing.
+#[allow(clippy::result_large_err)]
+fn bind(addr: SocketAddr, backlog: u32) -> Result<TcpListener, StartError> {
+    let listen = || {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(backlog)
+    };
+    listen().map_err(|source| StartError::Bind { addr, source })
+}
+
+/// A started node.
+#[derive(Debug)]
+pub struct RunningDaemon {
+    node: Arc<Node>,
+    listeners: Listeners,
+    status: watch::Receiver<Status>,
+    grace: Duration,
+}
+
+impl RunningDaemon {
+    /// The node (state and operations).
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// Bound addresses.
+    pub fn listeners(&self) -> &Listeners {
+        &self.listeners
+    }
+
+    /// The first plain CIP listener's address.
+    pub fn cip_addr(&self) -> Option<SocketAddr> {
+        self.listeners.cip.first().copied()
+    }
+
+    /// The first HTTP listener's address.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.listeners.http.first().copied()
+    }
+
+    /// The first HTTPS listener's address.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.listeners.https.first().copied()
+    }
+
+    /// A receiver of status updates.
+    pub fn status(&self) -> watch::Receiver<Status> {
+        self.status.clone()
+    }
+
+    /// Waits until shutdown is requested (signal handler, admin, or [`Node::shutdown`]),
+    /// then drains; returns true when everything finished within the grace period.
+    pub async fn run_until_stopped(self) -> bool {
+        self.node.token.cancelled().await;
+        self.shutdown().await
+    }
+
+    /// Stops: cancels every task, lets in-flight requests finish within the grace period.
+    /// Returns false when the grace period ran out.
+    pub async fn shutdown(self) -> bool {
+        crate::sys::notify::stopping();
+        self.node.token.cancel();
+        self.node.tracker.close();
+        let done = tokio::time::timeout(self.grace, self.node.tracker.wait())
+            .await
+            .is_ok();
+        if done {
+            tracing::info!("shutdown complete");
+        } else {
+            tracing::warn!(grace = ?self.grace, "grace period ran out; abandoning in-flight work");
+        }
+        done
+    }
+}
+
+impl Drop for RunningDaemon {
+    fn drop(&mut self) {
+        self.node.token.cancel();
+    }
+}
+
+async fn accept_loop(
+    node: Arc<Node>,
+    listener: TcpListener,
+    tls_config: Option<Arc<rustls::ServerConfig>>,
+    service: Arc<CipService>,
+    permits: Arc<ConnLimiter>,
+) {
+    let token = node.token.child_token();
+    let transport = crate::daemon::peer::transport_config(&node.config());
+    loop {
+        let (stream, remote) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of descriptors and similar: pause instead of spinning.
+                    tracing::warn!(error = %e, "cip accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = token.cancelled() => break,
+        };
+        // Never wait for a slot: refuse at once and go on accepting. Plain CIP gets the
+        // temporary-failure line; TLS is closed without an answer (no handshake spent).
+        let permit = match permits.try_acquire(Some(remote.ip())) {
+            Ok(p) => p,
+            Err(why) => {
+                Metrics::inc(&node.metrics().cip_connections_refused);
+                let answer = tls_config.is_none().then_some(CIP_BUSY);
+                permits.refuse(stream, remote, why, answer, &node.tracker, &token);
+                continue;
+            }
+        };
+        let (service, transport, token, tls_config) = (
+            service.clone(),
+            transport.clone(),
+            token.clone(),
+            tls_config.clone(),
+        );
+        let span = tracing::info_span!("cip", %remote);
+        Metrics::inc(&node.metrics().cip_connections);
+        let open = OpenConnection::new(node.clone());
+        node.tracker.spawn(tracing::Instrument::instrument(
+            async move {
+                let _permit = permit;
+                let _open = open;
+                let _ = stream.set_nodelay(true);
+                let result = match tls_config {
+                    None => {
+                        let ctx = PeerContext {
+                            remote,
+                            tls_peer_certificates: None,
+                        };
+                        serve_connection(stream, ctx, service.as_ref(), &transport, token).await
+                    }
+                    Some(cfg) => match tls::accept(cfg, stream, transport.connect_timeout).await {
+                        Ok((tls_stream, certs)) => {
+                            let ctx = PeerContext {
+                                remote,
+                                tls_peer_certificates: certs,
+                            };
+                            serve_connection(tls_stream, ctx, service.as_ref(), &transport, token)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    },
+                };
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "cip connection ended with an error");
+                }
+            },
+            span,
+        ));
+    }
+}
+
+/// Counts a CIP connection as open until dropped.
+struct OpenConnection(Arc<Node>);
+
+impl OpenConnection {
+    fn new(node: Arc<Node>) -> Self {
+        Metrics::inc(&node.metrics().cip_connections_open);
+        Self(node)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        let open = &self.0.metrics().cip_connections_open;
+        open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+async fn watch_collections(node: Arc<Node>) {
+    let token = node.token.child_token();
+    loop {
+        let Some(every) = node.config().limits.watch_interval else {
+            // Watching is off; wait for shutdown (a reload may turn it on, but then this
+            // task would need a restart: check again now and then).
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_secs(60)) => continue,
+            }
+        };
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let changed = node.rebuild_local(false).await;
+        if !changed.is_empty() {
+            tracing::info!(collections = ?changed, "collection files changed; hint rebuilt");
+        }
+    }
+}
+
+async fn expire_loop(node: Arc<Node>) {
+    let token = node.token.child_token();
+    loop {
+        let ttl = node.config().spool_ttl;
+        let every = (ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(60));
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        // Expiry writes the table (a merge can take a while): off the async workers.
+        let n = node.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || n.expire()).await {
+            tracing::error!(error = %e, "expiry task failed");
+        }
+    }
+}
+
+/// Logs, every few seconds until the table holds every configured peer's hint for the
+/// first time, how many it holds (cold start progress; `cipctl status` shows it too).
+async fn import_progress(node: Arc<Node>) {
+    let token = node.token.child_token();
+    let mut last = None;
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        let (expected, imported) = node.import_progress();
+        if imported >= expected {
+            return;
+        }
+        // Some peers do not answer: stop waiting for them after a whole poll timeout.
+        if node.uptime() > node.config().limits.poll_timeout + Duration::from_secs(5) {
+            node.end_cold_start();
+        }
+        if last != Some(imported) {
+            tracing::info!(imported, expected, "importing peers' hints");
+            last = Some(imported);
+        }
+    }
+}
+
+/// The process signals a daemon reacts to, registered before it starts so that a signal
+/// arriving during start-up (a `systemctl reload` racing the start, say) is held for the
+/// daemon instead of killing the process with the default action.
+#[cfg(unix)]
+#[derive(Debug)]
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    /// Registers SIGTERM, SIGINT and SIGHUP; from now on they are delivered here.
+    ///
+    /// # Errors
+    /// When the handlers cannot be installed.
+    pub fn register() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Acts on the signals for `node`: SIGTERM/SIGINT shut it down, SIGHUP reloads it
+    /// (signals that arrived since [`Signals::register`] are handled now).
+    pub fn handle(self, node: &Arc<Node>) {
+        let Self {
+            mut term,
+            mut int,
+            mut hup,
+        } = self;
+        let n = node.clone();
+        node.tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); n.shutdown(); return; }
+                    _ = int.recv() => { tracing::info!("SIGINT: shutting down"); n.shutdown(); return; }
+                    _ = hup.recv() => {
+                        tracing::info!("SIGHUP: reloading");
+                        if let Err(e) = n.reload().await {
+                            tracing::error!(error = %e, "reload failed; the running configuration stays");
+                        }
+                    }
+                    () = n.token.cancelled() => return,
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,520 @@
+//! Talking to peers: polling, pushing and `datachanged` notifications.
+//!
+//! One task per peer with role `poll` polls it at its interval (±10 % jitter so a mesh's
+//! polls spread out), at once when the peer sends `datachanged` or an operator asks, and
+//! with exponential backoff after failures; at most `limits.max_concurrent_polls` polls are
+//! under way at once. One task per `push` peer sends `datachanged`
+//! followed by our out-bound index object (RFC 2653 §2.1 example) whenever the out-bound
+//! hint changes and at its interval. A notifier sends `datachanged` (RFC 2652 §2.3.3) to every
+//! `poller` peer when the out-bound hint changes.
+//!
+//! Every received index object goes through [`Node::accept_index`] (validated, put in the
+//! table, written to the spool). All tasks run under the node's peer token, which a reload
+//! replaces ([`restart`]).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use cip_proto::Dsi;
+use cip_proto::cip::{Request, ResponseCode};
+use tokio_util::sync::CancellationToken;
+
+use crate::front::cip_http::{HttpClient, HttpError};
+use crate::front::transport::{
+    CipClient, CipConnection, ClientReply, TransportConfig, TransportError, tls,
+};
+use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
+use crate::node::{Node, hint_type};
+
+/// Our own extension parameter on `poll`: the poller's DSI, so the pollee can leave the
+/// poller's own data out of its answer (digest A21). Other implementations ignore it (RFC
+/// 2652 §2.3: unknown parameters are silently ignored).
+pub const POLLER_DSI_PARAM: &str = "poller-dsi";
+
+/// Why a poll or push failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerError {
+    /// The peer has no port (it only pushes to us).
+    #[error("peer has no port configured")]
+    NoPort,
+    /// The peer has `transport = "http"` but no URL (it only pushes to us).
+    #[error("peer has no url configured")]
+    NoUrl,
+    /// An exchange over HTTP failed (RFC 2653 §2.3).
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    /// TLS settings could not be loaded.
+    #[error("tls: {0}")]
+    Tls(#[from] tls::TlsError),
+    /// The connection failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The peer answered with a code we cannot use.
+    #[error("peer answered {} {comment}", code.code())]
+    Refused {
+        /// The code.
+        code: ResponseCode,
+        /// Its comment.
+        comment: String,
+    },
+    /// Some objects of the answer were refused.
+    #[error("{refused} of {total} index objects refused: {first}")]
+    Rejected {
+        /// How many were refused.
+        refused: usize,
+        /// How many came.
+        total: usize,
+        /// The first reason.
+        first: String,
+    },
+    /// The whole exchange took longer than `limits.poll_timeout`.
+    #[error("exchange timed out")]
+    Timeout,
+}
+
+/// The transport settings derived from the configuration.
+pub fn transport_config(config: &Config) -> TransportConfig {
+    let l = &config.limits;
+    TransportConfig {
+        limits: cip_proto::cip::Limits {
+            max_line: l.max_line_length,
+            max_message: l.max_frame_size,
+            ..cip_proto::cip::Limits::default()
+        },
+        connect_timeout: l.connect_timeout,
+        banner_timeout: l.handshake_timeout,
+        negotiation_timeout: l.handshake_timeout,
+        idle_timeout: l.idle_timeout,
+        transfer_timeout: l.request_timeout,
+        banner: format!("cipd {} CIP server ready", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+/// Starts the peer tasks for the current configuration under a fresh peer token, stopping
+/// the previous ones.
+pub fn restart(node: &Arc<Node>) {
+    let token = {
+        let mut slot = node
+            .peer_token
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.cancel();
+        *slot = node.token.child_token();
+        slot.clone()
+    };
+    let config = node.config();
+    for p in &config.peers {
+        if p.has_role(PeerRole::Poll) {
+            let (n, p, t) = (node.clone(), p.clone(), token.clone());
+            node.tracker.spawn(async move { poll_loop(n, p, t).await });
+        }
+        if p.has_role(PeerRole::Push) {
+            let (n, p, t) = (node.clone(), p.clone(), token.clone());
+            node.tracker.spawn(async move { push_loop(n, p, t).await });
+        }
+    }
+    let (n, t) = (node.clone(), token);
+    node.tracker.spawn(async move { notify_loop(n, t).await });
+}
+
+/// Delay before the next attempt: the interval (±10 % jitter) after a success; after
+/// `failures` failures, `min(interval, 1 s) * 2^(failures-1)` capped at the larger of the
+/// interval and `max_backoff`, also jittered.
+pub fn next_delay(interval: Duration, failures: u32, max_backoff: Duration) -> Duration {
+    let base = if failures == 0 {
+        interval
+    } else {
+        let first = interval.min(Duration::from_secs(1));
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(30));
+        first.saturating_mul(factor).min(max_backoff.max(interval))
+    };
+    jitter(base)
+}
+
+/// True when `e` says the peer is not a CIPv3 server at all: it refused the version line
+/// with a 5xx, or answered it with Whois++ (or other) text.
+pub fn not_cipv3(e: &PeerError) -> bool {
+    matches!(
+        e,
+        PeerError::Transport(
+            TransportError::VersionRefused { .. } | TransportError::NotCipV3 { .. }
+        )
+    )
+}
+
+/// How long a peer found not to speak CIPv3 waits before the next try: an hour, or longer
+/// when the poll interval or `limits.max_backoff` is (an operator's `cipctl poll` still
+/// tries at once).
+pub fn legacy_delay(interval: Duration, max_backoff: Duration) -> Duration {
+    jitter(interval.max(max_backoff).max(Duration::from_secs(3600)))
+}
+
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(0.9 + 0.2 * fastrand::f64())
+}
+
+async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) {
+    let wake = node.poll_notifier(&peer.name);
+    let max_backoff = node.config().limits.max_backoff;
+    let mut failures = 0u32;
+    loop {
+        // At most `limits.max_concurrent_polls` exchanges (and the hints they bring) at
+        // once: a hub polling hundreds of peers at start takes them in waves instead of
+        // holding every answer in memory while the import queue drains.
+        let turn = tokio::select! {
+            t = node.poll_turn() => t,
+            () = token.cancelled() => return,
+        };
+        let started = SystemTime::now();
+        node.update_peer(&peer.name, |s| s.last_attempt = Some(started));
+        let outcome = tokio::select! {
+            r = poll_once(&node, &peer) => r,
+            () = token.cancelled() => return,
+        };
+        drop(turn);
+        match outcome {
+            Ok(n) => {
+                failures = 0;
+                tracing::debug!(peer = %peer.name, objects = n, "poll done");
+                node.update_peer(&peer.name, |s| {
+                    s.last_success = Some(SystemTime::now());
+                    s.last_error = None;
+                    s.consecutive_failures = 0;
+                    s.successes += 1;
+                });
+                node.metrics().poll_done(&peer.name, true);
+                node.update_status(|s| s.polls_ok += 1);
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let legacy = not_cipv3(&e);
+                let message = if legacy {
+                    let wait = legacy_delay(peer.poll_interval, max_backoff);
+                    tracing::warn!(peer = %peer.name, error = %e, retry_in = %humantime::format_duration(wait), "peer is not a CIPv3 server; polling it rarely");
+                    format!(
+                        "{e} (recorded as not CIPv3; next try in {})",
+                        humantime::format_duration(wait)
+                    )
+                } else {
+                    tracing::warn!(peer = %peer.name, error = %e, failures, "poll failed");
+                    e.to_string()
+                };
+                node.update_peer(&peer.name, |s| {
+                    s.last_error = Some(message);
+                    s.consecutive_failures = failures;
+                    s.failures += 1;
+                });
+                node.metrics().poll_done(&peer.name, false);
+                node.update_status(|s| s.polls_failed += 1);
+                if legacy {
+                    failures = u32::MAX;
+                }
+            }
+        }
+        let delay = if failures == u32::MAX {
+            failures = 1;
+            legacy_delay(peer.poll_interval, max_backoff)
+        } else {
+            next_delay(peer.poll_interval, failures, max_backoff)
+        };
+        node.update_peer(&peer.name, |s| {
+            s.next_attempt = Some(SystemTime::now() + delay)
+        });
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = wake.notified() => tracing::debug!(peer = %peer.name, "polling early"),
+            () = token.cancelled() => return,
+        }
+    }
+}
+
+/// Polls `peer` once; returns the number of index objects accepted.
+///
+/// # Errors
+/// [`PeerError`] when the exchange fails or an object is refused.
+#[tracing::instrument(skip_all, fields(peer = %peer.name))]
+pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerError> {
+    let config = node.config();
+    let own = node.identity().dsi.clone();
+    // `dsi` names the dataset asked for: the peer's, when known. A pollee answers with its
+    // out-bound index whatever the DSI, so our own stands in before the first answer.
+    let asked = node.peer_dsi(&peer.name).unwrap_or_else(|| own.clone());
+    // The types to ask for: the configured one; else the one learned, then the others
+    // (a legacy peer that has no SOIF index answers 200 "no index of that type").
+    use crate::pipeline::index_types::IndexKind;
+    let kinds: Vec<IndexKind> = match peer.index_type {
+        Some(k) => vec![k],
+        None => {
+            let first = node
+                .index_state()
+                .learned(&peer.name)
+                .unwrap_or(IndexKind::Soif);
+            std::iter::once(first)
+                .chain(IndexKind::ALL.into_iter().filter(|k| *k != first))
+                .collect()
+        }
+    };
+    let reply = tokio::time::timeout(config.limits.poll_timeout, async {
+        let mut conn = connect(&config, peer).await?;
+        let mut reply = None;
+        for kind in &kinds {
+            let request = Request::Poll {
+                index_type: kind.index_type(),
+                dsi: asked.clone(),
+                params: vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())],
+                body: Bytes::new(),
+            };
+            let r = conn.request(&request).await?;
+            let done = r.code != ResponseCode::Ok;
+            reply = Some(r);
+            if done {
+                break;
+            }
+        }
+        let _ = conn.close().await;
+        // Invariant: `kinds` is never empty.
+        Ok::<_, PeerError>(reply.expect("at least one poll"))
+    })
+    .await
+    .map_err(|_| PeerError::Timeout)??;
+    if peer.index_type.is_none()
+        && let Some(kind) = reply
+            .result
+            .as_ref()
+            .and_then(|r| r.objects.first())
+            .and_then(|o| IndexKind::of(&o.index_type))
+    {
+        node.index_state().learn(&peer.name, kind);
+    }
+    match reply.code {
+        ResponseCode::OkOutputFollows => {
+            let objects = reply.result.map(|r| r.objects).unwrap_or_default();
+            let total = objects.len();
+            let mut refused = Vec::new();
+            for obj in objects {
+                if let Err(e) = node.accept_index(&peer.name, obj).await {
+                    refused.push(e.to_string());
+                }
+            }
+            match refused.first() {
+                None => Ok(total),
+                Some(first) => Err(PeerError::Rejected {
+                    refused: refused.len(),
+                    total,
+                    first: first.clone(),
+                }),
+            }
+        }
+        // 200: no index of that type or for that dataset (yet).
+        ResponseCode::Ok => Ok(0),
+        code => Err(PeerError::Refused {
+            code,
+            comment: reply.comment,
+        }),
+    }
+}
+
+/// A connection to a peer over its configured transport: requests and replies are the same
+/// on both, only the bytes on the wire differ.
+enum Session {
+    /// The TCP stream (RFC 2653 §2.1), negotiated.
+    Stream(CipConnection),
+    /// HTTP POSTs to the peer's URL (RFC 2653 §2.3).
+    Http(HttpClient),
+}
+
+impl Session {
+    async fn request(&mut self, request: &Request) -> Result<ClientReply, PeerError> {
+        Ok(match self {
+            Self::Stream(c) => c.request(request).await?,
+            Self::Http(c) => c.request(request).await?,
+        })
+    }
+
+    /// Ends the session: the stream's half-close and `222`; HTTP just drops its connection.
+    async fn close(self) -> Result<(), PeerError> {
+        match self {
+            Self::Stream(c) => Ok(c.close().await?),
+            Self::Http(_) => Ok(()),
+        }
+    }
+}
+
+async fn connect(config: &Config, peer: &PeerConfig) -> Result<Session, PeerError> {
+    if peer.transport == PeerTransport::Http {
+        let url = peer.url.as_deref().ok_or(PeerError::NoUrl)?;
+        return Ok(Session::Http(
+            HttpClient::connect(url, &transport_config(config)).await?,
+        ));
+    }
+    let port = peer.port.ok_or(PeerError::NoPort)?;
+    let tls = match &peer.tls {
+        None => None,
+        Some(t) => {
+            let client = match (&t.client_cert, &t.client_key) {
+                (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+                _ => None,
+            };
+            Some((
+                tls::client_config(&t.ca, client)?,
+                tls::server_name(&t.server_name)?,
+            ))
+        }
+    };
+    Ok(Session::Stream(
+        CipClient::connect((peer.host.as_str(), port), tls, &transport_config(config)).await?,
+    ))
+}
+
+async fn push_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) {
+    let mut changes = node.outbound_changes();
+    changes.mark_changed();
+    let max_backoff = node.config().limits.max_backoff;
+    let mut failures = 0u32;
+    loop {
+        let delay = next_delay(peer.poll_interval, failures, max_backoff);
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return },
+            () = tokio::time::sleep(delay) => {}
+            () = token.cancelled() => return,
+        }
+        node.update_peer(&peer.name, |s| s.last_attempt = Some(SystemTime::now()));
+        let outcome = tokio::select! {
+            r = push_once(&node, &peer) => r,
+            () = token.cancelled() => return,
+        };
+        match outcome {
+            Ok(()) => {
+                failures = 0;
+                node.update_peer(&peer.name, |s| {
+                    s.last_success = Some(SystemTime::now());
+                    s.last_error = None;
+                    s.consecutive_failures = 0;
+                    s.successes += 1;
+                });
+                node.update_status(|s| s.pushes_sent += 1);
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(peer = %peer.name, error = %e, failures, "push failed");
+                node.update_peer(&peer.name, |s| {
+                    s.last_error = Some(e.to_string());
+                    s.consecutive_failures = failures;
+                    s.failures += 1;
+                });
+            }
+        }
+    }
+}
+
+/// Pushes our out-bound index object to `peer`: `datachanged`, then the object.
+///
+/// # Errors
+/// [`PeerError`] when the exchange fails or the peer refuses.
+#[tracing::instrument(skip_all, fields(peer = %peer.name))]
+pub async fn push_once(node: &Node, peer: &PeerConfig) -> Result<(), PeerError> {
+    let config = node.config();
+    let exclude: Option<Dsi> = node.peer_dsi(&peer.name);
+    let object = node.outbound_object(exclude.as_ref()).await;
+    let changed = Request::DataChanged {
+        index_type: hint_type(),
+        dsi: object.dsi.clone(),
+        body: Bytes::new(),
+    };
+    tokio::time::timeout(config.limits.poll_timeout, async {
+        let mut conn = connect(&config, peer).await?;
+        succeeded(conn.request(&changed).await?)?;
+        let r = conn.request(&Request::IndexObject(object)).await?;
+        let _ = conn.close().await;
+        succeeded(r)
+    })
+    .await
+    .map_err(|_| PeerError::Timeout)?
+}
+
+async fn notify_loop(node: Arc<Node>, token: CancellationToken) {
+    let mut changes = node.outbound_changes();
+    // Tell pollers at start too: our data may have changed while we were down.
+    changes.mark_changed();
+    loop {
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return },
+            () = token.cancelled() => return,
+        }
+        let config = node.config();
+        for peer in config.peers.iter().filter(|p| p.has_role(PeerRole::Poller)) {
+            let (n, p, t) = (node.clone(), peer.clone(), token.clone());
+            node.tracker.spawn(async move {
+                tokio::select! {
+                    r = send_datachanged(&n, &p) => match r {
+                        Ok(()) => n.update_status(|s| s.datachanged_sent += 1),
+                        Err(e) => tracing::info!(peer = %p.name, error = %e, "datachanged not delivered"),
+                    },
+                    () = t.cancelled() => {}
+                }
+            });
+        }
+    }
+}
+
+/// Sends `datachanged` (RFC 2652 §2.3.3) to `peer`.
+///
+/// # Errors
+/// [`PeerError`] when the exchange fails or the peer refuses.
+pub async fn send_datachanged(node: &Node, peer: &PeerConfig) -> Result<(), PeerError> {
+    let config = node.config();
+    let request = Request::DataChanged {
+        index_type: hint_type(),
+        dsi: node.identity().dsi.clone(),
+        body: Bytes::new(),
+    };
+    tokio::time::timeout(config.limits.poll_timeout, async {
+        let mut conn = connect(&config, peer).await?;
+        let r = conn.request(&request).await?;
+        let _ = conn.close().await;
+        // Digest A9: 200 is the answer; a 201 is tolerated (its output is dropped).
+        succeeded(r)
+    })
+    .await
+    .map_err(|_| PeerError::Timeout)?
+}
+
+/// `Ok` for a 2xx reply, else the peer's refusal with its code and comment.
+fn succeeded(reply: ClientReply) -> Result<(), PeerError> {
+    if reply.code.is_success() {
+        Ok(())
+    } else {
+        Err(PeerError::Refused {
+            code: reply.code,
+            comment: reply.comment,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let i = Duration::from_secs(600);
+        let cap = Duration::from_secs(3600);
+        for _ in 0..50 {
+            let ok = next_delay(i, 0, cap);
+            assert!(ok >= i.mul_f64(0.9) && ok <= i.mul_f64(1.1), "{ok:?}");
+            let f1 = next_delay(i, 1, cap);
+            assert!(f1 <= Duration::from_millis(1100), "{f1:?}");
+            let f5 = next_delay(i, 5, cap);
+            assert!(
+                f5 >= Duration::from_millis(14_400) && f5 <= Duration::from_millis(17_600),
+                "{f5:?}"
+            );
+            assert!(next_delay(i, 40, cap) <= cap.mul_f64(1.1));
+        }
+        // A short interval backs off from the interval itself.
+        let short = Duration::from_millis(100);
+        assert!(next_delay(short, 1, cap) <= Duration::from_millis(110));
+    }
+}

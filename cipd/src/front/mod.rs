@@ -1,0 +1,15 @@
+//! The front-ends: the CIP stream service ([`service`]) over its framed transport
+//! ([`transport`]), the HTTP router ([`http`]) and its routes (CIP over HTTP in
+//! [`cip_http`], RDM in [`rdm`], `/hina.di` in [`hinadi`], the console in [`console`]),
+//! the admin socket ([`admin`]), and the per-address connection limits they share
+//! ([`conn_limit`]).
+
+pub mod admin;
+pub mod cip_http;
+pub mod conn_limit;
+pub mod console;
+pub mod hinadi;
+pub mod http;
+pub mod rdm;
+pub mod service;
+pub mod transport;

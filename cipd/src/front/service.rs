@@ -1,0 +1,131 @@
+//! The CIP service: how this node answers requests on its stream listeners.
+//!
+//! * `noop` → 200 (RFC 2652 §2.3.1).
+//! * `poll` for `tagged` (RFC 2654) → 201 with a tagged index object of the local
+//!   collections (legacy Whois++ gatherers poll so);
+//! * `poll` for `HARVEST-SOIF-1` → 201 with our out-bound hint in a `multipart/mixed`
+//!   result (RFC 2652 §2.4), leaving out the poller's own data when it names itself with
+//!   `poller-dsi` or is recognised by address (digest A21); other types → 200, "no index of
+//!   that type" (RFC 2652 §2.3.2). Anyone may poll (RFC 2652 §4.2 encourages answering
+//!   anonymous polls).
+//! * `datachanged` from a peer we poll → 200 and an immediate poll of it (digest A9); from a
+//!   peer that pushes to us → 200 (the object follows).
+//! * A pushed index object from a peer we poll or that pushes to us → validated, stored,
+//!   200; refused with the code [`crate::node::Rejection::code`] gives.
+//! * `datachanged` or a push from anyone else → 530: RFC 2652 §4.2 requires a 530-series
+//!   code for refusals on authentication grounds, and an unknown peer is exactly that.
+//! * Vendor requests → 501.
+
+use std::sync::Arc;
+
+use cip_proto::Dsi;
+use cip_proto::cip::{PollResult, Request, ResponseCode};
+
+use crate::daemon::peer::POLLER_DSI_PARAM;
+use crate::front::transport::{PeerContext, Reply, RequestHandler};
+use crate::model::config::PeerRole;
+use crate::node::Node;
+
+/// The [`RequestHandler`] of a node's CIP listeners.
+#[derive(Debug, Clone)]
+pub struct CipService {
+    node: Arc<Node>,
+}
+
+impl CipService {
+    /// A service answering for `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+}
+
+fn unknown_peer(node: &Node, what: &str, peer: &PeerContext) -> Reply {
+    tracing::warn!(remote = %peer.remote, request = what, "refused: not a configured peer");
+    node.update_status(|s| s.unknown_peer_refusals += 1);
+    Reply::status(
+        ResponseCode::SignatureRequired,
+        format!("{what} accepted from configured peers only"),
+    )
+}
+
+impl RequestHandler for CipService {
+    async fn handle(&self, request: Request, peer: &PeerContext) -> Reply {
+        let node = &self.node;
+        match request {
+            Request::Noop => Reply::ok(),
+            Request::Poll {
+                index_type, params, ..
+            } => {
+                match crate::pipeline::index_types::IndexKind::of(&index_type) {
+                    Some(crate::pipeline::index_types::IndexKind::Soif) => {}
+                    Some(crate::pipeline::index_types::IndexKind::Tagged) => {
+                        // Legacy Whois++ gatherers poll for tagged objects: ours describe
+                        // the local collections, a record per object.
+                        return match crate::pipeline::tagged::local_object(node).await {
+                            Ok(obj) => Reply::result(PollResult { objects: vec![obj] }),
+                            Err(e) => Reply::status(
+                                ResponseCode::TemporarilyUnable,
+                                format!("cannot build the tagged index: {e}"),
+                            ),
+                        };
+                    }
+                    None => {
+                        return Reply::status(
+                            ResponseCode::Ok,
+                            format!("no index of type {}", index_type.as_str()),
+                        );
+                    }
+                }
+                let named = params
+                    .iter()
+                    .find(|(n, _)| n == POLLER_DSI_PARAM)
+                    .and_then(|(_, v)| Dsi::new(v.trim()).ok());
+                let poller = named.or_else(|| {
+                    node.identify_peer(peer.remote.ip(), None, &[PeerRole::Poller, PeerRole::Push])
+                        .and_then(|name| node.peer_dsi(&name))
+                });
+                tracing::debug!(remote = %peer.remote, poller = ?poller.as_ref().map(Dsi::as_str), "poll");
+                Reply::result(PollResult {
+                    objects: vec![node.outbound_object(poller.as_ref()).await],
+                })
+            }
+            Request::DataChanged { dsi, .. } => {
+                let roles = [PeerRole::Poll, PeerRole::Pusher];
+                let Some(name) = node.identify_peer(peer.remote.ip(), Some(&dsi), &roles) else {
+                    return unknown_peer(node, "datachanged", peer);
+                };
+                node.update_status(|s| s.datachanged_received += 1);
+                let polls = node
+                    .config()
+                    .peer(&name)
+                    .is_some_and(|p| p.has_role(PeerRole::Poll));
+                if polls {
+                    node.poll_notifier(&name).notify_one();
+                    tracing::info!(peer = %name, "datachanged: polling now");
+                }
+                Reply::ok()
+            }
+            Request::IndexObject(obj) => {
+                let roles = [PeerRole::Poll, PeerRole::Pusher];
+                let Some(name) = node.identify_peer(peer.remote.ip(), Some(&obj.dsi), &roles)
+                else {
+                    node.update_status(|s| s.hints_rejected += 1);
+                    return unknown_peer(node, "index objects", peer);
+                };
+                match node.accept_index(&name, obj).await {
+                    Ok(()) => {
+                        node.update_peer(&name, |s| {
+                            s.last_success = Some(std::time::SystemTime::now())
+                        });
+                        Reply::ok()
+                    }
+                    Err(e) => Reply::status(e.code(), e.to_string()),
+                }
+            }
+            Request::Vendor { subtype, .. } => Reply::status(
+                ResponseCode::UnknownRequest,
+                format!("vendor request {subtype:?} not supported"),
+            ),
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! `[limits]`: sizes, counts and timeouts, each with a safe default.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::Validator;
+
+/// `[limits]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Most simultaneous CIP connections.
+    pub max_connections: Option<usize>,
+    /// Most simultaneous CIP connections from one source address.
+    pub max_connections_per_address: Option<usize>,
+    /// Most simultaneous HTTP connections.
+    pub max_http_connections: Option<usize>,
+    /// Most simultaneous HTTP connections from one source address.
+    pub max_http_connections_per_address: Option<usize>,
+    /// Connections the kernel queues per listener before the accept loop takes them.
+    pub listen_backlog: Option<usize>,
+    /// Largest CIP message (one dot-terminated frame), bytes.
+    pub max_frame_size: Option<usize>,
+    /// Largest single SOIF value, bytes.
+    pub max_value_size: Option<usize>,
+    /// Longest line on the CIP stream, bytes.
+    pub max_line_length: Option<usize>,
+    /// Wait for the version line after the banner.
+    pub handshake_timeout: Option<String>,
+    /// Idle time allowed between requests on one connection.
+    pub idle_timeout: Option<String>,
+    /// Time allowed to receive one whole request.
+    pub request_timeout: Option<String>,
+    /// Time allowed to open a connection to a peer.
+    pub connect_timeout: Option<String>,
+    /// Time allowed for one whole poll or push exchange.
+    pub poll_timeout: Option<String>,
+    /// Time allowed for one HTTP request.
+    pub http_timeout: Option<String>,
+    /// Time an HTTP connection may take to send a request's headers, and may sit idle
+    /// between requests.
+    pub http_idle_timeout: Option<String>,
+    /// Grace period for in-flight work at shutdown.
+    pub shutdown_grace: Option<String>,
+    /// Longest wait between polls after repeated failures.
+    pub max_backoff: Option<String>,
+    /// Most referrals one query returns.
+    pub max_referrals: Option<usize>,
+    /// Referrals per `/v1/referrals` answer when the request names no `limit`.
+    pub default_referrals: Option<usize>,
+    /// Bytes of recent referral answers kept (0: none).
+    pub answer_cache_bytes: Option<usize>,
+    /// Queries that may scan (substrings, unindexed attributes) evaluated at once.
+    pub max_concurrent_scans: Option<usize>,
+    /// Polls under way at once.
+    pub max_concurrent_polls: Option<usize>,
+    /// Most objects `/v1/objects` returns.
+    pub max_objects: Option<usize>,
+    /// Most objects one query may read from disk to check terms on attributes that are not
+    /// indexed.
+    pub local_scan_max_objects: Option<usize>,
+    /// How often collection files are checked for changes (`"0s"` = never).
+    pub watch_interval: Option<String>,
+    /// Most datasets (peer DSIs) in the routing table.
+    pub max_table_peers: Option<usize>,
+    /// Most weightlist entries in one in-bound hint.
+    pub max_hint_entries: Option<usize>,
+    /// Longest weightlist value in an in-bound hint, bytes.
+    pub max_hint_value_length: Option<usize>,
+    /// Most provenance DSIs on one in-bound hint.
+    pub max_provenance: Option<usize>,
+    /// Most distinct `Template:Attribute` keys in the routing table.
+    pub max_table_attributes: Option<usize>,
+    /// Largest `Total-Object-Count` an in-bound hint may claim.
+    pub max_total_objects: Option<u64>,
+    /// Memory budget of one peer's hint in the routing table, bytes.
+    pub max_peer_table_bytes: Option<u64>,
+    /// Memory budget of all hints in the routing table, bytes.
+    pub max_table_bytes: Option<u64>,
+    /// Most `&`-joined terms in one query.
+    pub max_query_terms: Option<usize>,
+    /// Longest query, bytes.
+    pub max_query_length: Option<usize>,
+    /// Admin socket connections served at once.
+    pub max_admin_connections: Option<usize>,
+    /// Longest admin request line, bytes.
+    pub max_admin_request: Option<usize>,
+    /// Idle time after which an admin connection is closed.
+    pub admin_idle_timeout: Option<String>,
+}
+
+/// Sizes, counts and timeouts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Most simultaneous CIP connections, plain and TLS listeners together (default 256).
+    /// Takes effect at restart.
+    pub max_connections: usize,
+    /// Most simultaneous CIP connections from one source address (an IPv6 /64) (default
+    /// 64). Takes effect at restart.
+    pub max_connections_per_address: usize,
+    /// Most simultaneous HTTP connections, all HTTP listeners together (default 1024).
+    /// Takes effect at restart.
+    pub max_http_connections: usize,
+    /// Most simultaneous HTTP connections from one source address (an IPv6 /64) (default
+    /// 256; raise it behind a reverse proxy). Takes effect at restart.
+    pub max_http_connections_per_address: usize,
+    /// Connections the kernel holds per TCP listener until the accept loop takes them
+    /// (default 4096; the kernel caps it at `net.core.somaxconn`). A burst of connections
+    /// past it is dropped by the kernel before the limits above can answer it. Takes
+    /// effect at restart.
+    pub listen_backlog: usize,
+    /// Largest CIP frame (default 64 MiB).
+    pub max_frame_size: usize,
+    /// Largest SOIF value (default 16 MiB).
+    pub max_value_size: usize,
+    /// Longest CIP line (default 64 KiB).
+    pub max_line_length: usize,
+    /// Handshake timeout (default 60 s).
+    pub handshake_timeout: Duration,
+    /// Idle timeout (default 300 s).
+    pub idle_timeout: Duration,
+    /// Request timeout (default 300 s).
+    pub request_timeout: Duration,
+    /// Connect timeout (default 10 s).
+    pub connect_timeout: Duration,
+    /// Poll/push exchange timeout (default 120 s).
+    pub poll_timeout: Duration,
+    /// HTTP request timeout (default 30 s).
+    pub http_timeout: Duration,
+    /// HTTP header-read and keep-alive idle timeout (default 60 s).
+    pub http_idle_timeout: Duration,
+    /// Shutdown grace (default 10 s).
+    pub shutdown_grace: Duration,
+    /// Backoff cap (default 1 h).
+    pub max_backoff: Duration,
+    /// Referrals per query (default 100).
+    pub max_referrals: usize,
+    /// Referrals per `/v1/referrals` answer when the request names no `limit` (default
+    /// 10, at most `max_referrals`): the best few are what a client follows, and the
+    /// answer says `"more": true` when others rank below them.
+    pub default_referrals: usize,
+    /// Bytes of recent referral answers kept, each valid until the table, the local hint
+    /// or the configuration changes (default 32 MiB, oldest first out; 0 turns the cache
+    /// off).
+    pub answer_cache_bytes: usize,
+    /// Queries that may scan (substrings, unindexed local attributes) evaluated at once on
+    /// the blocking pool; more wait their turn without holding a thread (default: the CPU
+    /// count). Exact lookups are not counted.
+    pub max_concurrent_scans: usize,
+    /// Polls under way at once, from connecting to the hint's import (default 128); more
+    /// wait their turn. Bounds the answers held in memory while a hub polls hundreds of
+    /// peers at start. Takes effect at restart.
+    pub max_concurrent_polls: usize,
+    /// Objects per `/v1/objects` answer (default 1000).
+    pub max_objects: usize,
+    /// Objects one local query may read from disk to check terms on unindexed attributes
+    /// (default 100,000); past that the query is refused as not indexed.
+    pub local_scan_max_objects: usize,
+    /// Collection change check interval; `None` = never (default 30 s).
+    pub watch_interval: Option<Duration>,
+    /// Routing table bounds (defaults: 10,000 peers, 20,000,000 entries per hint, 4 KiB
+    /// values, 256 provenance DSIs, 65,536 attributes). Take effect at restart.
+    pub table: hints::table::TableLimits,
+    /// Query bounds (default 16 terms, 4096 bytes).
+    pub query: hints::query::QueryLimits,
+    /// Admin socket bounds (default 16 connections, 64 KiB requests, 60 s idle). Take
+    /// effect at restart.
+    pub admin: crate::front::admin::AdminLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            max_connections_per_address: 64,
+            max_http_connections: 1024,
+            max_http_connections_per_address: 256,
+            listen_backlog: 4096,
+            max_frame_size: 64 << 20,
+            max_value_size: 16 << 20,
+            max_line_length: 64 << 10,
+            handshake_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(300),
+            connect_timeout: Duration::from_secs(10),
+            poll_timeout: Duration::from_secs(120),
+            http_timeout: Duration::from_secs(30),
+            http_idle_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(3600),
+            max_referrals: 100,
+            default_referrals: 10,
+            answer_cache_bytes: 32 << 20,
+            max_concurrent_scans: std::thread::available_parallelism().map_or(2, usize::from),
+            max_concurrent_polls: 128,
+            max_objects: 1000,
+            local_scan_max_objects: crate::store::local::DEFAULT_SCAN_MAX_OBJECTS,
+            watch_interval: Some(Duration::from_secs(30)),
+            table: hints::table::TableLimits::default(),
+            query: hints::query::QueryLimits::default(),
+            admin: crate::front::admin::AdminLimits::default(),
+        }
+    }
+}
+
+impl Validator<'_> {
+    pub(super) fn limits(&mut self, raw: RawLimits) -> Limits {
+        let d = Limits::default();
+        let explicit_default_referrals = raw.default_referrals.is_some();
+        let watch_interval = match raw.watch_interval.as_deref() {
+            None => d.watch_interval,
+            Some(s) => match humantime::parse_duration(s) {
+                Ok(x) if x.is_zero() => None,
+                Ok(x) => Some(x),
+                Err(e) => {
+                    self.err(
+                        "limits.watch_interval",
+                        format!("{s:?} is not a duration ({e})"),
+                    );
+                    d.watch_interval
+                }
+            },
+        };
+        let mut limits = Limits {
+            max_connections: self.positive(
+                "limits.max_connections",
+                raw.max_connections,
+                d.max_connections,
+            ),
+            max_connections_per_address: self.positive(
+                "limits.max_connections_per_address",
+                raw.max_connections_per_address,
+                d.max_connections_per_address,
+            ),
+            max_http_connections: self.positive(
+                "limits.max_http_connections",
+                raw.max_http_connections,
+                d.max_http_connections,
+            ),
+            max_http_connections_per_address: self.positive(
+                "limits.max_http_connections_per_address",
+                raw.max_http_connections_per_address,
+                d.max_http_connections_per_address,
+            ),
+            listen_backlog: self.positive(
+                "limits.listen_backlog",
+                raw.listen_backlog,
+                d.listen_backlog,
+            ),
+            max_frame_size: self.positive(
+                "limits.max_frame_size",
+                raw.max_frame_size,
+                d.max_frame_size,
+            ),
+            max_value_size: self.positive(
+                "limits.max_value_size",
+                raw.max_value_size,
+                d.max_value_size,
+            ),
+            max_line_length: self.positive(
+                "limits.max_line_length",
+                raw.max_line_length,
+                d.max_line_length,
+            ),
+            handshake_timeout: self.duration(
+                "limits.handshake_timeout",
+                raw.handshake_timeout,
+                d.handshake_timeout,
+            ),
+            idle_timeout: self.duration("limits.idle_timeout", raw.idle_timeout, d.idle_timeout),
+            request_timeout: self.duration(
+                "limits.request_timeout",
+                raw.request_timeout,
+                d.request_timeout,
+            ),
+            connect_timeout: self.duration(
+                "limits.connect_timeout",
+                raw.connect_timeout,
+                d.connect_timeout,
+            ),
+            poll_timeout: self.duration("limits.poll_timeout", raw.poll_timeout, d.poll_timeout),
+            http_timeout: self.duration("limits.http_timeout", raw.http_timeout, d.http_timeout),
+            http_idle_timeout: self.duration(
+                "limits.http_idle_timeout",
+                raw.http_idle_timeout,
+                d.http_idle_timeout,
+            ),
+            shutdown_grace: self.duration(
+                "limits.shutdown_grace",
+                raw.shutdown_grace,
+                d.shutdown_grace,
+            ),
+            max_backoff: self.duration("limits.max_backoff", raw.max_backoff, d.max_backoff),
+            max_referrals: self.positive(
+                "limits.max_referrals",
+                raw.max_referrals,
+                d.max_referrals,
+            ),
+            default_referrals: self.positive(
+                "limits.default_referrals",
+                raw.default_referrals,
+                d.default_referrals,
+            ),
+            answer_cache_bytes: raw.answer_cache_bytes.unwrap_or(d.answer_cache_bytes),
+            max_concurrent_scans: self.positive(
+                "limits.max_concurrent_scans",
+                raw.max_concurrent_scans,
+                d.max_concurrent_scans,
+            ),
+            max_concurrent_polls: self.positive(
+                "limits.max_concurrent_polls",
+                raw.max_concurrent_polls,
+                d.max_concurrent_polls,
+            ),
+            max_objects: self.positive("limits.max_objects", raw.max_objects, d.max_objects),
+            local_scan_max_objects: self.positive(
+                "limits.local_scan_max_objects",
+                raw.local_scan_max_objects,
+                d.local_scan_max_objects,
+            ),
+            watch_interval,
+            table: hints::table::TableLimits {
+                max_peers: self.positive(
+                    "limits.max_table_peers",
+                    raw.max_table_peers,
+                    d.table.max_peers,
+                ),
+                max_entries_per_hint: self.positive(
+                    "limits.max_hint_entries",
+                    raw.max_hint_entries,
+                    d.table.max_entries_per_hint,
+                ),
+                max_value_len: self.positive(
+                    "limits.max_hint_value_length",
+                    raw.max_hint_value_length,
+                    d.table.max_value_len,
+                ),
+                max_provenance: self.positive(
+                    "limits.max_provenance",
+                    raw.max_provenance,
+                    d.table.max_provenance,
+                ),
+                max_attributes: self.positive(
+                    "limits.max_table_attributes",
+                    raw.max_table_attributes,
+                    d.table.max_attributes,
+                ),
+                max_total_objects: match raw.max_total_objects {
+                    Some(0) => {
+                        self.err("limits.max_total_objects", "must be at least 1");
+                        d.table.max_total_objects
+                    }
+                    Some(n) => n,
+                    None => d.table.max_total_objects,
+                },
+                max_peer_bytes: self.positive_u64(
+                    "limits.max_peer_table_bytes",
+                    raw.max_peer_table_bytes,
+                    d.table.max_peer_bytes,
+                ),
+                max_table_bytes: self.positive_u64(
+                    "limits.max_table_bytes",
+                    raw.max_table_bytes,
+                    d.table.max_table_bytes,
+                ),
+            },
+            query: hints::query::QueryLimits {
+                max_terms: self.positive(
+                    "limits.max_query_terms",
+                    raw.max_query_terms,
+                    d.query.max_terms,
+                ),
+                max_len: self.positive(
+                    "limits.max_query_length",
+                    raw.max_query_length,
+                    d.query.max_len,
+                ),
+            },
+            admin: crate::front::admin::AdminLimits {
+                max_connections: self.positive(
+                    "limits.max_admin_connections",
+                    raw.max_admin_connections,
+                    d.admin.max_connections,
+                ),
+                max_request: self.positive(
+                    "limits.max_admin_request",
+                    raw.max_admin_request,
+                    d.admin.max_request,
+                ),
+                idle_timeout: self.duration(
+                    "limits.admin_idle_timeout",
+                    raw.admin_idle_timeout,
+                    d.admin.idle_timeout,
+                ),
+            },
+        };
+        if limits.default_referrals > limits.max_referrals && !explicit_default_referrals {
+            // Only max_referrals was lowered: the page is all of it.
+            limits.default_referrals = limits.max_referrals;
+        } else if limits.default_referrals > limits.max_referrals {
+            self.err(
+                "limits.default_referrals",
+                format!(
+                    "must not exceed limits.max_referrals ({})",
+                    limits.max_referrals
+                ),
+            );
+        }
+        limits
+    }
+}

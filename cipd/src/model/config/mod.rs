@@ -1,0 +1,1712 @@
+//! Daemon configuration: the TOML file ([`RawConfig`]) and its validated form ([`Config`]).
+//!
+//! Parsing is two steps, as in ripgrep's low-level/high-level arguments: serde fills
+//! [`RawConfig`] (unknown keys refused everywhere, so a typo is an error and not a silently
+//! ignored setting), then [`RawConfig::validate`] checks every value and turns durations,
+//! addresses, DSIs and attribute names into typed values. Validation collects *every*
+//! problem, each with its key path (`peers[1].port`), so `cipd check-config` can list them all
+//! at once. Loading never binds ports or opens sockets; [`Config::check_environment`] adds
+//! the file-system checks (`check-config` runs both).
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cip_proto::Dsi;
+use hints::builder::Thresholds;
+use hints::hint::AttrSpec;
+use hints::summary::SummaryConfig;
+use serde::Deserialize;
+
+mod collection;
+mod console;
+mod limits;
+mod pipeline;
+mod trust;
+
+pub use crate::pipeline::import::ImportConfig;
+pub use crate::pipeline::outbound::OutboundConfig;
+pub use collection::{
+    CatalogConfig, CollectionConfig, HinaDiConfig, HinaLocation, RawCollection, RawHinaDi, RawRdm,
+    RdmConfig, SourceConfig, Untrusted,
+};
+pub use console::{ConsoleConfig, RawConsole};
+pub use limits::{Limits, RawLimits};
+pub use pipeline::{RawImport, RawOutbound};
+pub use trust::{RawSigning, SigningConfig};
+
+/// The configuration file as written: every table and key the file may hold.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// `[node]`: who this node is.
+    pub node: RawNode,
+    /// `[listen]`: where it listens.
+    #[serde(default)]
+    pub listen: RawListen,
+    /// `data_dir`: where the spool (received hints) lives.
+    pub data_dir: Option<PathBuf>,
+    /// `[[collection]]`: local collections.
+    #[serde(default, rename = "collection")]
+    pub collections: Vec<RawCollection>,
+    /// `[export]`: what the out-bound hint describes.
+    #[serde(default)]
+    pub export: RawExport,
+    /// `[[peer]]`: mesh neighbours.
+    #[serde(default, rename = "peer")]
+    pub peers: Vec<RawPeer>,
+    /// `[thesaurus]`: query term expansion.
+    #[serde(default)]
+    pub thesaurus: RawThesaurus,
+    /// `[limits]`: sizes, counts and timeouts.
+    #[serde(default)]
+    pub limits: RawLimits,
+    /// `[spool]`: persistence of in-bound hints.
+    #[serde(default)]
+    pub spool: RawSpool,
+    /// `[index]`: how the routing table indexes in-bound hints.
+    #[serde(default)]
+    pub index: RawIndex,
+    /// `[log]`: log format and level.
+    #[serde(default)]
+    pub log: RawLog,
+    /// `[outbound]`: how the out-bound hint is rebuilt.
+    #[serde(default)]
+    pub outbound: RawOutbound,
+    /// `[import]`: how in-bound hints reach the routing table.
+    #[serde(default)]
+    pub import: RawImport,
+    /// `[hinadi]`: how Hina-Di is read, trusted and served.
+    #[serde(default)]
+    pub hinadi: RawHinaDi,
+    /// `[rdm]`: how this node speaks RDM.
+    #[serde(default)]
+    pub rdm: RawRdm,
+    /// `[console]`: the operators' web console on the HTTP listener.
+    #[serde(default)]
+    pub console: RawConsole,
+    /// `[signing]`: the node's key for signing out-bound hints.
+    #[serde(default)]
+    pub signing: RawSigning,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNode {
+    /// The node's dataset identifier (an OID, RFC 2652 §2.1.2).
+    pub dsi: Option<String>,
+    /// Base URI(s) put on the out-bound index object; default: the first HTTP listener.
+    #[serde(default)]
+    pub base_uri: Option<OneOrMany>,
+    /// Human-friendly description sent with the DSI (RFC 2651 §4.1).
+    pub description: Option<String>,
+}
+
+/// A key that takes one string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// `key = "x"`.
+    One(String),
+    /// `key = ["x", "y"]`.
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::One(s) => vec![s],
+            Self::Many(v) => v,
+        }
+    }
+}
+
+/// `[listen]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListen {
+    /// Plain CIP stream listeners (`"127.0.0.1:7070"`; port 0 picks a free port).
+    #[serde(default)]
+    pub cip: Vec<String>,
+    /// CIP stream listeners with implicit TLS (spec A20).
+    #[serde(default)]
+    pub cip_tls: Vec<RawTlsListener>,
+    /// HTTP front-end listeners (queries).
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// HTTPS front-end listeners: the same routes over TLS, optionally requiring client
+    /// certificates.
+    #[serde(default)]
+    pub https: Vec<RawTlsListener>,
+    /// Path of the admin socket (Unix domain socket).
+    pub admin_socket: Option<PathBuf>,
+    /// Path of CIP over HTTP (RFC 2653 §2.3) on the HTTP listeners (`"/cip"`); off when
+    /// absent.
+    pub cip_http: Option<String>,
+}
+
+/// `[[listen.cip_tls]]` and `[[listen.https]]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTlsListener {
+    /// Address to bind.
+    pub addr: String,
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// PEM CA bundle: when set, clients must present a certificate it signed.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// `[export]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawExport {
+    /// `Template:Attribute` pairs the out-bound hint covers.
+    pub attributes: Option<Vec<String>>,
+    /// Values held by fewer objects than this are left out (default 1: keep all).
+    pub default_threshold: Option<u64>,
+    /// Per-attribute thresholds, `"DOCUMENT:Author" = 2`.
+    #[serde(default)]
+    pub thresholds: BTreeMap<String, u64>,
+}
+
+/// `[[peer]]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPeer {
+    /// Name used in logs, status and admin commands.
+    pub name: String,
+    /// Host name or address (default for `transport = "http"`: the URL's host).
+    #[serde(default)]
+    pub host: String,
+    /// CIP port (CIP has no default port, RFC 2653 §2.1).
+    pub port: Option<u16>,
+    /// `stream` (default, RFC 2653 §2.1) or `http` (RFC 2653 §2.3).
+    pub transport: Option<String>,
+    /// The peer's CIP URL, for `transport = "http"` (`"http://hub.example:7080/cip"`).
+    pub url: Option<String>,
+    /// The index type we poll it for: `HARVEST-SOIF-1` or `tagged` (default: learned from
+    /// its answers, SOIF first).
+    pub index_type: Option<String>,
+    /// One role or a list: `poll`, `poller`, `push`, `pusher`.
+    pub role: Option<OneOrMany>,
+    /// The peer's DSI, when known in advance.
+    pub dsi: Option<String>,
+    /// How often to poll (role `poll`) or push (role `push`).
+    pub poll_interval: Option<String>,
+    /// TLS for connections we open to this peer.
+    pub tls: Option<RawPeerTls>,
+    /// The peer's Ed25519 public key(s), `ed25519:<Base64>`.
+    pub public_key: Option<OneOrMany>,
+    /// What to do with its signatures: `require`, `verify-if-present`, `ignore`.
+    pub signatures: Option<String>,
+}
+
+/// `[peer.tls]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPeerTls {
+    /// PEM CA bundle to verify the peer with.
+    pub ca: Option<PathBuf>,
+    /// Name expected in the peer's certificate (default: `host`).
+    pub server_name: Option<String>,
+    /// PEM client certificate chain, for peers that require one.
+    pub client_cert: Option<PathBuf>,
+    /// PEM client key.
+    pub client_key: Option<PathBuf>,
+}
+
+/// `[thesaurus]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawThesaurus {
+    /// File of synonym lines used to widen queries.
+    pub file: Option<PathBuf>,
+}
+
+/// `[spool]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSpool {
+    /// In-bound hints older than this are dropped (table and spool).
+    pub ttl: Option<String>,
+}
+
+/// `[index]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIndex {
+    /// Precompute per-peer sums for broad substrings in big index segments.
+    pub summaries: Option<bool>,
+    /// Threads that build those sums.
+    pub summary_threads: Option<usize>,
+    /// The sums of a segment take at most its record bytes divided by this.
+    pub summary_memory_divisor: Option<usize>,
+    /// Most substrings summarized per segment.
+    pub summary_max_ngrams: Option<usize>,
+    /// Values visited to build a segment's sums, at most this many times its values.
+    pub summary_work_per_value: Option<usize>,
+    /// Bytes of per-peer sums kept for substring needles that were expensive to answer
+    /// (0: none).
+    pub substring_cache_bytes: Option<usize>,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    /// `text` or `json`.
+    pub format: Option<LogFormat>,
+    /// An `EnvFilter` directive (`info`, `cipd=debug,info`); `RUST_LOG` overrides it.
+    pub level: Option<String>,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// This node's identity.
+    pub node: NodeConfig,
+    /// Listeners.
+    pub listen: ListenConfig,
+    /// Spool directory.
+    pub data_dir: PathBuf,
+    /// Local collections.
+    pub collections: Vec<CollectionConfig>,
+    /// The out-bound hint's attributes and thresholds.
+    pub export: ExportConfig,
+    /// Mesh neighbours.
+    pub peers: Vec<PeerConfig>,
+    /// Thesaurus file.
+    pub thesaurus: Option<PathBuf>,
+    /// Limits and timeouts.
+    pub limits: Limits,
+    /// Time-to-live of in-bound hints.
+    pub spool_ttl: Duration,
+    /// How the routing table summarizes broad substrings.
+    pub index: SummaryConfig,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log filter directive.
+    pub log_level: String,
+    /// The out-bound pipeline's timing.
+    pub outbound: OutboundConfig,
+    /// The import queue's bounds.
+    pub import: ImportConfig,
+    /// Hina-Di reading, trust and serving.
+    pub hinadi: HinaDiConfig,
+    /// RDM serving and pulling.
+    pub rdm: RdmConfig,
+    /// The operators' web console.
+    pub console: ConsoleConfig,
+    /// The node's signing key and the allowed clock skew of signed hints.
+    pub signing: SigningConfig,
+}
+
+/// This node's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// DSI of the node (and of its out-bound aggregate).
+    pub dsi: Dsi,
+    /// Base URIs; empty means "the first HTTP listener", filled in when it is bound.
+    pub base_uris: Vec<String>,
+    /// DSI-description (RFC 2651 §4.1).
+    pub description: Option<String>,
+}
+
+/// Listeners.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListenConfig {
+    /// Plain CIP stream listeners.
+    pub cip: Vec<SocketAddr>,
+    /// TLS CIP stream listeners.
+    pub cip_tls: Vec<TlsListenerConfig>,
+    /// HTTP listeners.
+    pub http: Vec<SocketAddr>,
+    /// HTTPS listeners (the HTTP routes over TLS).
+    pub https: Vec<TlsListenerConfig>,
+    /// Admin socket path.
+    pub admin_socket: Option<PathBuf>,
+    /// Path of CIP over HTTP on the HTTP listeners; `None` when off.
+    pub cip_http: Option<String>,
+}
+
+/// One TLS listener (CIP or HTTPS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsListenerConfig {
+    /// Address to bind.
+    pub addr: SocketAddr,
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+    /// CA for client certificates, if required.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The out-bound hint's shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportConfig {
+    /// `Template:Attribute` pairs.
+    pub attributes: Vec<AttrSpec>,
+    /// Thresholds: a default and per-attribute overrides.
+    pub thresholds: Thresholds,
+}
+
+/// What we do with a peer. A peer may have several roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PeerRole {
+    /// We poll it for its index (it is below us).
+    Poll,
+    /// It polls us; we tell it with `datachanged` when our index changes.
+    Poller,
+    /// We push our index to it.
+    Push,
+    /// It pushes its index to us; we accept the objects.
+    Pusher,
+}
+
+impl PeerRole {
+    /// The spelling used in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Poll => "poll",
+            Self::Poller => "poller",
+            Self::Push => "push",
+            Self::Pusher => "pusher",
+        }
+    }
+}
+
+impl fmt::Display for PeerRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One mesh neighbour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerConfig {
+    /// Name.
+    pub name: String,
+    /// Host name or address.
+    pub host: String,
+    /// CIP port; `None` for peers we never connect to (role `pusher` alone) and for
+    /// `transport = "http"`.
+    pub port: Option<u16>,
+    /// How we reach the peer.
+    pub transport: PeerTransport,
+    /// The peer's CIP URL (`transport = "http"`); `None` for the stream transport and for
+    /// peers we never connect to.
+    pub url: Option<String>,
+    /// The index type we poll it for; `None`: learned from its answers.
+    pub index_type: Option<crate::pipeline::index_types::IndexKind>,
+    /// Roles, sorted, without duplicates.
+    pub roles: Vec<PeerRole>,
+    /// The peer's DSI, if configured.
+    pub dsi: Option<Dsi>,
+    /// Poll/push interval.
+    pub poll_interval: Duration,
+    /// TLS settings for connections we open.
+    pub tls: Option<PeerTlsConfig>,
+    /// Its public keys and signature policy.
+    pub trust: crate::model::trust::signature::PeerTrust,
+}
+
+impl PeerConfig {
+    /// True when the peer has role `role`.
+    pub fn has_role(&self, role: PeerRole) -> bool {
+        self.roles.contains(&role)
+    }
+}
+
+/// The transport we use towards a peer (RFC 2653 §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PeerTransport {
+    /// CIP's TCP stream (§2.1) to `host`:`port`, optionally over TLS.
+    #[default]
+    Stream,
+    /// HTTP POSTs to `url` (§2.3): one request per POST, plain `http://`.
+    Http,
+}
+
+impl PeerTransport {
+    /// The spelling used in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stream => "stream",
+            Self::Http => "http",
+        }
+    }
+}
+
+/// TLS towards a peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTlsConfig {
+    /// CA bundle the peer's certificate must chain to.
+    pub ca: PathBuf,
+    /// Name to verify.
+    pub server_name: String,
+    /// Client certificate chain.
+    pub client_cert: Option<PathBuf>,
+    /// Client key.
+    pub client_key: Option<PathBuf>,
+}
+
+/// Default poll interval (RFC 2654 suggests a week for tagged indexes; a referral mesh wants
+/// fresher hints, and `datachanged` makes most polls immediate anyway).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(15 * 60);
+/// Default time-to-live of in-bound hints.
+pub const DEFAULT_SPOOL_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most `[index] summary_threads`.
+pub const MAX_SUMMARY_THREADS: usize = 64;
+/// Attributes exported when `[export] attributes` is not given.
+pub const DEFAULT_EXPORT: &[&str] = &[
+    "DOCUMENT:Author",
+    "DOCUMENT:Title",
+    "DOCUMENT:Keywords",
+    "FILE:Author",
+    "FILE:Title",
+    "FILE:Keywords",
+];
+
+/// One problem found in a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Key path (`peers[0].port`), empty for the document as a whole.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+    /// 1-based line and column in the file, when known.
+    pub position: Option<(usize, usize)>,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((line, col)) = self.position {
+            write!(f, "line {line}, column {col}: ")?;
+        }
+        if self.key.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.key, self.message)
+        }
+    }
+}
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file was read but is not a valid configuration.
+    #[error("{}", Problems(.problems))]
+    Invalid {
+        /// Every problem found, in file order where known.
+        problems: Vec<Problem>,
+    },
+}
+
+impl ConfigError {
+    /// The problems, for an invalid configuration.
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            Self::Invalid { problems } => problems,
+            Self::Read { .. } => &[],
+        }
+    }
+}
+
+struct Problems<'a>(&'a [Problem]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(
+            f,
+            "{n} problem{} in configuration",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in self.0 {
+            write!(f, "\n  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads and validates the configuration file at `path`.
+///
+/// # Errors
+/// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::Invalid`] otherwise.
+pub fn read_config(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    Config::from_toml_relative(&text, base)
+}
+
+impl Config {
+    /// Parses and validates a configuration; relative paths stay relative to the current
+    /// directory.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] listing every problem.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        Self::from_toml_relative(text, Path::new(""))
+    }
+
+    /// As [`Config::from_toml`], resolving relative paths against `base` (the directory of
+    /// the configuration file).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] listing every problem.
+    pub fn from_toml_relative(text: &str, base: &Path) -> Result<Self, ConfigError> {
+        let raw = RawConfig::from_toml(text)?;
+        raw.validate(base)
+            .map_err(|problems| ConfigError::Invalid { problems })
+    }
+
+    /// Checks what the configuration refers to on this host: collection paths, TLS files,
+    /// the thesaurus, and that the data directory exists or can be created. Returns the
+    /// problems (empty when all is well); the daemon tolerates a missing collection (it is
+    /// reported and retried on reload), so these are separate from validation.
+    pub fn check_environment(&self) -> Vec<Problem> {
+        let mut out = Vec::new();
+        let mut need = |key: String, path: &Path, what: &str| {
+            if !path.exists() {
+                out.push(problem(
+                    key,
+                    format!("{what} {} does not exist", path.display()),
+                ));
+            }
+        };
+        for (i, c) in self.collections.iter().enumerate() {
+            match &c.source {
+                SourceConfig::Soif { path, .. }
+                | SourceConfig::HinaDi {
+                    location: HinaLocation::Path { path, .. },
+                    ..
+                } => need(format!("collection[{i}].path"), path, "collection"),
+                _ => {}
+            }
+            for (k, f) in [
+                ("schema", &c.catalog.schema),
+                ("taxonomy", &c.catalog.taxonomy),
+            ] {
+                if let Some(f) = f {
+                    need(format!("collection[{i}].{k}"), f, "file");
+                }
+            }
+        }
+        for (kind, listeners) in [
+            ("cip_tls", &self.listen.cip_tls),
+            ("https", &self.listen.https),
+        ] {
+            for (i, l) in listeners.iter().enumerate() {
+                need(format!("listen.{kind}[{i}].cert"), &l.cert, "certificate");
+                need(format!("listen.{kind}[{i}].key"), &l.key, "key");
+                if let Some(ca) = &l.client_ca {
+                    need(format!("listen.{kind}[{i}].client_ca"), ca, "CA bundle");
+                }
+            }
+        }
+        for (i, p) in self.peers.iter().enumerate() {
+            if let Some(tls) = &p.tls {
+                need(format!("peer[{i}].tls.ca"), &tls.ca, "CA bundle");
+                for (k, f) in [
+                    ("client_cert", &tls.client_cert),
+                    ("client_key", &tls.client_key),
+                ] {
+                    if let Some(f) = f {
+                        need(format!("peer[{i}].tls.{k}"), f, "file");
+                    }
+                }
+            }
+        }
+        if let Some(t) = &self.thesaurus {
+            need("thesaurus.file".into(), t, "thesaurus");
+        }
+        if !self.data_dir.exists() {
+            let parent = self.data_dir.parent().filter(|p| !p.as_os_str().is_empty());
+            if parent.is_some_and(|p| !p.exists()) {
+                out.push(problem(
+                    "data_dir".into(),
+                    format!("neither {} nor its parent exists", self.data_dir.display()),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The peer named `name`.
+    pub fn peer(&self, name: &str) -> Option<&PeerConfig> {
+        self.peers.iter().find(|p| p.name == name)
+    }
+}
+
+impl RawConfig {
+    /// Parses TOML into the raw structure; unknown keys and wrong types are errors that name
+    /// their key path and position.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] with one problem (serde stops at the first).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Invalid {
+            problems: vec![Problem {
+                key: String::new(),
+                message: e.message().to_owned(),
+                position: e.span().map(|s| line_col(text, s.start)),
+            }],
+        })?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            ConfigError::Invalid {
+                problems: vec![Problem {
+                    key: if path == "." { String::new() } else { path },
+                    message: inner.message().to_owned(),
+                    position: inner.span().map(|s| line_col(text, s.start)),
+                }],
+            }
+        })
+    }
+
+    /// Checks every value and builds a [`Config`], resolving relative paths against `base`.
+    ///
+    /// # Errors
+    /// Every problem found.
+    pub fn validate(self, base: &Path) -> Result<Config, Vec<Problem>> {
+        let mut v = Validator {
+            problems: Vec::new(),
+            base,
+        };
+        let config = v.config(self);
+        if v.problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(v.problems)
+        }
+    }
+}
+
+fn problem(key: String, message: String) -> Problem {
+    Problem {
+        key,
+        message,
+        position: None,
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let col = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+    (line, col)
+}
+
+struct Validator<'a> {
+    problems: Vec<Problem>,
+    base: &'a Path,
+}
+
+impl Validator<'_> {
+    fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(problem(key.into(), message.into()));
+    }
+
+    fn path(&self, p: PathBuf) -> PathBuf {
+        if p.is_relative() && !self.base.as_os_str().is_empty() {
+            self.base.join(p)
+        } else {
+            p
+        }
+    }
+
+    fn positive_u64(&mut self, key: &str, raw: Option<u64>, default: u64) -> u64 {
+        match raw {
+            Some(0) => {
+                self.err(key, "must be at least 1");
+                default
+            }
+            Some(n) => n,
+            None => default,
+        }
+    }
+
+    fn duration(&mut self, key: &str, raw: Option<String>, default: Duration) -> Duration {
+        let Some(raw) = raw else { return default };
+        match humantime::parse_duration(&raw) {
+            Ok(d) if d.is_zero() => {
+                self.err(key, "must be longer than zero");
+                default
+            }
+            Ok(d) => d,
+            Err(e) => {
+                self.err(
+                    key,
+                    format!("{raw:?} is not a duration ({e}); write e.g. \"30s\", \"5m\""),
+                );
+                default
+            }
+        }
+    }
+
+    fn index(&mut self, raw: RawIndex) -> SummaryConfig {
+        let default = SummaryConfig::default();
+        let threads = self.positive(
+            "index.summary_threads",
+            raw.summary_threads,
+            default.threads,
+        );
+        if threads > MAX_SUMMARY_THREADS {
+            self.err(
+                "index.summary_threads",
+                format!("{threads} is more than {MAX_SUMMARY_THREADS}"),
+            );
+        }
+        SummaryConfig {
+            // Off: no segment is big enough.
+            min_values: if raw.summaries.unwrap_or(true) {
+                default.min_values
+            } else {
+                usize::MAX
+            },
+            threads: threads.min(MAX_SUMMARY_THREADS),
+            budget_divisor: self.positive(
+                "index.summary_memory_divisor",
+                raw.summary_memory_divisor,
+                default.budget_divisor,
+            ),
+            max_ngrams: self.positive(
+                "index.summary_max_ngrams",
+                raw.summary_max_ngrams,
+                default.max_ngrams,
+            ),
+            max_work_per_value: self.positive(
+                "index.summary_work_per_value",
+                raw.summary_work_per_value,
+                default.max_work_per_value,
+            ),
+            memo_bytes: raw.substring_cache_bytes.unwrap_or(default.memo_bytes),
+            ..default
+        }
+    }
+
+    fn positive(&mut self, key: &str, raw: Option<usize>, default: usize) -> usize {
+        match raw {
+            Some(0) => {
+                self.err(key, "must be at least 1");
+                default
+            }
+            Some(n) => n,
+            None => default,
+        }
+    }
+
+    fn addr(&mut self, key: String, raw: &str) -> Option<SocketAddr> {
+        match raw.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.err(
+                    key,
+                    format!(
+                        "{raw:?} is not an address:port (e.g. \"127.0.0.1:7070\", \"[::]:7070\")"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn config(&mut self, raw: RawConfig) -> Config {
+        let node = self.node(raw.node);
+        let listen = self.listen(raw.listen);
+        let data_dir = match raw.data_dir {
+            Some(d) if !d.as_os_str().is_empty() => self.path(d),
+            _ => {
+                self.err(
+                    "data_dir",
+                    "is required: the directory where received hints are kept",
+                );
+                PathBuf::new()
+            }
+        };
+        let collections = self.collections(raw.collections);
+        let export = self.export(raw.export);
+        let peers = self.peers(raw.peers);
+        let exports = !listen.cip.is_empty()
+            || !listen.cip_tls.is_empty()
+            || peers.iter().any(|p| p.has_role(PeerRole::Push));
+        if exports && node.base_uris.is_empty() && listen.http.is_empty() && listen.https.is_empty()
+        {
+            // Referrals to this node carry the base-uri of the hint it hands out (RFC 2651
+            // section 4); with no HTTP listener to derive one from, the operator must say
+            // where clients query it.
+            self.err(
+                "node.base_uri",
+                "is required when the node hands out its hint but has no HTTP listener: \
+                 referrals to it need a URI clients can query \
+                 (e.g. \"ldap://dir.example.org/o=Example\")",
+            );
+        }
+        let thesaurus = raw.thesaurus.file.map(|f| self.path(f));
+        let limits = self.limits(raw.limits);
+        let spool_ttl = self.duration("spool.ttl", raw.spool.ttl, DEFAULT_SPOOL_TTL);
+        let index = self.index(raw.index);
+        let outbound = self.outbound(raw.outbound);
+        let import = self.import(raw.import);
+        let hinadi = self.hinadi(raw.hinadi);
+        let rdm = self.rdm(raw.rdm, &collections);
+        self.optional_routes(&hinadi, &rdm);
+        self.cip_http_route(&listen, &[&hinadi.serve_path, &rdm.path]);
+        let console = self.console(
+            raw.console,
+            &[
+                ("listen.cip_http", &listen.cip_http),
+                ("hinadi.path", &hinadi.serve_path),
+                ("rdm.path", &rdm.path),
+            ],
+        );
+        let signing = self.signing(raw.signing);
+        let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+            self.err(
+                "log.level",
+                format!("{log_level:?} is not a log filter ({e})"),
+            );
+        }
+        Config {
+            node,
+            listen,
+            data_dir,
+            collections,
+            export,
+            peers,
+            thesaurus,
+            limits,
+            spool_ttl,
+            index,
+            log_format: raw.log.format.unwrap_or_default(),
+            log_level,
+            outbound,
+            import,
+            hinadi,
+            rdm,
+            console,
+            signing,
+        }
+    }
+
+    fn node(&mut self, raw: RawNode) -> NodeConfig {
+        let dsi = match raw.dsi.as_deref().map(Dsi::new) {
+            Some(Ok(d)) => d,
+            Some(Err(e)) => {
+                self.err("node.dsi", e.to_string());
+                placeholder_dsi()
+            }
+            None => {
+                self.err(
+                    "node.dsi",
+                    "is required: the node's dataset identifier (an OID)",
+                );
+                placeholder_dsi()
+            }
+        };
+        let base_uris = raw.base_uri.map(OneOrMany::into_vec).unwrap_or_default();
+        for (i, u) in base_uris.iter().enumerate() {
+            if let Err(m) = check_uri(u) {
+                self.err(format!("node.base_uri[{i}]"), m);
+            }
+        }
+        if let Some(d) = &raw.description
+            && d.chars().any(char::is_control)
+        {
+            self.err(
+                "node.description",
+                "must be one line of text without control characters",
+            );
+        }
+        NodeConfig {
+            dsi,
+            base_uris,
+            description: raw.description,
+        }
+    }
+
+    fn listen(&mut self, raw: RawListen) -> ListenConfig {
+        let cip = raw
+            .cip
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| self.addr(format!("listen.cip[{i}]"), a))
+            .collect();
+        let http = raw
+            .http
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| self.addr(format!("listen.http[{i}]"), a))
+            .collect();
+        let cip_tls = self.tls_listeners("cip_tls", raw.cip_tls);
+        let https = self.tls_listeners("https", raw.https);
+        let admin_socket = raw.admin_socket.map(|p| self.path(p));
+        let cip_http = match raw.cip_http {
+            Some(p) if is_route_path(&p) => Some(p),
+            Some(p) => {
+                self.err(
+                    "listen.cip_http",
+                    format!(
+                        "{p:?}: expected a path such as \"/cip\" (a '/', then letters, digits, \
+                         '-', '.', '_', '~', '/')"
+                    ),
+                );
+                None
+            }
+            None => None,
+        };
+        ListenConfig {
+            cip,
+            cip_tls,
+            http,
+            https,
+            admin_socket,
+            cip_http,
+        }
+    }
+
+    fn tls_listeners(&mut self, kind: &str, raw: Vec<RawTlsListener>) -> Vec<TlsListenerConfig> {
+        raw.into_iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let addr = self.addr(format!("listen.{kind}[{i}].addr"), &l.addr)?;
+                Some(TlsListenerConfig {
+                    addr,
+                    cert: self.path(l.cert),
+                    key: self.path(l.key),
+                    client_ca: l.client_ca.map(|p| self.path(p)),
+                })
+            })
+            .collect()
+    }
+
+    /// CIP over HTTP needs an HTTP listener, and a path no other route uses.
+    /// `others` are the optional routes' paths (Hina-Di, RDM).
+    fn cip_http_route(&mut self, listen: &ListenConfig, others: &[&Option<String>]) {
+        let Some(path) = &listen.cip_http else { return };
+        if listen.http.is_empty() && listen.https.is_empty() {
+            self.err(
+                "listen.cip_http",
+                "needs an HTTP listener (listen.http or listen.https) to serve CIP over HTTP on",
+            );
+        }
+        if crate::front::http::FIXED_ROUTES.contains(&path.as_str())
+            || others.iter().any(|o| o.as_ref() == Some(path))
+        {
+            self.err(
+                "listen.cip_http",
+                format!("{path:?} is already served by another route; pick another path"),
+            );
+        }
+    }
+
+    fn export(&mut self, raw: RawExport) -> ExportConfig {
+        let names: Vec<String> = match raw.attributes {
+            Some(a) => a,
+            None => DEFAULT_EXPORT.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        if names.is_empty() {
+            self.err(
+                "export.attributes",
+                "must name at least one Template:Attribute",
+            );
+        }
+        let mut attributes = Vec::new();
+        for (i, n) in names.iter().enumerate() {
+            match parse_attr_spec(n) {
+                Ok(spec) => {
+                    if attributes
+                        .iter()
+                        .any(|a: &AttrSpec| a.same_attribute(&spec))
+                    {
+                        self.err(
+                            format!("export.attributes[{i}]"),
+                            format!("{n:?} is listed twice"),
+                        );
+                    } else {
+                        attributes.push(spec);
+                    }
+                }
+                Err(m) => self.err(format!("export.attributes[{i}]"), m),
+            }
+        }
+        let default = match raw.default_threshold {
+            Some(0) => {
+                self.err("export.default_threshold", "must be at least 1");
+                1
+            }
+            Some(n) => n,
+            None => 1,
+        };
+        let mut thresholds = Thresholds::new(default);
+        for (k, t) in raw.thresholds {
+            let key = format!("export.thresholds.\"{k}\"");
+            let Ok(spec) = parse_attr_spec(&k) else {
+                self.err(key, "is not a Template:Attribute pair");
+                continue;
+            };
+            if t == 0 {
+                self.err(key.clone(), "must be at least 1");
+            }
+            if attributes.iter().any(|a| a.same_attribute(&spec)) {
+                thresholds.set(spec, t.max(1));
+            } else {
+                self.err(
+                    key,
+                    "names an attribute that export.attributes does not list",
+                );
+            }
+        }
+        ExportConfig {
+            attributes,
+            thresholds,
+        }
+    }
+
+    fn peers(&mut self, raw: Vec<RawPeer>) -> Vec<PeerConfig> {
+        let mut names = HashSet::new();
+        let mut out = Vec::new();
+        for (i, p) in raw.into_iter().enumerate() {
+            let key = format!("peer[{i}]");
+            if p.name.trim().is_empty() {
+                self.err(format!("{key}.name"), "must not be empty");
+            } else if !names.insert(p.name.clone()) {
+                self.err(
+                    format!("{key}.name"),
+                    format!("{:?} is used by an earlier peer", p.name),
+                );
+            }
+            let mut roles = Vec::new();
+            match p.role {
+                None => self.err(
+                    format!("{key}.role"),
+                    "is required: \"poll\", \"poller\", \"push\" or \"pusher\"",
+                ),
+                Some(r) => {
+                    for r in r.into_vec() {
+                        let role = match r.as_str() {
+                            "poll" => PeerRole::Poll,
+                            "poller" => PeerRole::Poller,
+                            "push" => PeerRole::Push,
+                            "pusher" => PeerRole::Pusher,
+                            other => {
+                                self.err(
+                                    format!("{key}.role"),
+                                    format!("unknown role {other:?}; expected \"poll\", \"poller\", \"push\" or \"pusher\""),
+                                );
+                                continue;
+                            }
+                        };
+                        roles.push(role);
+                    }
+                }
+            }
+            roles.sort();
+            roles.dedup();
+            let connects = roles
+                .iter()
+                .any(|r| matches!(r, PeerRole::Poll | PeerRole::Poller | PeerRole::Push));
+            let transport = match p.transport.as_deref() {
+                None | Some("stream") => PeerTransport::Stream,
+                Some("http") => PeerTransport::Http,
+                Some(other) => {
+                    self.err(
+                        format!("{key}.transport"),
+                        format!("unknown transport {other:?}; expected \"stream\" or \"http\""),
+                    );
+                    PeerTransport::Stream
+                }
+            };
+            let mut host = p.host.clone();
+            match transport {
+                PeerTransport::Stream => {
+                    match p.port {
+                        Some(0) => self.err(format!("{key}.port"), "must be 1-65535"),
+                        None if connects => self.err(
+                            format!("{key}.port"),
+                            "is required: CIP has no default port (RFC 2653 §2.1)",
+                        ),
+                        _ => {}
+                    }
+                    if p.url.is_some() {
+                        self.err(
+                            format!("{key}.url"),
+                            "is only used with transport = \"http\"",
+                        );
+                    }
+                }
+                PeerTransport::Http => {
+                    if p.port.is_some() {
+                        self.err(
+                            format!("{key}.port"),
+                            "is not used with transport = \"http\": the url names the port",
+                        );
+                    }
+                    if p.tls.is_some() {
+                        self.err(
+                            format!("{key}.tls"),
+                            "is not supported with transport = \"http\" (plain http:// only); \
+                             use the stream transport for TLS",
+                        );
+                    }
+                    match p.url.as_deref().map(crate::front::cip_http::CipUrl::parse) {
+                        Some(Ok(u)) if host.trim().is_empty() => host = u.host,
+                        Some(Ok(_)) => {}
+                        Some(Err(m)) => self.err(format!("{key}.url"), m),
+                        None if connects => self.err(
+                            format!("{key}.url"),
+                            "is required with transport = \"http\": the peer's CIP URL \
+                             (e.g. \"http://hub.example:7080/cip\")",
+                        ),
+                        None => {}
+                    }
+                }
+            }
+            if host.trim().is_empty() {
+                self.err(format!("{key}.host"), "must not be empty");
+            }
+            let dsi = match p.dsi.as_deref().map(Dsi::new) {
+                Some(Ok(d)) => Some(d),
+                Some(Err(e)) => {
+                    self.err(format!("{key}.dsi"), e.to_string());
+                    None
+                }
+                None => None,
+            };
+            let poll_interval = self.duration(
+                &format!("{key}.poll_interval"),
+                p.poll_interval,
+                DEFAULT_POLL_INTERVAL,
+            );
+            let tls = p.tls.map(|t| {
+                if t.client_cert.is_some() != t.client_key.is_some() {
+                    self.err(
+                        format!("{key}.tls"),
+                        "client_cert and client_key go together",
+                    );
+                }
+                if t.ca.is_none() {
+                    self.err(
+                        format!("{key}.tls.ca"),
+                        "is required: the CA bundle that verifies the peer",
+                    );
+                }
+                PeerTlsConfig {
+                    ca: t.ca.map(|c| self.path(c)).unwrap_or_default(),
+                    server_name: t.server_name.unwrap_or_else(|| host.clone()),
+                    client_cert: t.client_cert.map(|c| self.path(c)),
+                    client_key: t.client_key.map(|c| self.path(c)),
+                }
+            });
+            let trust = self.peer_trust(&key, p.public_key, p.signatures);
+            let index_type = match p.index_type.as_deref() {
+                None => None,
+                Some(t) => match crate::pipeline::index_types::IndexKind::from_name(t) {
+                    Some(k) => Some(k),
+                    None => {
+                        self.err(
+                            format!("{key}.index_type"),
+                            format!("{t:?}: expected \"HARVEST-SOIF-1\" or \"tagged\""),
+                        );
+                        None
+                    }
+                },
+            };
+            out.push(PeerConfig {
+                name: p.name,
+                host,
+                port: p.port,
+                index_type,
+                transport,
+                url: p.url.filter(|_| transport == PeerTransport::Http),
+                roles,
+                dsi,
+                poll_interval,
+                tls,
+                trust,
+            });
+        }
+        out
+    }
+}
+
+fn placeholder_dsi() -> Dsi {
+    // Invariant: "0" matches the DSI grammar; used only while collecting problems.
+    Dsi::new("0").expect("\"0\" is a valid dsi")
+}
+
+fn parse_attr_spec(s: &str) -> Result<AttrSpec, String> {
+    AttrSpec::parse(s)
+        .map_err(|e| format!("{s:?} is not Template:Attribute (e.g. \"DOCUMENT:Author\"): {e}"))
+}
+
+/// A path axum can route as it is: `/`, then letters, digits and `-._~/`.
+fn is_route_path(p: &str) -> bool {
+    p.starts_with('/')
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~/".contains(&b))
+}
+
+fn check_uri(u: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = u.split_once(':') else {
+        return Err(format!("{u:?} is not a URI (no scheme)"));
+    };
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !scheme_ok || rest.is_empty() {
+        return Err(format!("{u:?} is not a URI"));
+    }
+    if u.chars()
+        .any(|c| c.is_whitespace() || c == '"' || c.is_control())
+    {
+        return Err(format!(
+            "{u:?} holds whitespace, a quote or a control character"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+data_dir = "/var/lib/cipd"
+[node]
+dsi = "1.3.6.1.4.1.99999.1"
+"#;
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.node.dsi.as_str(), "1.3.6.1.4.1.99999.1");
+        assert_eq!(c.limits, Limits::default());
+        assert_eq!(c.export.attributes.len(), DEFAULT_EXPORT.len());
+        assert_eq!(c.spool_ttl, DEFAULT_SPOOL_TTL);
+        assert_eq!(c.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn full_config() {
+        let text = r#"
+data_dir = "spool"
+[node]
+dsi = "1.2.3"
+base_uri = ["http://a.example/", "ldap://b.example/o=x"]
+description = "A test node"
+[listen]
+cip = ["127.0.0.1:0"]
+http = ["[::1]:8080"]
+admin_socket = "run/admin.sock"
+[[listen.cip_tls]]
+addr = "0.0.0.0:7443"
+cert = "cert.pem"
+key = "key.pem"
+[[collection]]
+name = "docs"
+type = "soif"
+path = "docs"
+extensions = []
+[export]
+attributes = ["DOCUMENT:Author", "FILE:Title"]
+default_threshold = 2
+thresholds = { "FILE:Title" = 5 }
+[[peer]]
+name = "leaf"
+host = "leaf.example"
+port = 7070
+role = ["poll", "poller"]
+poll_interval = "250ms"
+tls = { ca = "ca.pem" }
+[[peer]]
+name = "feeder"
+host = "10.0.0.9"
+role = "pusher"
+[limits]
+max_connections = 3
+idle_timeout = "2m"
+watch_interval = "0s"
+[spool]
+ttl = "1day"
+[log]
+format = "json"
+level = "cipd=debug,info"
+"#;
+        let c = Config::from_toml_relative(text, Path::new("/etc/cipd")).unwrap();
+        assert_eq!(c.data_dir, Path::new("/etc/cipd/spool"));
+        assert_eq!(c.node.base_uris.len(), 2);
+        assert_eq!(c.listen.cip_tls[0].cert, Path::new("/etc/cipd/cert.pem"));
+        assert_eq!(c.export.thresholds.default_threshold(), 2);
+        assert_eq!(
+            c.export
+                .thresholds
+                .for_spec(&AttrSpec::parse("FILE:Title").unwrap()),
+            5
+        );
+        assert_eq!(c.peers[0].roles, vec![PeerRole::Poll, PeerRole::Poller]);
+        assert_eq!(c.peers[0].poll_interval, Duration::from_millis(250));
+        assert_eq!(c.peers[0].tls.as_ref().unwrap().server_name, "leaf.example");
+        assert_eq!(c.peers[1].port, None);
+        assert_eq!(c.limits.max_connections, 3);
+        assert_eq!(c.limits.idle_timeout, Duration::from_secs(120));
+        assert_eq!(c.limits.watch_interval, None);
+        assert_eq!(c.spool_ttl, Duration::from_secs(86400));
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(
+            matches!(&c.collections[0].source, SourceConfig::Soif { extensions, .. } if extensions.is_empty())
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_its_path_and_line() {
+        let text = "data_dir = \"x\"\n[node]\ndsi = \"1.2\"\n[[peer]]\nname = \"a\"\nhost = \"h\"\nprot = 1\n";
+        let err = Config::from_toml(text).unwrap_err();
+        let p = &err.problems()[0];
+        assert!(p.message.contains("unknown field `prot`"), "{p}");
+        assert!(p.key.starts_with("peer[0]"), "{p}");
+        assert_eq!(p.position.map(|(l, _)| l), Some(7), "{p}");
+    }
+
+    #[test]
+    fn syntax_error_has_a_position() {
+        let err = Config::from_toml("[node\ndsi = 1").unwrap_err();
+        assert_eq!(err.problems().len(), 1);
+        assert_eq!(err.problems()[0].position.map(|(l, _)| l), Some(1));
+    }
+
+    #[test]
+    fn every_semantic_problem_is_listed() {
+        let text = r#"
+[node]
+dsi = "1.02"
+base_uri = "no scheme"
+[listen]
+cip = ["localhost"]
+[[collection]]
+name = "a"
+type = "hina-di"
+[[collection]]
+name = "b"
+type = "soif"
+[export]
+attributes = ["Author"]
+thresholds = { "X:Y" = 3 }
+[[peer]]
+name = "p"
+host = "h"
+role = "poll"
+poll_interval = "soon"
+[[peer]]
+name = "p"
+host = ""
+port = 0
+role = "sideways"
+[limits]
+max_frame_size = 0
+[log]
+level = "=="
+"#;
+        let err = Config::from_toml(text).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        for k in [
+            "node.dsi",
+            "node.base_uri[0]",
+            "listen.cip[0]",
+            "data_dir",
+            "collection[0].type",
+            "collection[1].path",
+            "export.attributes[0]",
+            "export.thresholds.\"X:Y\"",
+            "peer[0].port",
+            "peer[0].poll_interval",
+            "peer[1].name",
+            "peer[1].host",
+            "peer[1].role",
+            "peer[1].port",
+            "limits.max_frame_size",
+            "log.level",
+        ] {
+            assert!(keys.contains(&k), "missing {k} in {keys:?}");
+        }
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with(&format!("{} problems in configuration", keys.len())),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn environment_check_finds_missing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "data_dir = {:?}\n[node]\ndsi = \"1\"\nbase_uri = \"http://x.example/\"\n[[collection]]\nname = \"c\"\ntype = \"soif\"\npath = \"nope.soif\"\n",
+            dir.path().join("spool")
+        );
+        let c = Config::from_toml_relative(&text, dir.path()).unwrap();
+        let p = c.check_environment();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].key, "collection[0].path");
+    }
+
+    #[test]
+    fn table_query_and_admin_limits_come_from_the_config() {
+        let text = format!(
+            "{MINIMAL}[limits]\nmax_table_peers = 5\nmax_hint_entries = 6\n\
+             max_hint_value_length = 7\nmax_provenance = 8\nmax_table_attributes = 9\n\
+             max_query_terms = 2\nmax_query_length = 100\nmax_admin_connections = 3\n\
+             max_admin_request = 512\nadmin_idle_timeout = \"5s\"\n"
+        );
+        let l = Config::from_toml(&text).unwrap().limits;
+        assert_eq!(
+            (
+                l.table.max_peers,
+                l.table.max_entries_per_hint,
+                l.table.max_value_len
+            ),
+            (5, 6, 7)
+        );
+        assert_eq!((l.table.max_provenance, l.table.max_attributes), (8, 9));
+        assert_eq!((l.query.max_terms, l.query.max_len), (2, 100));
+        assert_eq!(
+            (
+                l.admin.max_connections,
+                l.admin.max_request,
+                l.admin.idle_timeout
+            ),
+            (3, 512, Duration::from_secs(5))
+        );
+        let zero = format!("{MINIMAL}[limits]\nmax_query_terms = 0\nmax_table_peers = 0\n");
+        let err = Config::from_toml(&zero).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["limits.max_table_peers", "limits.max_query_terms"],
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn default_referrals_is_a_page_within_max_referrals() {
+        let d = Config::from_toml(MINIMAL).unwrap().limits;
+        assert_eq!((d.default_referrals, d.max_referrals), (10, 100));
+        let text = format!("{MINIMAL}[limits]\nmax_referrals = 5\n");
+        assert_eq!(
+            Config::from_toml(&text).unwrap().limits.default_referrals,
+            5
+        );
+        let text = format!("{MINIMAL}[limits]\nmax_referrals = 5\ndefault_referrals = 6\n");
+        let err = Config::from_toml(&text).unwrap_err();
+        assert!(
+            err.to_string().contains("limits.default_referrals")
+                && err
+                    .to_string()
+                    .contains("must not exceed limits.max_referrals (5)"),
+            "{err}"
+        );
+        let text = format!("{MINIMAL}[limits]\nmax_referrals = 50\ndefault_referrals = 20\n");
+        assert_eq!(
+            Config::from_toml(&text).unwrap().limits.default_referrals,
+            20
+        );
+    }
+
+    #[test]
+    fn per_address_connection_limits() {
+        let d = Config::from_toml(MINIMAL).unwrap().limits;
+        assert_eq!(
+            (
+                d.max_connections_per_address,
+                d.max_http_connections_per_address
+            ),
+            (64, 256)
+        );
+        assert_eq!(d.listen_backlog, 4096);
+        let text = format!(
+            "{MINIMAL}[limits]\nmax_connections_per_address = 3\n\
+             max_http_connections_per_address = 4\nlisten_backlog = 5\n"
+        );
+        let l = Config::from_toml(&text).unwrap().limits;
+        assert_eq!(
+            (
+                l.max_connections_per_address,
+                l.max_http_connections_per_address,
+                l.listen_backlog
+            ),
+            (3, 4, 5)
+        );
+        let zero = format!(
+            "{MINIMAL}[limits]\nmax_connections_per_address = 0\n\
+             max_http_connections_per_address = 0\nlisten_backlog = 0\n"
+        );
+        let err = Config::from_toml(&zero).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "limits.max_connections_per_address",
+                "limits.max_http_connections_per_address",
+                "limits.listen_backlog"
+            ],
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn index_section() {
+        let c = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.index, SummaryConfig::default());
+        let c = Config::from_toml(&format!(
+            "{MINIMAL}[index]\nsummaries = false\nsummary_threads = 3\n\
+             summary_memory_divisor = 8\nsummary_max_ngrams = 100\nsummary_work_per_value = 9\n\
+             substring_cache_bytes = 0\n"
+        ))
+        .unwrap();
+        assert_eq!(c.index.min_values, usize::MAX);
+        assert_eq!(c.index.memo_bytes, 0, "0 turns the substring cache off");
+        assert_eq!(c.index.threads, 3);
+        assert_eq!(
+            (
+                c.index.budget_divisor,
+                c.index.max_ngrams,
+                c.index.max_work_per_value
+            ),
+            (8, 100, 9)
+        );
+        for bad in [
+            "summary_threads = 0",
+            "summary_threads = 65",
+            "summaries = 1",
+            "summary_memory_divisor = 0",
+            "summary_max_ngrams = 0",
+            "summary_work_per_value = 0",
+        ] {
+            let err = Config::from_toml(&format!("{MINIMAL}[index]\n{bad}\n")).unwrap_err();
+            assert!(err.to_string().contains("index"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn cip_over_http_listener_and_peers() {
+        let c = Config::from_toml(MINIMAL).unwrap();
+        assert_eq!(c.listen.cip_http, None, "off by default");
+        let text = format!(
+            "{MINIMAL}[listen]\nhttp = [\"127.0.0.1:0\"]\ncip_http = \"/cip\"\n\
+             [[peer]]\nname = \"hub\"\ntransport = \"http\"\nurl = \"http://hub.example:7080/cip\"\n\
+             role = [\"poll\", \"poller\", \"push\"]\n\
+             [[peer]]\nname = \"leaf\"\nhost = \"leaf.example\"\nport = 7070\nrole = \"poll\"\n\
+             [[peer]]\nname = \"feeder\"\nhost = \"10.0.0.9\"\ntransport = \"http\"\nrole = \"pusher\"\n"
+        );
+        let c = Config::from_toml(&text).unwrap();
+        assert_eq!(c.listen.cip_http.as_deref(), Some("/cip"));
+        let hub = &c.peers[0];
+        assert_eq!(hub.transport, PeerTransport::Http);
+        assert_eq!(hub.url.as_deref(), Some("http://hub.example:7080/cip"));
+        assert_eq!(hub.host, "hub.example", "host defaults to the url's");
+        assert_eq!(hub.port, None);
+        assert_eq!(c.peers[1].transport, PeerTransport::Stream);
+        assert_eq!(c.peers[2].url, None, "a pusher needs no url");
+
+        let bad = format!(
+            "{MINIMAL}[listen]\ncip_http = \"cip\"\n\
+             [[peer]]\nname = \"a\"\ntransport = \"http\"\nrole = \"poll\"\nport = 7070\n\
+             tls = {{ ca = \"ca.pem\" }}\n\
+             [[peer]]\nname = \"b\"\nhost = \"b.example\"\nport = 1\nurl = \"http://b/\"\nrole = \"poll\"\n\
+             [[peer]]\nname = \"c\"\ntransport = \"pigeon\"\nhost = \"c\"\nport = 1\nrole = \"poll\"\n\
+             [[peer]]\nname = \"d\"\ntransport = \"http\"\nurl = \"https://d.example/cip\"\nrole = \"poll\"\n"
+        );
+        let err = Config::from_toml(&bad).unwrap_err();
+        let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
+        for k in [
+            "listen.cip_http",
+            "peer[0].url",
+            "peer[0].port",
+            "peer[0].tls",
+            "peer[0].host",
+            "peer[1].url",
+            "peer[2].transport",
+            "peer[3].url",
+        ] {
+            assert!(keys.contains(&k), "missing {k} in {keys:?}");
+        }
+        // No HTTP listener to serve it on, or a path another route has.
+        for (listen, why) in [
+            ("cip_http = \"/cip\"", "needs an HTTP listener"),
+            (
+                "http = [\"127.0.0.1:0\"]\ncip_http = \"/hina.di\"",
+                "already served",
+            ),
+            (
+                "http = [\"127.0.0.1:0\"]\ncip_http = \"/metrics\"",
+                "already served",
+            ),
+            (
+                "http = [\"127.0.0.1:0\"]\ncip_http = \"/x\"\n[rdm]\npath = \"/x\"",
+                "already served",
+            ),
+        ] {
+            let err = Config::from_toml(&format!("{MINIMAL}[listen]\n{listen}\n")).unwrap_err();
+            assert_eq!(err.problems()[0].key, "listen.cip_http", "{err}");
+            assert!(err.to_string().contains(why), "{listen}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_node_without_http_needs_a_base_uri() {
+        let text = "data_dir = \"d\"\n[node]\ndsi = \"1.2\"\n[listen]\ncip = [\"127.0.0.1:0\"]\n";
+        let err = Config::from_toml(text).unwrap_err();
+        assert_eq!(err.problems()[0].key, "node.base_uri", "{err}");
+        let with_uri = text.replace(
+            "dsi = \"1.2\"",
+            "dsi = \"1.2\"\nbase_uri = \"ldap://d.example/o=x\"",
+        );
+        assert!(Config::from_toml(&with_uri).is_ok());
+        let with_http = format!("{text}http = [\"127.0.0.1:0\"]\n");
+        assert!(Config::from_toml(&with_http).is_ok());
+    }
+
+    #[test]
+    fn attr_specs() {
+        let s = parse_attr_spec("DOCUMENT:Author").unwrap();
+        assert_eq!(
+            (s.template.as_str(), s.attribute.as_str()),
+            ("DOCUMENT", "Author")
+        );
+        assert!(parse_attr_spec("DOCUMENT").is_err());
+        assert!(parse_attr_spec(":A").is_err());
+        assert!(parse_attr_spec("A B:C").is_err());
+    }
+}

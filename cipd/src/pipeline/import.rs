@@ -1,0 +1,422 @@
+//! The import queue: every in-bound hint reaches the routing table through one thread that
+//! merges them in batches.
+//!
+//! [`Importer::import`] hands a parsed, checked hint to a bounded queue and waits for the
+//! outcome. One thread (`hint-import`) takes whatever has queued up, up to
+//! [`ImportConfig::max_batch_entries`], and imports it with one
+//! [`RoutingTable::replace_all`]: hints that arrive together (a hub polling hundreds of
+//! peers at start) become one index segment instead of hundreds of small ones merged one
+//! after the other. So table writes never run on an async worker, never more than one at a
+//! time, and the queue bounds how many parsed hints wait in memory (a full queue makes
+//! pollers wait, which is the back-pressure).
+//!
+//! The thread also keeps the digests of what the table holds per dataset, under the same
+//! lock as the table write: a hint re-served unchanged refreshes its expiry but requests no
+//! out-bound rebuild.
+//!
+//! A job may carry a [`Vouch`]: asked under that lock just before the write, it can veto
+//! the job (the peer's DSI binding ended while the hint waited in the queue). Whoever ends
+//! a binding and then drops its dataset under the same lock therefore never misses a hint
+//! that lands in between, even when the caller that queued it has gone (a poller restarted
+//! by a reload drops its future mid-import).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cip_proto::Dsi;
+use hints::hint::CipHint;
+use hints::table::{ImportError, PeerMeta, RoutingTable};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::pipeline::outbound::Pipeline;
+
+/// Settings of the import queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportConfig {
+    /// Parsed hints waiting for the import thread (default 64).
+    pub queue: usize,
+    /// Most weightlist entries imported in one batch (default 4,000,000).
+    pub max_batch_entries: usize,
+    /// In-bound hints parsed at once on the blocking pool (default: the CPU count).
+    pub parsers: usize,
+}
+
+impl Default for ImportConfig {
+    fn default() -> Self {
+        Self {
+            queue: 64,
+            max_batch_entries: 4_000_000,
+            parsers: std::thread::available_parallelism().map_or(2, usize::from),
+        }
+    }
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Imported {
+    /// The hint was indexed anew (false: the table held the same payload, whose expiry
+    /// was refreshed).
+    pub changed: bool,
+    /// The table generation that holds it.
+    pub generation: u64,
+}
+
+/// Why an import did not happen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// The table refused the hint.
+    #[error(transparent)]
+    Refused(#[from] ImportError),
+    /// The import thread is gone (shutting down).
+    #[error("the import queue is closed")]
+    Closed,
+    /// The table write panicked; the table is unchanged.
+    #[error("import failed: {0}")]
+    Internal(String),
+    /// The job's [`Vouch`] said no: nobody vouches for the dataset any more.
+    #[error("the peer's dsi binding ended while its object was imported")]
+    Unvouched,
+}
+
+/// Asked by the import thread, under the digests lock, right before a job is written:
+/// false drops the job with [`QueueError::Unvouched`].
+pub(crate) type Vouch = Box<dyn Fn() -> bool + Send>;
+
+struct Job {
+    meta: PeerMeta,
+    hint: CipHint,
+    digest: u64,
+    vouch: Option<Vouch>,
+    reply: oneshot::Sender<Result<Imported, QueueError>>,
+}
+
+/// Digests of the payloads the table holds, by dataset.
+pub(crate) type Digests = Arc<Mutex<HashMap<Dsi, u64>>>;
+
+/// The sending side of the queue.
+#[derive(Debug, Clone)]
+pub struct Importer {
+    tx: mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("dsi", &self.meta.dsi)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Importer {
+    /// Starts the import thread for `table`. It ends when the last `Importer` is dropped.
+    ///
+    /// # Errors
+    /// When the thread cannot be started.
+    pub(crate) fn start(
+        config: ImportConfig,
+        table: Arc<RoutingTable>,
+        digests: Digests,
+        outbound: Arc<Pipeline>,
+    ) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel(config.queue.max(1));
+        std::thread::Builder::new()
+            .name("hint-import".into())
+            .spawn(move || worker(rx, config, &table, &digests, &outbound))?;
+        Ok(Self { tx })
+    }
+
+    /// Imports `hint` (payload digest `digest`) and waits for the outcome; `vouch`, when
+    /// given, is asked right before the write (see [`Vouch`]).
+    ///
+    /// # Errors
+    /// [`QueueError::Refused`] with the table's reason; [`QueueError::Unvouched`] when
+    /// `vouch` said no; [`QueueError::Closed`] during shutdown.
+    pub async fn import(
+        &self,
+        meta: PeerMeta,
+        hint: CipHint,
+        digest: u64,
+        vouch: Option<Vouch>,
+    ) -> Result<Imported, QueueError> {
+        let (reply, outcome) = oneshot::channel();
+        self.tx
+            .send(Job {
+                meta,
+                hint,
+                digest,
+                vouch,
+                reply,
+            })
+            .await
+            .map_err(|_| QueueError::Closed)?;
+        outcome.await.map_err(|_| QueueError::Closed)?
+    }
+}
+
+fn worker(
+    mut rx: mpsc::Receiver<Job>,
+    config: ImportConfig,
+    table: &RoutingTable,
+    digests: &Digests,
+    outbound: &Pipeline,
+) {
+    let mut batch: Vec<Job> = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        let mut entries = entries_of(&first.hint);
+        batch.push(first);
+        while entries < config.max_batch_entries {
+            match rx.try_recv() {
+                Ok(job) => {
+                    entries += entries_of(&job.hint);
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let write = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            import_batch(table, digests, &batch)
+        }));
+        let (results, changed) = match write {
+            Ok(done) => done,
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".to_owned());
+                tracing::error!(error = %why, hints = batch.len(), "import batch failed");
+                let failed = batch
+                    .iter()
+                    .map(|_| Err(QueueError::Internal(why.clone())))
+                    .collect();
+                (failed, false)
+            }
+        };
+        if changed {
+            outbound.request();
+        }
+        tracing::debug!(hints = batch.len(), entries, "imported a batch");
+        for (job, result) in batch.drain(..).zip(results) {
+            // The caller may have gone (shutdown, timeout); the import stands.
+            let _ = job.reply.send(result);
+        }
+    }
+}
+
+/// Imports `batch` in one table write; returns each outcome and whether anything changed.
+/// A hint whose payload the table already holds only has its expiry refreshed.
+fn import_batch(
+    table: &RoutingTable,
+    digests: &Digests,
+    batch: &[Job],
+) -> (Vec<Result<Imported, QueueError>>, bool) {
+    let mut held = lock(digests);
+    // Asked under the lock: a binding ended before this point vetoes the job; one ended
+    // after it finds the dataset in the table when it drops it.
+    let vouched: Vec<bool> = batch
+        .iter()
+        .map(|j| j.vouch.as_ref().is_none_or(|v| v()))
+        .collect();
+    // Later jobs for the same dataset win, as they would in one replace_all.
+    let mut last: HashMap<&Dsi, usize> = HashMap::new();
+    for (i, j) in batch.iter().enumerate() {
+        if vouched[i] {
+            last.insert(&j.meta.dsi, i);
+        }
+    }
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Step {
+        Index,
+        Refresh,
+        Veto,
+    }
+    let steps: Vec<Step> = batch
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            if !vouched[i] {
+                Step::Veto
+            } else if last[&j.meta.dsi] == i
+                && held.get(&j.meta.dsi) == Some(&j.digest)
+                && table.contains(&j.meta.dsi)
+            {
+                Step::Refresh
+            } else {
+                Step::Index
+            }
+        })
+        .collect();
+    let jobs_at = |step: Step| {
+        batch
+            .iter()
+            .zip(&steps)
+            .filter(move |(_, s)| **s == step)
+            .map(|(j, _)| j)
+    };
+    let mut replaced = table
+        .replace_all(jobs_at(Step::Index).map(|j| (j.meta.clone(), &j.hint)))
+        .into_iter();
+    // Same payloads: new expiries, in one swap; nothing to index or rebuild.
+    table.refresh_all(jobs_at(Step::Refresh).map(|j| j.meta.clone()));
+    let generation = table.generation();
+    let mut any = false;
+    let results = batch
+        .iter()
+        .zip(steps)
+        .map(|(job, step)| {
+            match step {
+                Step::Veto => return Err(QueueError::Unvouched),
+                Step::Refresh => {
+                    return Ok(Imported {
+                        changed: false,
+                        generation,
+                    });
+                }
+                Step::Index => {}
+            }
+            replaced
+                .next()
+                .unwrap_or(Err(ImportError::TooLarge))
+                .map_err(QueueError::Refused)?;
+            // Indexed anew: the table's contents changed.
+            held.insert(job.meta.dsi.clone(), job.digest);
+            any = true;
+            Ok(Imported {
+                changed: true,
+                generation,
+            })
+        })
+        .collect();
+    (results, any)
+}
+
+fn entries_of(hint: &CipHint) -> usize {
+    hint.weightlists.iter().map(|(_, w)| w.entries.len()).sum()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A map updated in single steps: a panic elsewhere leaves it usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hints::hint::AttrSpec;
+    use std::time::SystemTime;
+
+    fn meta(d: &str) -> PeerMeta {
+        PeerMeta {
+            dsi: Dsi::new(d).unwrap(),
+            base_uris: vec!["cip://p/".into()],
+            dsi_description: None,
+            received: SystemTime::UNIX_EPOCH,
+            expires: None,
+            via: None,
+        }
+    }
+
+    fn hint(total: u64, value: &str) -> CipHint {
+        let spec = AttrSpec::new("DOCUMENT", "Author").unwrap();
+        CipHint::with_weightlist(spec, total, [(value, 1)])
+    }
+
+    #[tokio::test]
+    async fn concurrent_imports_batch_and_report_each_outcome() {
+        let table = Arc::new(RoutingTable::default());
+        let outbound = Arc::new(Pipeline::new());
+        let importer = Importer::start(
+            ImportConfig::default(),
+            table.clone(),
+            Digests::default(),
+            outbound.clone(),
+        )
+        .unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..200u32 {
+            let importer = importer.clone();
+            // Every tenth hint is implausible (a count above its total of 0).
+            let total = if i % 10 == 0 { 0 } else { 5 };
+            tasks.push(tokio::spawn(async move {
+                importer
+                    .import(
+                        meta(&format!("1.{i}")),
+                        hint(total, &format!("v{i}")),
+                        1,
+                        None,
+                    )
+                    .await
+            }));
+        }
+        let mut ok = 0;
+        for (i, t) in tasks.into_iter().enumerate() {
+            match t.await.unwrap() {
+                Ok(imported) => {
+                    assert!(imported.changed);
+                    ok += 1;
+                }
+                Err(QueueError::Refused(ImportError::CountAboveTotal { .. })) => {
+                    assert_eq!(i % 10, 0)
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(ok, 180);
+        assert_eq!(table.peers().len(), 180);
+        // Far fewer table generations than imports: they were batched.
+        assert!(table.generation() <= 180);
+        assert!(outbound.stats().requested >= 1);
+        // The same payload again: imported, but no change.
+        let again = importer
+            .import(meta("1.1"), hint(5, "v1"), 1, None)
+            .await
+            .unwrap();
+        assert!(!again.changed);
+    }
+
+    #[tokio::test]
+    async fn a_vouch_that_says_no_keeps_the_hint_out_of_the_table() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let table = Arc::new(RoutingTable::default());
+        let digests = Digests::default();
+        let outbound = Arc::new(Pipeline::new());
+        let importer = Importer::start(
+            ImportConfig::default(),
+            table.clone(),
+            digests.clone(),
+            outbound,
+        )
+        .unwrap();
+        let bound = Arc::new(AtomicBool::new(true));
+        let vouch = |b: &Arc<AtomicBool>| -> Option<Vouch> {
+            let b = b.clone();
+            Some(Box::new(move || b.load(Ordering::SeqCst)))
+        };
+        let first = importer
+            .import(meta("1.1"), hint(5, "v1"), 1, vouch(&bound))
+            .await
+            .unwrap();
+        assert!(first.changed);
+        let generation = table.generation();
+        // The binding ends: neither a refresh of the held payload (digest 1) nor a new one
+        // (digest 2) is written; dropping what is held is the caller's part.
+        bound.store(false, Ordering::SeqCst);
+        for digest in [1, 2] {
+            let refused = importer
+                .import(meta("1.1"), hint(5, "v2"), digest, vouch(&bound))
+                .await;
+            assert!(matches!(refused, Err(QueueError::Unvouched)), "{refused:?}");
+        }
+        assert_eq!(lock(&digests).get(&Dsi::new("1.1").unwrap()), Some(&1));
+        let other = importer
+            .import(meta("1.2"), hint(5, "v3"), 3, None)
+            .await
+            .unwrap();
+        assert!(other.changed);
+        assert_eq!(table.peers().len(), 2);
+        assert!(table.generation() > generation);
+        let q = hints::query::Query::parse("DOCUMENT:Author=v2").unwrap();
+        assert!(table.query(&q, &Default::default()).is_empty());
+    }
+}

@@ -1,0 +1,173 @@
+//! Index-object types by name (RFC 2652 §2.1.1): the registry of what this node does with
+//! each type it speaks — `HARVEST-SOIF-1` (CIP-HINT, RFC 2655) and `tagged` (RFC 2654).
+//!
+//! For every type: how an in-bound payload becomes routing-table entries (a [`CipHint`]),
+//! what is kept in the spool (for tagged incremental updates: the applied total), and what
+//! this node answers a poll of that type with.
+
+use bytes::Bytes;
+use cip_proto::cip::IndexType;
+use hints::hint::CipHint;
+
+use crate::node::Rejection;
+
+/// The index types this node speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IndexKind {
+    /// `application/index.obj.HARVEST-SOIF-1`: a CIP-HINT SOIF object (RFC 2655).
+    Soif,
+    /// `application/index.obj.tagged`: a tagged index object (RFC 2654).
+    Tagged,
+}
+
+impl IndexKind {
+    /// Every kind, in the order a peer of unknown type is tried.
+    pub const ALL: [Self; 2] = [Self::Soif, Self::Tagged];
+
+    /// The media type's facet.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Soif => "HARVEST-SOIF-1",
+            Self::Tagged => "tagged",
+        }
+    }
+
+    /// The kind a configuration or facet names, ignoring case. `x-tagged-index-1` (the
+    /// version tag) and `cip-index-object` (RFC 2654 §4.2's stale name, digest A16) are
+    /// read as `tagged`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        let n = name.trim();
+        let n = n.strip_prefix("application/index.obj.").unwrap_or(n);
+        if n.eq_ignore_ascii_case("HARVEST-SOIF-1") {
+            Some(Self::Soif)
+        } else if ["tagged", "x-tagged-index-1", "cip-index-object"]
+            .iter()
+            .any(|t| t.eq_ignore_ascii_case(n))
+        {
+            Some(Self::Tagged)
+        } else {
+            None
+        }
+    }
+
+    /// The kind of an object's type.
+    pub fn of(t: &IndexType) -> Option<Self> {
+        Self::from_name(t.as_str())
+    }
+
+    /// The type to put on objects and polls.
+    pub fn index_type(self) -> IndexType {
+        match self {
+            Self::Soif => IndexType::harvest_soif(),
+            Self::Tagged => IndexType::tagged(),
+        }
+    }
+}
+
+impl std::fmt::Display for IndexKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An in-bound payload as table entries, and what to keep of it.
+#[derive(Debug, Clone)]
+pub struct Converted {
+    /// The entries, as a hint.
+    pub hint: CipHint,
+    /// What the spool keeps: the payload itself, or for a tagged incremental update the
+    /// total it produced.
+    pub stored: Bytes,
+}
+
+/// Converts an in-bound payload of `kind` (see [`Converted`]); `previous` is the payload
+/// stored for the dataset, which a tagged incremental update applies to.
+///
+/// # Errors
+/// [`Rejection::Invalid`] when the payload does not parse or an update does not apply.
+pub fn convert(
+    kind: IndexKind,
+    payload: &Bytes,
+    previous: Option<&Bytes>,
+    soif: cip_proto::soif::Limits,
+) -> Result<Converted, Rejection> {
+    match kind {
+        IndexKind::Soif => Ok(Converted {
+            hint: crate::node::parse_hint(payload, soif)?,
+            stored: payload.clone(),
+        }),
+        IndexKind::Tagged => crate::pipeline::tagged::convert(payload, previous),
+    }
+}
+
+/// What the registry remembers: the tagged totals held per dataset (incremental updates
+/// apply to them), and the index type learned for peers configured without one.
+#[derive(Debug, Default)]
+pub struct State {
+    totals: std::sync::Mutex<std::collections::HashMap<cip_proto::Dsi, Bytes>>,
+    learned: std::sync::Mutex<std::collections::HashMap<String, IndexKind>>,
+}
+
+impl State {
+    /// The total stored for `dsi`, for a tagged dataset.
+    pub fn stored(&self, dsi: &cip_proto::Dsi) -> Option<Bytes> {
+        self.totals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(dsi)
+            .cloned()
+    }
+
+    /// Records what was stored for `dsi` (kept only for tagged objects: SOIF hints are
+    /// always totals).
+    pub fn note_stored(&self, facet: &str, dsi: &cip_proto::Dsi, stored: &Bytes) {
+        if IndexKind::from_name(facet) == Some(IndexKind::Tagged) {
+            self.totals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(dsi.clone(), stored.clone());
+        }
+    }
+
+    /// The kind learned for `peer`.
+    pub fn learned(&self, peer: &str) -> Option<IndexKind> {
+        self.learned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(peer)
+            .copied()
+    }
+
+    /// Records the kind `peer` answers with.
+    pub fn learn(&self, peer: &str, kind: IndexKind) {
+        let mut l = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        if l.insert(peer.to_owned(), kind) != Some(kind) {
+            tracing::info!(%peer, index_type = %kind, "peer's index type learned");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            IndexKind::from_name("harvest-soif-1"),
+            Some(IndexKind::Soif)
+        );
+        assert_eq!(
+            IndexKind::from_name("application/index.obj.tagged"),
+            Some(IndexKind::Tagged)
+        );
+        assert_eq!(
+            IndexKind::from_name("CIP-Index-Object"),
+            Some(IndexKind::Tagged)
+        );
+        assert_eq!(IndexKind::from_name("centroid"), None);
+        for k in IndexKind::ALL {
+            assert_eq!(IndexKind::of(&k.index_type()), Some(k));
+        }
+    }
+}
