@@ -6,6 +6,8 @@
 use bytes::Bytes;
 use cip_proto::soif::Attribute;
 
+pub use crate::weightlist::{WeightEntry, Weightlist};
+
 /// A `Template:Attribute` pair as a hint spells it (`DOCUMENT:Author`).
 ///
 /// Equality and hashing are on the spelling; use [`AttrSpec::matches`] for the RFC 2655 §4
@@ -16,22 +18,6 @@ pub struct AttrSpec {
     pub template: String,
     /// The attribute name, as spelled.
     pub attribute: String,
-}
-
-/// One `Value;Object-Count` entry of a weightlist.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct WeightEntry {
-    /// The value's bytes, unescaped.
-    pub value: Bytes,
-    /// Number of objects holding the value at least once.
-    pub count: u64,
-}
-
-/// The weighted values of one attribute.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Weightlist {
-    /// Entries in the order the hint lists them.
-    pub entries: Vec<WeightEntry>,
 }
 
 /// A parsed CIP-HINT object.

@@ -36,17 +36,15 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use memchr::memmem;
 
-use crate::memo::{Memo, MemoBudget};
+use crate::hasher::RandomState;
+use crate::memo::Memo;
 use crate::pages::Pages;
-use crate::summary::{Store, Summaries, Summary, SummaryConfig};
-
-/// The seeded hasher of value bytes: `foldhash`, seeded randomly per table.
-pub(crate) type RandomState = foldhash::fast::RandomState;
+use crate::sums::{Store, Summaries, Summary};
 
 /// Most ids [`Segment::touch_postings`] takes at once.
 pub(crate) const TOUCH_BATCH: usize = 16;
@@ -106,11 +104,11 @@ pub(crate) struct Segment {
     /// it substring searches scan every value.
     grams: OnceLock<GramIndex>,
     /// Built once, possibly after the segment is in use ([`Segment::summarize`]).
-    summaries: OnceLock<Summaries>,
+    pub(crate) summaries: OnceLock<Summaries>,
     /// Set by the first [`Segment::summarize`] call.
-    summarizing: AtomicBool,
+    pub(crate) summarizing: AtomicBool,
     /// Sums of expensive substring needles, kept as queries compute them.
-    memo: Memo,
+    pub(crate) memo: Memo,
 }
 
 /// A value's record, decoded from its header.
@@ -612,22 +610,6 @@ impl Segment {
             .map_or(0, u64::from_le_bytes)
     }
 
-    /// True when the segment is big enough for summaries under `cfg` and none were
-    /// started.
-    pub(crate) fn wants_summaries(&self, cfg: &SummaryConfig) -> bool {
-        self.len() >= cfg.min_values.max(1) && !self.summarizing.load(AtomicOrdering::Acquire)
-    }
-
-    /// Builds the summaries of broad n-grams (see [`crate::summary`]) unless another call
-    /// did or does; queries use them once built.
-    pub(crate) fn summarize(&self, cfg: &SummaryConfig) {
-        if self.summarizing.swap(true, AtomicOrdering::AcqRel) {
-            return;
-        }
-        // Only this call gets here: the cell is empty.
-        let _ = self.summaries.set(Summaries::build(self, cfg));
-    }
-
     /// The summary of the values holding `needle` (ASCII-lowercased) under `attr`, when
     /// it is summarized.
     #[inline]
@@ -645,22 +627,6 @@ impl Segment {
     /// Whether a query kept the sums of `needle` (ASCII-lowercased) under `attr`.
     pub(crate) fn has_memoized(&self, needle: &[u8], attr: u32) -> bool {
         self.memo.contains(needle, attr)
-    }
-
-    /// Computes the sums under `attr` of the values holding `finder`'s needle from `ids`
-    /// (the candidates, see [`Segment::substring_candidates`]) and keeps them if `budget`
-    /// has room (see [`crate::memo`]).
-    pub(crate) fn memoize(
-        &self,
-        finder: &memmem::Finder<'_>,
-        ids: &[u32],
-        exact: bool,
-        attr: u32,
-        budget: &Arc<MemoBudget>,
-    ) -> Arc<Store> {
-        let store = Arc::new(Store::of_needle(self, finder, ids, exact, attr));
-        self.memo.put(finder.needle(), attr, store.clone(), budget);
-        store
     }
 
     /// Needles memoized and their bytes.

@@ -11,12 +11,15 @@ pub mod hint;
 pub mod weightlist;
 
 pub mod aggregate;
-pub mod answer;
+pub use table::answer;
+mod hasher;
 mod index;
 mod memo;
 mod pages;
+mod peer;
 pub mod query;
 pub mod rank;
 pub mod summary;
+mod sums;
 pub mod table;
 pub mod thesaurus;

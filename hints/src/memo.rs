@@ -25,8 +25,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::index::RandomState;
-use crate::summary::Store;
+use crate::hasher::RandomState;
+use crate::sums::Store;
 
 /// Bytes of memoized sums the whole table may hold, and how the memo fares.
 #[derive(Debug)]

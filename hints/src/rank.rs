@@ -19,7 +19,7 @@ use bytes::Bytes;
 use cip_proto::Dsi;
 
 use crate::hint::AttrSpec;
-use crate::table::PeerMeta;
+use crate::peer::PeerMeta;
 use crate::thesaurus::Thesaurus;
 
 /// Default for [`QueryOptions::limit`].

@@ -19,16 +19,17 @@
 //! speed: answers are the same either way.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::index::{Group, RandomState, Segment};
+use memchr::memmem;
 
-/// Best values kept per slot in a summary: queries asking for at most this many values
-/// per referral can use summaries.
-pub const SUMMARY_TOPS: usize = 5;
+use crate::hasher::RandomState;
+use crate::index::{Group, Segment};
+use crate::memo::MemoBudget;
+use crate::sums::{Blocks, MAX_GRAM, Store, SumEntry, Summaries, pack, unpack};
 
-/// Longest n-gram summarized (packed with its length into a `u64`).
-const MAX_GRAM: usize = 7;
+pub use crate::sums::SUMMARY_TOPS;
 
 /// How big segments summarize their broad n-grams (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,93 +100,7 @@ impl Default for SummaryConfig {
     }
 }
 
-/// One slot's aggregate for one n-gram under one attribute: 32 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SumEntry {
-    /// Table-wide slot.
-    pub slot: u32,
-    /// Values holding the n-gram that the slot reported.
-    pub matched: u32,
-    /// Their summed counts; [`BIG_SUM`] when the sum is kept in [`Summaries::big`].
-    sum: u32,
-    /// The slot's best values (highest count, then folded order), best first; `u32::MAX`
-    /// pads.
-    pub tops: [u32; SUMMARY_TOPS],
-}
-
-/// Marks a [`SumEntry`] whose sum does not fit its 32 bits.
-const BIG_SUM: u32 = u32::MAX;
-
-/// Summed entries, grouped in blocks by attribute: the storage of precomputed summaries
-/// and of memoized ones ([`crate::memo`]).
-#[derive(Debug, Default)]
-pub(crate) struct Store {
-    /// `(attribute, entries start, entries end)`, by attribute within a needle.
-    blocks: Vec<(u32, u32, u32)>,
-    /// By slot within a block.
-    entries: Vec<SumEntry>,
-    /// `(index in entries, sum)` of the sums of [`BIG_SUM`] or more, by index.
-    big: Vec<(u32, u64)>,
-}
-
 impl Store {
-    /// Appends one needle's blocks; returns their range in `blocks`.
-    fn push(&mut self, blocks: Blocks) -> (u32, u32) {
-        let first = self.blocks.len() as u32;
-        for (attr, entries) in blocks {
-            let start = self.entries.len() as u32;
-            for (mut e, sum) in entries {
-                e.sum = match u32::try_from(sum) {
-                    Ok(s) if s != BIG_SUM => s,
-                    _ => {
-                        self.big.push((self.entries.len() as u32, sum));
-                        BIG_SUM
-                    }
-                };
-                self.entries.push(e);
-            }
-            self.blocks.push((attr, start, self.entries.len() as u32));
-        }
-        (first, self.blocks.len() as u32)
-    }
-
-    /// The entries under `attr` among the blocks `range` (empty when none).
-    fn lookup(&self, (start, end): (u32, u32), attr: u32) -> Option<Summary<'_>> {
-        let blocks = self.blocks.get(start as usize..end as usize)?;
-        let (s, e) = match blocks.binary_search_by_key(&attr, |b| b.0) {
-            Ok(k) => (blocks[k].1, blocks[k].2),
-            Err(_) => (0, 0),
-        };
-        Some(Summary {
-            big: &self.big,
-            start: s,
-            entries: self.entries.get(s as usize..e as usize).unwrap_or(&[]),
-        })
-    }
-
-    /// The entries under `attr` of a store holding one needle.
-    pub(crate) fn only(&self, attr: u32) -> Summary<'_> {
-        self.lookup((0, self.blocks.len() as u32), attr)
-            .unwrap_or(Summary {
-                big: &[],
-                start: 0,
-                entries: &[],
-            })
-    }
-
-    fn shrink_to_fit(&mut self) {
-        self.blocks.shrink_to_fit();
-        self.entries.shrink_to_fit();
-        self.big.shrink_to_fit();
-    }
-
-    /// Approximate heap bytes held.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.blocks.capacity() * 12
-            + self.entries.capacity() * std::mem::size_of::<SumEntry>()
-            + self.big.capacity() * 16
-    }
-
     /// The sums under `attr` of the values holding `finder`'s needle (ASCII-lowercased):
     /// one pass over the matches of `seg`, whose candidates (from
     /// [`Segment::substring_candidates`]) are `ids`.
@@ -207,79 +122,7 @@ impl Store {
     }
 }
 
-/// A segment's summaries.
-#[derive(Debug, Default)]
-pub(crate) struct Summaries {
-    /// Packed n-gram (see [`pack`]) -> its blocks in `store`.
-    index: HashMap<u64, (u32, u32), RandomState>,
-    store: Store,
-}
-
-/// One summarized n-gram under one attribute: its entries by slot.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Summary<'a> {
-    big: &'a [(u32, u64)],
-    /// Index of `entries[0]` in `all.entries`.
-    start: u32,
-    /// By slot.
-    pub entries: &'a [SumEntry],
-}
-
-impl Summary<'_> {
-    /// The summed count of `entries[i]`.
-    pub(crate) fn sum(&self, i: usize) -> u64 {
-        let Some(e) = self.entries.get(i) else {
-            return 0;
-        };
-        if e.sum != BIG_SUM {
-            return u64::from(e.sum);
-        }
-        let at = self.start + i as u32;
-        match self.big.binary_search_by_key(&at, |b| b.0) {
-            Ok(k) => self.big[k].1,
-            Err(_) => u64::from(BIG_SUM),
-        }
-    }
-}
-
-/// An n-gram of 3 to [`MAX_GRAM`] bytes as one integer: its bytes little-endian, its
-/// length in the top byte.
-pub(crate) fn pack(gram: &[u8]) -> Option<u64> {
-    if !(3..=MAX_GRAM).contains(&gram.len()) {
-        return None;
-    }
-    let mut b = [0u8; 8];
-    b[..gram.len()].copy_from_slice(gram);
-    b[7] = gram.len() as u8;
-    Some(u64::from_le_bytes(b))
-}
-
-fn unpack(key: u64) -> ([u8; 8], usize) {
-    let b = key.to_le_bytes();
-    (b, usize::from(b[7]).min(MAX_GRAM))
-}
-
 impl Summaries {
-    /// The per-slot aggregates (by slot) of the values holding `needle` (ASCII-lowercased)
-    /// under `attr`, if it is summarized; empty when no value holds it under `attr`.
-    pub(crate) fn lookup(&self, needle: &[u8], attr: u32) -> Option<Summary<'_>> {
-        if self.index.is_empty() {
-            return None;
-        }
-        let range = *self.index.get(&pack(needle)?)?;
-        self.store.lookup(range, attr)
-    }
-
-    /// Number of n-grams summarized.
-    pub(crate) fn len(&self) -> usize {
-        self.index.len()
-    }
-
-    /// Approximate heap bytes held.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.index.capacity() * 24 + self.store.heap_bytes()
-    }
-
     /// Mines and summarizes `seg`'s broad n-grams.
     pub(crate) fn build(seg: &Segment, cfg: &SummaryConfig) -> Self {
         let n = seg.len();
@@ -330,6 +173,42 @@ impl Summaries {
         }
         out.store.shrink_to_fit();
         out
+    }
+}
+
+/// Building a segment's summaries and memoized sums: here rather than with the rest of
+/// [`Segment`] in [`crate::index`], since it reads the segment's values.
+impl Segment {
+    /// True when the segment is big enough for summaries under `cfg` and none were
+    /// started.
+    pub(crate) fn wants_summaries(&self, cfg: &SummaryConfig) -> bool {
+        self.len() >= cfg.min_values.max(1) && !self.summarizing.load(Ordering::Acquire)
+    }
+
+    /// Builds the summaries of broad n-grams (see [`crate::summary`]) unless another call
+    /// did or does; queries use them once built.
+    pub(crate) fn summarize(&self, cfg: &SummaryConfig) {
+        if self.summarizing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Only this call gets here: the cell is empty.
+        let _ = self.summaries.set(Summaries::build(self, cfg));
+    }
+
+    /// Computes the sums under `attr` of the values holding `finder`'s needle from `ids`
+    /// (the candidates, see [`Segment::substring_candidates`]) and keeps them if `budget`
+    /// has room (see [`crate::memo`]).
+    pub(crate) fn memoize(
+        &self,
+        finder: &memmem::Finder<'_>,
+        ids: &[u32],
+        exact: bool,
+        attr: u32,
+        budget: &Arc<MemoBudget>,
+    ) -> Arc<Store> {
+        let store = Arc::new(Store::of_needle(self, finder, ids, exact, attr));
+        self.memo.put(finder.needle(), attr, store.clone(), budget);
+        store
     }
 }
 
@@ -428,9 +307,6 @@ fn bits(mut m: u64) -> impl Iterator<Item = usize> {
         Some(p)
     })
 }
-
-/// One n-gram's summary: per attribute, its entries by slot with their full sums.
-type Blocks = Vec<(u32, Vec<(SumEntry, u64)>)>;
 
 /// Summarizes `grams` in order on `threads` threads; stops taking new ones once the
 /// summaries made pass `budget` bytes. `None` for those not made.
@@ -631,7 +507,6 @@ impl Accumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::RandomState;
 
     /// Values that all share a long text hold hundreds of frequent n-grams: the build
     /// stops at its work bound, and what it kept is exact.

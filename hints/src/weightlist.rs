@@ -1,4 +1,5 @@
-//! The `Weightlist-[Template:Attribute]` value codec (RFC 2655 Appendix B).
+//! The `Weightlist-[Template:Attribute]` value codec (RFC 2655 Appendix B), and the
+//! [`Weightlist`] and [`WeightEntry`] it reads and writes (re-exported by [`crate::hint`]).
 //!
 //! A weightlist is a comma-separated run of `Value;Object-Count` entries. The RFC asks only
 //! that commas inside values be escaped; it does not say how, nor how a backslash itself is
@@ -26,7 +27,21 @@
 
 use bytes::Bytes;
 
-use crate::hint::{WeightEntry, Weightlist};
+/// One `Value;Object-Count` entry of a weightlist.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WeightEntry {
+    /// The value's bytes, unescaped.
+    pub value: Bytes,
+    /// Number of objects holding the value at least once.
+    pub count: u64,
+}
+
+/// The weighted values of one attribute.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Weightlist {
+    /// Entries in the order the hint lists them.
+    pub entries: Vec<WeightEntry>,
+}
 
 /// A weightlist value that cannot be read; `offset` is a byte offset within the value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,15 +2,25 @@
 //! [`RoutingTable`]; see the parent module's "Queries" section).
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::index::{TOUCH_BATCH, attr_mask, cmp_folded, hash_lower};
+use bytes::Bytes;
+use cip_proto::Dsi;
+
+use crate::hint::AttrSpec;
+use crate::index::{Segment, TOUCH_BATCH, attr_mask, cmp_folded, hash_lower};
+use crate::peer::PeerMeta;
 use crate::query::{MatchOp, Query, Term};
 use crate::rank::{
-    Explanation, MatchedValue, RankKey, TermExplanation, TermStatus, ValueBuf, rank_order,
+    Explanation, MatchedValue, QueryOptions, RankKey, Referral, TermExplanation, TermStatus,
+    ValueBuf, rank_order,
 };
-use crate::summary::{SUMMARY_TOPS, Store};
+use crate::sums::{SUMMARY_TOPS, Store};
+use crate::table::answer::{Answer, Item};
+use crate::thesaurus::AttrPattern;
 
-use super::*;
+use super::state::{AttrTable, PeerEntry, RoutingTable, Snapshot};
 
 /// A ranked peer, as [`RoutingTable::route`] returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +35,19 @@ pub struct Route {
     pub definite: bool,
     /// For a possible route: the smallest threshold among the unmatched terms.
     pub threshold: Option<u64>,
+}
+
+/// One row of [`RoutingTable::entries`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRow {
+    /// The attribute.
+    pub attribute: AttrSpec,
+    /// The value (one spelling of its case-folded class).
+    pub value: Bytes,
+    /// Sum of the peers' counts.
+    pub total: u64,
+    /// Per peer count, by DSI.
+    pub peers: Vec<(Dsi, u64)>,
 }
 
 /// A term's matches.
@@ -228,7 +251,7 @@ impl Tally {
     }
 
     /// Counts `matched` values summing to `sum` for `slot` (from a summary).
-    fn add_summary(&mut self, summary: &crate::summary::Summary<'_>) {
+    fn add_summary(&mut self, summary: &crate::sums::Summary<'_>) {
         for (i, e) in summary.entries.iter().enumerate() {
             self.add_summed(e.slot, summary.sum(i), e.matched);
         }
@@ -793,7 +816,8 @@ impl RoutingTable {
                 };
                 let mut out = ValuesOut::with_capacity(opts.max_values);
                 let item = referral(&snap, c, cand_hits, nterms, opts, &mut out);
-                let referral = crate::answer::owned(&entry.meta, &item, &Arc::new(out.into_buf()));
+                let referral =
+                    crate::table::answer::owned(&entry.meta, &item, &Arc::new(out.into_buf()));
                 Explanation {
                     referral,
                     position: i + 1,
@@ -1348,5 +1372,29 @@ fn single_term<'q>(q: &'q Query, opts: &QueryOptions) -> Option<&'q Term> {
     match q.terms() {
         [term] if !opts.include_possible => Some(term),
         _ => None,
+    }
+}
+
+impl Snapshot {
+    /// Loads the metadata of `ranked`'s peers in a tight loop, so that their cache misses
+    /// overlap before the answer clones them one by one; returns a digest (pass it to
+    /// [`std::hint::black_box`]).
+    fn touch_metas(&self, ranked: &[Ranked]) -> u64 {
+        let mut digest = 0u64;
+        for r in ranked {
+            if let Some(m) = self.meta(r.slot) {
+                // The reference count, which cloning updates.
+                digest ^= Arc::strong_count(m) as u64;
+            }
+        }
+        digest
+    }
+}
+
+fn contains_sorted(ids: &[u32], id: u32) -> bool {
+    if ids.len() <= 8 {
+        ids.contains(&id)
+    } else {
+        ids.binary_search(&id).is_ok()
     }
 }

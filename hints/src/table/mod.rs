@@ -30,8 +30,12 @@
 //! Writes run on the caller's thread and may take a while when they trigger a big merge:
 //! call them from a blocking task, not an async executor thread.
 //!
-//! This module holds the snapshot, its writers and the import limits; the read side (query
+//! This module holds the writers (imports, removals, merges) and the import checks; the
+//! table's state (the table, its snapshot, peer entries and attribute dictionary) is in
+//! `state`, the configuration and import limits are in `config`, the read side (query
 //! evaluation, tallies, ranking, answers) is in `eval`, and the tests are in `tests`.
+//! `state` and `config` import nothing from the other two, and `eval` nothing from this
+//! module.
 //!
 //! # Queries
 //!
@@ -74,134 +78,43 @@
 //! aggregated from ([`crate::aggregate`]). Import refuses a hint whose DSI is this node's, or
 //! whose provenance names this node's DSI, or that names more datasets than
 //! [`TableLimits::max_provenance`] (CIP v1's hop count served the same end).
+//!
+//! [`QueryOptions::max_values`]: crate::rank::QueryOptions::max_values
+//! [`Answer`]: crate::table::answer::Answer
+//! [`Referral`]: crate::rank::Referral
+//! [`SummaryConfig::memo_bytes`]: crate::summary::SummaryConfig::memo_bytes
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::dsi::DsiError;
-use cip_proto::soif::attr::base_name;
 
-use crate::answer::{Answer, Item};
+use crate::hasher::RandomState;
 use crate::hint::{AttrSpec, CipHint};
-use crate::index::{BulkBuilder, RandomState, Segment};
+use crate::index::{BulkBuilder, Segment};
 use crate::memo::MemoBudget;
-use crate::rank::{QueryOptions, Referral};
-use crate::summary::SummaryConfig;
-use crate::thesaurus::AttrPattern;
 
+pub mod answer;
+mod config;
 mod eval;
+pub(crate) mod state;
 
-use eval::Ranked;
-pub use eval::Route;
+pub use crate::peer::PeerMeta;
+pub use config::{
+    DEFAULT_MAX_ATTRIBUTES, DEFAULT_MAX_ENTRIES_PER_HINT, DEFAULT_MAX_PEER_BYTES,
+    DEFAULT_MAX_PEERS, DEFAULT_MAX_PROVENANCE, DEFAULT_MAX_TABLE_BYTES, DEFAULT_MAX_TOTAL_OBJECTS,
+    DEFAULT_MAX_VALUE_LEN, ENTRY_BUDGET_BYTES, TableConfig, TableLimits, budget_bytes,
+};
+pub use eval::{Route, TableRow};
+pub use state::RoutingTable;
+pub(crate) use state::attr_key;
+use state::{PeerEntry, PendingBuild, Snapshot};
 
 /// Name of the CIP-HINT attribute (with `-N` multi-value suffixes) that lists provenance
 /// DSIs.
 pub const PROVENANCE_ATTRIBUTE: &str = "Provenance";
-
-/// Default for [`TableLimits::max_peers`].
-pub const DEFAULT_MAX_PEERS: usize = 10_000;
-/// Default for [`TableLimits::max_entries_per_hint`].
-pub const DEFAULT_MAX_ENTRIES_PER_HINT: usize = 20_000_000;
-/// Default for [`TableLimits::max_value_len`].
-pub const DEFAULT_MAX_VALUE_LEN: usize = 4096;
-/// Default for [`TableLimits::max_provenance`].
-pub const DEFAULT_MAX_PROVENANCE: usize = 256;
-/// Default for [`TableLimits::max_attributes`].
-pub const DEFAULT_MAX_ATTRIBUTES: usize = 65_536;
-/// Most segments a bulk load leaves before it merges any ([`RoutingTable::set_bulk_load`]).
-const BULK_MAX_SEGMENTS: usize = 32;
-
-/// Default for [`TableLimits::max_total_objects`]: a trillion objects, far above any real
-/// collection or aggregate, far below the sums that would crowd out honest peers.
-pub const DEFAULT_MAX_TOTAL_OBJECTS: u64 = 1_000_000_000_000;
-
-/// Default for [`TableLimits::max_peer_bytes`]: 1 GiB, about 12 million short values.
-pub const DEFAULT_MAX_PEER_BYTES: u64 = 1 << 30;
-/// Default for [`TableLimits::max_table_bytes`]: 8 GiB.
-pub const DEFAULT_MAX_TABLE_BYTES: u64 = 8 << 30;
-/// What one weightlist entry is charged against the memory budgets besides its value's
-/// bytes: its share of a segment's offsets, hash slots and postings when no other peer
-/// holds the value (the README's sizing: 8 bytes per entry plus 65 per distinct value).
-pub const ENTRY_BUDGET_BYTES: u64 = 73;
-
-/// What a hint is charged against the memory budgets: every entry as if its value were
-/// held by no other peer, so an upper bound of what the hint adds to the table.
-pub fn budget_bytes(hint: &CipHint) -> u64 {
-    hint.weightlists
-        .iter()
-        .flat_map(|(_, w)| &w.entries)
-        .map(|e| e.value.len() as u64 + ENTRY_BUDGET_BYTES)
-        .sum()
-}
-
-/// Bounds on what the table accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TableLimits {
-    /// Most peers (DSIs) in the table.
-    pub max_peers: usize,
-    /// Most weightlist entries in one hint.
-    pub max_entries_per_hint: usize,
-    /// Longest weightlist value, in bytes.
-    pub max_value_len: usize,
-    /// Most provenance DSIs on one hint.
-    pub max_provenance: usize,
-    /// Most distinct `Template:Attribute` keys in the table.
-    pub max_attributes: usize,
-    /// Largest `Total-Object-Count` a hint may claim; a larger one cannot be true and would
-    /// outrank every honest peer, so the hint is refused.
-    pub max_total_objects: u64,
-    /// Largest memory charge ([`budget_bytes`]) of one peer's hint.
-    pub max_peer_bytes: u64,
-    /// Largest memory charge of all hints in the table together.
-    pub max_table_bytes: u64,
-}
-
-impl Default for TableLimits {
-    fn default() -> Self {
-        Self {
-            max_peers: DEFAULT_MAX_PEERS,
-            max_entries_per_hint: DEFAULT_MAX_ENTRIES_PER_HINT,
-            max_value_len: DEFAULT_MAX_VALUE_LEN,
-            max_provenance: DEFAULT_MAX_PROVENANCE,
-            max_attributes: DEFAULT_MAX_ATTRIBUTES,
-            max_total_objects: DEFAULT_MAX_TOTAL_OBJECTS,
-            max_peer_bytes: DEFAULT_MAX_PEER_BYTES,
-            max_table_bytes: DEFAULT_MAX_TABLE_BYTES,
-        }
-    }
-}
-
-/// Table configuration.
-#[derive(Debug, Clone, Default)]
-pub struct TableConfig {
-    /// This node's DSI: hints from it, or derived from it, are refused.
-    pub node: Option<Dsi>,
-    /// Bounds.
-    pub limits: TableLimits,
-    /// Summaries of broad substrings in big segments.
-    pub summaries: SummaryConfig,
-}
-
-/// What the node knows about a peer hint besides its payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerMeta {
-    /// The dataset's DSI (the index object's `dsi` parameter).
-    pub dsi: Dsi,
-    /// Its base-uri(s), for referrals.
-    pub base_uris: Vec<String>,
-    /// DSI-description, when the peer sent one.
-    pub dsi_description: Option<String>,
-    /// When the hint arrived.
-    pub received: SystemTime,
-    /// When it stops counting, if ever.
-    pub expires: Option<SystemTime>,
-    /// The configured peer it came from.
-    pub via: Option<String>,
-}
 
 /// A peer as [`RoutingTable::peers`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,26 +170,13 @@ pub struct TableStats {
     /// Substring needles whose sums are memoized ([`crate::memo`]), summed over segments.
     pub memoized: usize,
     /// Bytes those take (not in `approx_bytes`: bounded by
-    /// [`SummaryConfig::memo_bytes`]).
+    /// [`SummaryConfig::memo_bytes`](crate::summary::SummaryConfig::memo_bytes)).
     pub memo_bytes: usize,
     /// Segment searches answered from memoized sums since the table was made.
     pub memo_hits: u64,
     /// Segment searches whose sums were computed for the memo (kept, or not when over
     /// its budget).
     pub memo_computed: u64,
-}
-
-/// One row of [`RoutingTable::entries`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableRow {
-    /// The attribute.
-    pub attribute: AttrSpec,
-    /// The value (one spelling of its case-folded class).
-    pub value: Bytes,
-    /// Sum of the peers' counts.
-    pub total: u64,
-    /// Per peer count, by DSI.
-    pub peers: Vec<(Dsi, u64)>,
 }
 
 /// What [`RoutingTable::replace`] did.
@@ -439,396 +339,6 @@ pub fn provenance(hint: &CipHint) -> Result<Vec<Dsi>, ImportError> {
     Ok(out)
 }
 
-/// A peer's hint as the table keeps it (values live in the segments).
-#[derive(Debug, Clone)]
-pub(crate) struct PeerEntry {
-    pub meta: Arc<PeerMeta>,
-    pub total: u64,
-    pub attributes: Vec<AttrSpec>,
-    pub sources: Vec<String>,
-    /// `(attribute id, threshold)`, sorted by id.
-    pub thresholds: Vec<(u32, u64)>,
-    pub provenance: Vec<Dsi>,
-    pub distinct_values: usize,
-    pub entries: usize,
-    /// Its memory charge ([`budget_bytes`]).
-    pub budget: u64,
-}
-
-impl PeerEntry {
-    fn threshold_for(&self, attrs: &[u32]) -> Option<u64> {
-        self.thresholds
-            .iter()
-            .filter(|(a, t)| *t > 1 && attrs.binary_search(a).is_ok())
-            .map(|e| e.1)
-            .max()
-    }
-
-    fn live_at(&self, now: Option<SystemTime>) -> bool {
-        match (now, self.meta.expires) {
-            (Some(now), Some(exp)) => exp > now,
-            _ => true,
-        }
-    }
-}
-
-/// A normalised attribute.
-#[derive(Debug, Clone)]
-pub(crate) struct AttrInfo {
-    pub template: String,
-    pub spelling: AttrSpec,
-}
-
-/// Table-wide attribute dictionary.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct AttrTable {
-    pub infos: Vec<AttrInfo>,
-    by_key: HashMap<(String, String), u32>,
-    by_attribute: HashMap<String, Vec<u32>>,
-}
-
-pub(crate) fn attr_key(spec: &AttrSpec) -> (String, String) {
-    (
-        spec.template.to_ascii_lowercase(),
-        base_name(&spec.attribute).to_ascii_lowercase(),
-    )
-}
-
-impl AttrTable {
-    pub(crate) fn id(&self, spec: &AttrSpec) -> Option<u32> {
-        self.by_key.get(&attr_key(spec)).copied()
-    }
-
-    fn intern(&mut self, spec: &AttrSpec) -> u32 {
-        let key = attr_key(spec);
-        if let Some(&id) = self.by_key.get(&key) {
-            return id;
-        }
-        let id = self.infos.len() as u32;
-        let spelling = AttrSpec {
-            template: spec.template.clone(),
-            attribute: base_name(&spec.attribute).to_owned(),
-        };
-        self.by_attribute.entry(key.1.clone()).or_default().push(id);
-        self.infos.push(AttrInfo {
-            template: key.0.clone(),
-            spelling,
-        });
-        self.by_key.insert(key, id);
-        id
-    }
-
-    /// Ids of the attributes `[template:]attribute` names (ASCII case and multi-value
-    /// suffix ignored), sorted, into `out`; allocates only for names over 64 bytes.
-    pub(crate) fn resolve_term(&self, template: Option<&str>, attribute: &str, out: &mut Vec<u32>) {
-        out.clear();
-        let name = base_name(attribute);
-        let mut buf = [0u8; 64];
-        let owned;
-        let key: &str = if !name.bytes().any(|b| b.is_ascii_uppercase()) {
-            name
-        } else if let Some(b) = buf.get_mut(..name.len()) {
-            b.copy_from_slice(name.as_bytes());
-            b.make_ascii_lowercase();
-            // ASCII lowercasing keeps UTF-8 valid; an error cannot happen.
-            match std::str::from_utf8(b) {
-                Ok(k) => k,
-                Err(_) => return,
-            }
-        } else {
-            owned = name.to_ascii_lowercase();
-            &owned
-        };
-        if let Some(ids) = self.by_attribute.get(key) {
-            for &id in ids {
-                let info = &self.infos[id as usize];
-                if template.is_none_or(|t| info.template.eq_ignore_ascii_case(t)) {
-                    out.push(id);
-                }
-            }
-        }
-        out.sort_unstable();
-        out.dedup();
-    }
-
-    /// Ids of the attributes any pattern matches, sorted.
-    pub(crate) fn resolve(&self, patterns: &[AttrPattern]) -> Vec<u32> {
-        let mut out = Vec::new();
-        for p in patterns {
-            if let Some(ids) = self.by_attribute.get(&p.attribute) {
-                for &id in ids {
-                    let info = &self.infos[id as usize];
-                    if p.template.as_ref().is_none_or(|t| *t == info.template) {
-                        out.push(id);
-                    }
-                }
-            }
-        }
-        out.sort_unstable();
-        out.dedup();
-        out
-    }
-}
-
-/// One consistent state of the table.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Snapshot {
-    /// Bumped by every published change ([`RoutingTable::generation`]).
-    pub generation: u64,
-    pub peers: BTreeMap<Dsi, u32>,
-    pub slots: Vec<Option<Arc<PeerEntry>>>,
-    free: Vec<u32>,
-    pub attrs: Arc<AttrTable>,
-    pub segments: Vec<Arc<Segment>>,
-    /// Per slot: `(Total-Object-Count, tie position)`, so that ranking reads one small
-    /// array instead of the peers' entries. The tie position orders the live peers as
-    /// [`crate::rank`] does between equal counts: by ratio (smaller non-zero total first,
-    /// a total of 0 last), then by DSI; so a definite referral's rank key is just
-    /// `(count descending, tie position)`.
-    pub rank_keys: Vec<(u64, u32)>,
-    /// Per slot: the live peer's metadata, so that answers reach it in one step.
-    pub metas: Vec<Option<Arc<PeerMeta>>>,
-    /// Per slot: when the live peer's hint expires, so that ranking checks liveness
-    /// without reaching into the entries.
-    pub expires: Vec<Option<SystemTime>>,
-    /// Per tie position: its slot.
-    pub by_tie: Vec<u32>,
-}
-
-impl Snapshot {
-    /// Recomputes [`Snapshot::rank_keys`] and [`Snapshot::metas`]; call before publishing
-    /// the snapshot.
-    fn rerank(&mut self) {
-        self.rank_keys.clear();
-        self.rank_keys.resize(self.slots.len(), (0, u32::MAX));
-        self.metas.clear();
-        self.metas.resize(self.slots.len(), None);
-        self.expires.clear();
-        self.expires.resize(self.slots.len(), None);
-        // `peers` iterates in DSI order; the stable sort keeps it between equal totals.
-        let mut live: Vec<(u32, u64)> = Vec::with_capacity(self.peers.len());
-        for &slot in self.peers.values() {
-            if let Some(e) = self.slots.get(slot as usize).and_then(Option::as_ref) {
-                live.push((slot, e.total));
-                self.metas[slot as usize] = Some(e.meta.clone());
-                self.expires[slot as usize] = e.meta.expires;
-            }
-        }
-        live.sort_by_key(|&(_, total)| (total == 0, total));
-        self.by_tie.clear();
-        for (tie, &(slot, total)) in live.iter().enumerate() {
-            self.rank_keys[slot as usize] = (total, tie as u32);
-            self.by_tie.push(slot);
-        }
-    }
-
-    /// The tie position of `slot` when it holds a peer live at `now` (any peer without).
-    #[inline]
-    fn live_tie(&self, slot: u32, now: Option<SystemTime>) -> Option<u32> {
-        let &(_, tie) = self.rank_keys.get(slot as usize)?;
-        // Only live slots have a tie position (`rerank`).
-        if tie == u32::MAX {
-            return None;
-        }
-        match (now, self.expires.get(slot as usize).copied().flatten()) {
-            (Some(now), Some(exp)) if exp <= now => None,
-            _ => Some(tie),
-        }
-    }
-
-    pub(crate) fn entry(&self, slot: u32) -> Option<&Arc<PeerEntry>> {
-        self.slots.get(slot as usize).and_then(Option::as_ref)
-    }
-
-    /// The metadata of the live peer in `slot`.
-    #[inline]
-    pub(crate) fn meta(&self, slot: u32) -> Option<&Arc<PeerMeta>> {
-        self.metas.get(slot as usize).and_then(Option::as_ref)
-    }
-
-    /// Loads the metadata of `ranked`'s peers in a tight loop, so that their cache misses
-    /// overlap before the answer clones them one by one; returns a digest (pass it to
-    /// [`std::hint::black_box`]).
-    fn touch_metas(&self, ranked: &[Ranked]) -> u64 {
-        let mut digest = 0u64;
-        for r in ranked {
-            if let Some(m) = self.meta(r.slot) {
-                // The reference count, which cloning updates.
-                digest ^= Arc::strong_count(m) as u64;
-            }
-        }
-        digest
-    }
-
-    fn live_entries(&self, seg: &Segment) -> u64 {
-        seg.slots()
-            .iter()
-            .filter(|(s, _)| self.entry(*s).is_some())
-            .map(|e| e.1)
-            .sum()
-    }
-
-    /// The memory charge of every hint held.
-    fn budget_held(&self) -> u64 {
-        self.peers
-            .values()
-            .filter_map(|&slot| self.slots.get(slot as usize)?.as_ref())
-            .map(|e| e.budget)
-            .sum()
-    }
-
-    /// The memory charge of `dsi`'s hint, 0 when none is held.
-    fn budget_of(&self, dsi: &Dsi) -> u64 {
-        self.peers
-            .get(dsi)
-            .and_then(|&slot| self.slots.get(slot as usize)?.as_ref())
-            .map_or(0, |e| e.budget)
-    }
-
-    fn kill(&mut self, dsi: &Dsi) -> bool {
-        match self.peers.remove(dsi) {
-            Some(slot) => {
-                self.slots[slot as usize] = None;
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn merge_range(&mut self, range: std::ops::Range<usize>, hasher: &RandomState) -> bool {
-        let parts: Vec<&Segment> = self.segments[range.clone()].iter().map(|s| &**s).collect();
-        let bytes: usize = parts.iter().map(|s| s.value_bytes()).sum();
-        let entries: usize = parts.iter().map(|s| s.entries()).sum();
-        let values: usize = parts.iter().map(|s| s.len()).sum();
-        if [bytes, entries, values]
-            .iter()
-            .any(|&n| n >= u32::MAX as usize)
-        {
-            return false;
-        }
-        let slots = &self.slots;
-        let live = |s: u32| slots.get(s as usize).is_some_and(Option::is_some);
-        match Segment::merge(&parts, &live, hasher) {
-            Ok(merged) => {
-                self.segments.splice(range, [Arc::new(merged)]);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// Applies the merge policy of the module doc; `full` merges everything into one.
-    fn compact(&mut self, hasher: &RandomState, full: bool, bulk: bool) {
-        self.segments.retain(|s| s.entries() > 0);
-        let dead = self
-            .segments
-            .iter()
-            .any(|s| self.live_entries(s) < s.entries() as u64);
-        if full && (self.segments.len() > 1 || dead) {
-            let n = self.segments.len();
-            self.merge_range(0..n, hasher);
-        }
-        loop {
-            self.segments.retain(|s| s.entries() > 0);
-            let n = self.segments.len();
-            if n >= 2 {
-                let older = self.live_entries(&self.segments[n - 2]);
-                let newer = self.live_entries(&self.segments[n - 1]);
-                // In a bulk load, segments pile up (up to a bound) for one merge at the end.
-                let tiered = !bulk && older <= newer.saturating_mul(2);
-                let over = bulk && n > BULK_MAX_SEGMENTS;
-                if (tiered || over) && self.merge_range(n - 2..n, hasher) {
-                    continue;
-                }
-            }
-            let dirty = self.segments.iter().position(|s| {
-                let live = self.live_entries(s);
-                s.entries() as u64 - live > live
-            });
-            if let Some(i) = dirty {
-                let n = self.segments.len();
-                if (i + 1 < n && self.merge_range(i..i + 2, hasher))
-                    || self.merge_range(i..i + 1, hasher)
-                {
-                    continue;
-                }
-            }
-            break;
-        }
-        // Slots no segment refers to any more can be handed out again.
-        let mut referenced = vec![false; self.slots.len()];
-        for seg in &self.segments {
-            for &(s, _) in seg.slots() {
-                referenced[s as usize] = true;
-            }
-        }
-        self.free = (0..self.slots.len() as u32)
-            .filter(|&s| self.slots[s as usize].is_none() && !referenced[s as usize])
-            .collect();
-        while self.slots.last().is_some_and(Option::is_none)
-            && self.free.last() == Some(&(self.slots.len() as u32 - 1))
-        {
-            self.slots.pop();
-            self.free.pop();
-        }
-    }
-}
-
-/// Peers' hints, indexed for routing queries. Cheap to share in an `Arc`; all methods take
-/// `&self`; readers never wait for writers.
-#[derive(Debug)]
-pub struct RoutingTable {
-    config: TableConfig,
-    hasher: RandomState,
-    current: ArcSwap<Snapshot>,
-    writer: Mutex<()>,
-    /// Summaries being built in the background.
-    pending: Arc<Pending>,
-    /// Set during a bulk load ([`RoutingTable::set_bulk_load`]).
-    bulk_load: std::sync::atomic::AtomicBool,
-    /// Bytes of memoized substring sums, over all segments ([`crate::memo`]).
-    memo: Arc<MemoBudget>,
-}
-
-/// A count of background summary builds, to wait on.
-#[derive(Debug, Default)]
-struct Pending {
-    count: Mutex<usize>,
-    done: Condvar,
-    /// Held by the build running: builds take turns, so that a burst of big segments
-    /// does not start a crowd of threads.
-    turn: Mutex<()>,
-}
-
-impl Pending {
-    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
-        // A plain counter: a panic elsewhere leaves it consistent.
-        self.count
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// Counts one background build from creation to drop (also when the build panics).
-struct PendingBuild(Arc<Pending>);
-
-impl PendingBuild {
-    fn new(pending: &Arc<Pending>) -> Self {
-        *pending.lock() += 1;
-        Self(pending.clone())
-    }
-}
-
-impl Drop for PendingBuild {
-    fn drop(&mut self) {
-        let mut n = self.0.lock();
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            self.0.done.notify_all();
-        }
-    }
-}
-
 impl Default for RoutingTable {
     fn default() -> Self {
         Self::new(TableConfig::default())
@@ -859,8 +369,9 @@ impl RoutingTable {
     }
 
     /// Builds the summaries the segments of `snap` lack ([`crate::summary`]): in the
-    /// background when [`SummaryConfig::background`] is set (queries scan meanwhile), else
-    /// before returning.
+    /// background when
+    /// [`SummaryConfig::background`](crate::summary::SummaryConfig::background) is set
+    /// (queries scan meanwhile), else before returning.
     fn summarize(&self, snap: &Snapshot) {
         if self.bulk() {
             return;
@@ -1346,14 +857,6 @@ fn install(next: &mut Snapshot, slot: u32, entry: PeerEntry) -> ReplaceOutcome {
     next.slots[slot as usize] = Some(Arc::new(entry));
     next.peers.insert(dsi, slot);
     outcome
-}
-
-fn contains_sorted(ids: &[u32], id: u32) -> bool {
-    if ids.len() <= 8 {
-        ids.contains(&id)
-    } else {
-        ids.binary_search(&id).is_ok()
-    }
 }
 
 #[cfg(test)]

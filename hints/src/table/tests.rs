@@ -2,9 +2,10 @@ use super::eval::{QUICK_SCAN_VALUES, TALLY_MAX_VALUES, rank_keys};
 use super::*;
 use crate::hint::{WeightEntry, Weightlist};
 use crate::query::Query;
-use crate::rank::TermStatus;
-use crate::summary::SUMMARY_TOPS;
+use crate::rank::{QueryOptions, Referral, TermStatus};
+use crate::summary::{SUMMARY_TOPS, SummaryConfig};
 use crate::thesaurus::Thesaurus;
+use bytes::Bytes;
 use std::time::Duration;
 
 fn dsi(s: &str) -> Dsi {

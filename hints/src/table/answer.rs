@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use cip_proto::Dsi;
 
+use crate::peer::PeerMeta;
 use crate::rank::{PeerDsi, Referral, ValueBuf, ValueList};
-use crate::table::{PeerMeta, Snapshot};
+use crate::table::state::Snapshot;
 
 /// One referral of an [`Answer`].
 #[derive(Debug, Clone, Copy)]

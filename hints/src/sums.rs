@@ -1,0 +1,181 @@
+//! Per-slot sums of substring needles as a segment keeps them: the [`Summaries`] of its
+//! broad n-grams and the [`Store`] that memoized sums ([`crate::memo`]) use as well.
+//!
+//! This is only their storage and lookup: which n-grams are summarized and how the sums are
+//! computed from a segment's values is [`crate::summary`]'s part.
+
+use std::collections::HashMap;
+
+use crate::hasher::RandomState;
+
+/// Best values kept per slot in a summary: queries asking for at most this many values
+/// per referral can use summaries.
+pub const SUMMARY_TOPS: usize = 5;
+
+/// Longest n-gram summarized (packed with its length into a `u64`).
+pub(crate) const MAX_GRAM: usize = 7;
+
+/// One slot's aggregate for one n-gram under one attribute: 32 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SumEntry {
+    /// Table-wide slot.
+    pub slot: u32,
+    /// Values holding the n-gram that the slot reported.
+    pub matched: u32,
+    /// Their summed counts; [`BIG_SUM`] when the sum is kept in [`Summaries::big`].
+    pub(crate) sum: u32,
+    /// The slot's best values (highest count, then folded order), best first; `u32::MAX`
+    /// pads.
+    pub tops: [u32; SUMMARY_TOPS],
+}
+
+/// Marks a [`SumEntry`] whose sum does not fit its 32 bits.
+const BIG_SUM: u32 = u32::MAX;
+
+/// Summed entries, grouped in blocks by attribute: the storage of precomputed summaries
+/// and of memoized ones ([`crate::memo`]).
+#[derive(Debug, Default)]
+pub(crate) struct Store {
+    /// `(attribute, entries start, entries end)`, by attribute within a needle.
+    blocks: Vec<(u32, u32, u32)>,
+    /// By slot within a block.
+    entries: Vec<SumEntry>,
+    /// `(index in entries, sum)` of the sums of [`BIG_SUM`] or more, by index.
+    big: Vec<(u32, u64)>,
+}
+
+impl Store {
+    /// Appends one needle's blocks; returns their range in `blocks`.
+    pub(crate) fn push(&mut self, blocks: Blocks) -> (u32, u32) {
+        let first = self.blocks.len() as u32;
+        for (attr, entries) in blocks {
+            let start = self.entries.len() as u32;
+            for (mut e, sum) in entries {
+                e.sum = match u32::try_from(sum) {
+                    Ok(s) if s != BIG_SUM => s,
+                    _ => {
+                        self.big.push((self.entries.len() as u32, sum));
+                        BIG_SUM
+                    }
+                };
+                self.entries.push(e);
+            }
+            self.blocks.push((attr, start, self.entries.len() as u32));
+        }
+        (first, self.blocks.len() as u32)
+    }
+
+    /// The entries under `attr` among the blocks `range` (empty when none).
+    fn lookup(&self, (start, end): (u32, u32), attr: u32) -> Option<Summary<'_>> {
+        let blocks = self.blocks.get(start as usize..end as usize)?;
+        let (s, e) = match blocks.binary_search_by_key(&attr, |b| b.0) {
+            Ok(k) => (blocks[k].1, blocks[k].2),
+            Err(_) => (0, 0),
+        };
+        Some(Summary {
+            big: &self.big,
+            start: s,
+            entries: self.entries.get(s as usize..e as usize).unwrap_or(&[]),
+        })
+    }
+
+    /// The entries under `attr` of a store holding one needle.
+    pub(crate) fn only(&self, attr: u32) -> Summary<'_> {
+        self.lookup((0, self.blocks.len() as u32), attr)
+            .unwrap_or(Summary {
+                big: &[],
+                start: 0,
+                entries: &[],
+            })
+    }
+
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.blocks.shrink_to_fit();
+        self.entries.shrink_to_fit();
+        self.big.shrink_to_fit();
+    }
+
+    /// Approximate heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.blocks.capacity() * 12
+            + self.entries.capacity() * std::mem::size_of::<SumEntry>()
+            + self.big.capacity() * 16
+    }
+}
+
+/// A segment's summaries.
+#[derive(Debug, Default)]
+pub(crate) struct Summaries {
+    /// Packed n-gram (see [`pack`]) -> its blocks in `store`.
+    pub(crate) index: HashMap<u64, (u32, u32), RandomState>,
+    pub(crate) store: Store,
+}
+
+/// One summarized n-gram under one attribute: its entries by slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Summary<'a> {
+    big: &'a [(u32, u64)],
+    /// Index of `entries[0]` in `all.entries`.
+    start: u32,
+    /// By slot.
+    pub entries: &'a [SumEntry],
+}
+
+impl Summary<'_> {
+    /// The summed count of `entries[i]`.
+    pub(crate) fn sum(&self, i: usize) -> u64 {
+        let Some(e) = self.entries.get(i) else {
+            return 0;
+        };
+        if e.sum != BIG_SUM {
+            return u64::from(e.sum);
+        }
+        let at = self.start + i as u32;
+        match self.big.binary_search_by_key(&at, |b| b.0) {
+            Ok(k) => self.big[k].1,
+            Err(_) => u64::from(BIG_SUM),
+        }
+    }
+}
+
+/// An n-gram of 3 to [`MAX_GRAM`] bytes as one integer: its bytes little-endian, its
+/// length in the top byte.
+pub(crate) fn pack(gram: &[u8]) -> Option<u64> {
+    if !(3..=MAX_GRAM).contains(&gram.len()) {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    b[..gram.len()].copy_from_slice(gram);
+    b[7] = gram.len() as u8;
+    Some(u64::from_le_bytes(b))
+}
+
+pub(crate) fn unpack(key: u64) -> ([u8; 8], usize) {
+    let b = key.to_le_bytes();
+    (b, usize::from(b[7]).min(MAX_GRAM))
+}
+
+impl Summaries {
+    /// The per-slot aggregates (by slot) of the values holding `needle` (ASCII-lowercased)
+    /// under `attr`, if it is summarized; empty when no value holds it under `attr`.
+    pub(crate) fn lookup(&self, needle: &[u8], attr: u32) -> Option<Summary<'_>> {
+        if self.index.is_empty() {
+            return None;
+        }
+        let range = *self.index.get(&pack(needle)?)?;
+        self.store.lookup(range, attr)
+    }
+
+    /// Number of n-grams summarized.
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Approximate heap bytes held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.index.capacity() * 24 + self.store.heap_bytes()
+    }
+}
+
+/// One n-gram's summary: per attribute, its entries by slot with their full sums.
+pub(crate) type Blocks = Vec<(u32, Vec<(SumEntry, u64)>)>;

@@ -1,0 +1,89 @@
+//! The table's configuration and import limits, and what a hint is charged against the
+//! memory budgets.
+
+use cip_proto::Dsi;
+
+use crate::hint::CipHint;
+use crate::summary::SummaryConfig;
+
+/// Default for [`TableLimits::max_peers`].
+pub const DEFAULT_MAX_PEERS: usize = 10_000;
+/// Default for [`TableLimits::max_entries_per_hint`].
+pub const DEFAULT_MAX_ENTRIES_PER_HINT: usize = 20_000_000;
+/// Default for [`TableLimits::max_value_len`].
+pub const DEFAULT_MAX_VALUE_LEN: usize = 4096;
+/// Default for [`TableLimits::max_provenance`].
+pub const DEFAULT_MAX_PROVENANCE: usize = 256;
+/// Default for [`TableLimits::max_attributes`].
+pub const DEFAULT_MAX_ATTRIBUTES: usize = 65_536;
+
+/// Default for [`TableLimits::max_total_objects`]: a trillion objects, far above any real
+/// collection or aggregate, far below the sums that would crowd out honest peers.
+pub const DEFAULT_MAX_TOTAL_OBJECTS: u64 = 1_000_000_000_000;
+
+/// Default for [`TableLimits::max_peer_bytes`]: 1 GiB, about 12 million short values.
+pub const DEFAULT_MAX_PEER_BYTES: u64 = 1 << 30;
+/// Default for [`TableLimits::max_table_bytes`]: 8 GiB.
+pub const DEFAULT_MAX_TABLE_BYTES: u64 = 8 << 30;
+/// What one weightlist entry is charged against the memory budgets besides its value's
+/// bytes: its share of a segment's offsets, hash slots and postings when no other peer
+/// holds the value (the README's sizing: 8 bytes per entry plus 65 per distinct value).
+pub const ENTRY_BUDGET_BYTES: u64 = 73;
+
+/// What a hint is charged against the memory budgets: every entry as if its value were
+/// held by no other peer, so an upper bound of what the hint adds to the table.
+pub fn budget_bytes(hint: &CipHint) -> u64 {
+    hint.weightlists
+        .iter()
+        .flat_map(|(_, w)| &w.entries)
+        .map(|e| e.value.len() as u64 + ENTRY_BUDGET_BYTES)
+        .sum()
+}
+
+/// Bounds on what the table accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLimits {
+    /// Most peers (DSIs) in the table.
+    pub max_peers: usize,
+    /// Most weightlist entries in one hint.
+    pub max_entries_per_hint: usize,
+    /// Longest weightlist value, in bytes.
+    pub max_value_len: usize,
+    /// Most provenance DSIs on one hint.
+    pub max_provenance: usize,
+    /// Most distinct `Template:Attribute` keys in the table.
+    pub max_attributes: usize,
+    /// Largest `Total-Object-Count` a hint may claim; a larger one cannot be true and would
+    /// outrank every honest peer, so the hint is refused.
+    pub max_total_objects: u64,
+    /// Largest memory charge ([`budget_bytes`]) of one peer's hint.
+    pub max_peer_bytes: u64,
+    /// Largest memory charge of all hints in the table together.
+    pub max_table_bytes: u64,
+}
+
+impl Default for TableLimits {
+    fn default() -> Self {
+        Self {
+            max_peers: DEFAULT_MAX_PEERS,
+            max_entries_per_hint: DEFAULT_MAX_ENTRIES_PER_HINT,
+            max_value_len: DEFAULT_MAX_VALUE_LEN,
+            max_provenance: DEFAULT_MAX_PROVENANCE,
+            max_attributes: DEFAULT_MAX_ATTRIBUTES,
+            max_total_objects: DEFAULT_MAX_TOTAL_OBJECTS,
+            max_peer_bytes: DEFAULT_MAX_PEER_BYTES,
+            max_table_bytes: DEFAULT_MAX_TABLE_BYTES,
+        }
+    }
+}
+
+/// Table configuration.
+#[derive(Debug, Clone, Default)]
+pub struct TableConfig {
+    /// This node's DSI: hints from it, or derived from it, are refused.
+    pub node: Option<Dsi>,
+    /// Bounds.
+    pub limits: TableLimits,
+    /// Summaries of broad substrings in big segments.
+    pub summaries: SummaryConfig,
+}
