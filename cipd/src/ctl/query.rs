@@ -261,7 +261,7 @@ pub async fn get_json_tls<T: serde::de::DeserializeOwned>(
             )
         })??;
     if !(200..300).contains(&status) {
-        let msg = serde_json::from_slice::<crate::front::http::ErrorBody>(&body)
+        let msg = serde_json::from_slice::<crate::front::api::ErrorBody>(&body)
             .map(|e| e.message)
             .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
         bail!("{server}: HTTP {status}: {msg}");

@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::front::conn_limit::{CIP_BUSY, ConnLimiter};
 use crate::front::service::CipService;
-use crate::front::transport::{PeerContext, serve_connection, tls};
+use crate::front::transport::{PeerContext, serve_connection, tls, transport_config};
 use crate::model::config::Config;
-use crate::node::{Listeners, Node, Status, display_addr};
+use crate::node::{Listeners, Node, NodeError, Status, display_addr};
 use crate::sys::metrics::Metrics;
 use crate::sys::telemetry::LogHandle;
 
@@ -58,6 +58,16 @@ pub enum StartError {
     /// The signing key (`[signing] key`) could not be loaded.
     #[error("signing key: {0}")]
     Key(#[from] crate::model::trust::keys::KeyError),
+}
+
+impl From<NodeError> for StartError {
+    fn from(e: NodeError) -> Self {
+        match e {
+            NodeError::Spool(e) => Self::Spool(e),
+            NodeError::Thread(e) => Self::Thread(e),
+            NodeError::Key(e) => Self::Key(e),
+        }
+    }
 }
 
 /// Options beside the configuration.
@@ -134,9 +144,12 @@ impl Daemon {
         };
 
         let grace = config.limits.shutdown_grace;
-        let node = Arc::new(
-            Node::new(config, options.config_path, options.log, token.clone()).map_err(|e| *e)?,
-        );
+        let node = Arc::new(Node::new(
+            config,
+            options.config_path,
+            options.log,
+            token.clone(),
+        )?);
         node.set_listeners(bound.clone());
         // The admin socket first: `cipctl status` shows how far a long start is.
         if let Some((listener, path)) = admin {
@@ -249,7 +262,10 @@ impl Daemon {
                 }
             });
         }
-        crate::daemon::peer::restart(&node);
+        let peer_changes = node.peer_changes();
+        peer::restart(&node);
+        node.tracker
+            .spawn(peer::supervise(node.clone(), peer_changes));
         node.tracker.spawn(watch_collections(node.clone()));
         node.tracker.spawn(expire_loop(node.clone()));
         node.tracker.spawn(import_progress(node.clone()));
@@ -260,7 +276,7 @@ impl Daemon {
             node.identity().dsi,
             node.local_objects_count()
         ));
-        crate::sys::notify::spawn_watchdog(&node);
+        crate::sys::notify::spawn_watchdog(node.token.child_token(), &node.tracker);
         let status = node.subscribe();
         Ok(RunningDaemon {
             node,
@@ -381,7 +397,7 @@ async fn accept_loop(
     permits: Arc<ConnLimiter>,
 ) {
     let token = node.token.child_token();
-    let transport = crate::daemon::peer::transport_config(&node.config());
+    let transport = transport_config(&node.config());
     loop {
         let (stream, remote) = tokio::select! {
             r = listener.accept() => match r {

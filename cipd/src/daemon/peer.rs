@@ -22,15 +22,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::front::cip_http::{HttpClient, HttpError};
 use crate::front::transport::{
-    CipClient, CipConnection, ClientReply, TransportConfig, TransportError, tls,
+    CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls, transport_config,
 };
 use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
 use crate::node::{Node, hint_type};
-
-/// Our own extension parameter on `poll`: the poller's DSI, so the pollee can leave the
-/// poller's own data out of its answer (digest A21). Other implementations ignore it (RFC
-/// 2652 §2.3: unknown parameters are silently ignored).
-pub const POLLER_DSI_PARAM: &str = "poller-dsi";
 
 /// Why a poll or push failed.
 #[derive(Debug, thiserror::Error)]
@@ -74,21 +69,21 @@ pub enum PeerError {
     Timeout,
 }
 
-/// The transport settings derived from the configuration.
-pub fn transport_config(config: &Config) -> TransportConfig {
-    let l = &config.limits;
-    TransportConfig {
-        limits: cip_proto::cip::Limits {
-            max_line: l.max_line_length,
-            max_message: l.max_frame_size,
-            ..cip_proto::cip::Limits::default()
-        },
-        connect_timeout: l.connect_timeout,
-        banner_timeout: l.handshake_timeout,
-        negotiation_timeout: l.handshake_timeout,
-        idle_timeout: l.idle_timeout,
-        transfer_timeout: l.request_timeout,
-        banner: format!("cipd {} CIP server ready", env!("CARGO_PKG_VERSION")),
+/// The peer supervisor: restarts the peer tasks each time `changes` (from
+/// [`Node::peer_changes`], taken before the first [`restart`]) says a reload re-read the
+/// configuration, until shutdown.
+pub async fn supervise(node: Arc<Node>, mut changes: tokio::sync::watch::Receiver<u64>) {
+    let token = node.token.child_token();
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                restart(&node);
+            }
+        }
     }
 }
 
@@ -243,7 +238,7 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
     let asked = node.peer_dsi(&peer.name).unwrap_or_else(|| own.clone());
     // The types to ask for: the configured one; else the one learned, then the others
     // (a legacy peer that has no SOIF index answers 200 "no index of that type").
-    use crate::pipeline::index_types::IndexKind;
+    use crate::model::index_kind::IndexKind;
     let kinds: Vec<IndexKind> = match peer.index_type {
         Some(k) => vec![k],
         None => {

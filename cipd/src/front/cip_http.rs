@@ -28,7 +28,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -46,6 +46,7 @@ use crate::front::service::CipService;
 use crate::front::transport::{
     ClientReply, PeerContext, Phase, Reply, RequestHandler, TransportConfig,
 };
+use crate::model::url::CipUrl;
 use crate::node::Node;
 
 /// Seconds in the `Retry-After` of a `503` (CIP 400, "temporarily unable"). Pollers back off
@@ -71,7 +72,7 @@ const UNKNOWN_REMOTE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr
 /// The peer's address comes from the `ConnectInfo<SocketAddr>` request extension that
 /// [`crate::front::http::serve`] sets. Other methods on `path` get `405`.
 pub fn routes(node: Arc<Node>, path: &str) -> Router {
-    let limits = crate::daemon::peer::transport_config(&node.config()).limits;
+    let limits = crate::front::transport::transport_config(&node.config()).limits;
     routes_with(Arc::new(CipService::new(node)), limits, path)
 }
 
@@ -306,60 +307,6 @@ fn entity_message(headers: &HeaderMap, body: &[u8]) -> Bytes {
     out.put_slice(b"\r\n");
     out.put_slice(body);
     out.freeze()
-}
-
-/// A peer's CIP URL, `http://host[:port]/path`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CipUrl {
-    /// Host name or address (IPv6 without brackets).
-    pub host: String,
-    /// Port (default 80).
-    pub port: u16,
-    /// `host[:port]` as written, for the `Host` header.
-    pub authority: String,
-    /// Path and query, for the request line.
-    pub path: String,
-}
-
-impl CipUrl {
-    /// Checks and splits a URL.
-    ///
-    /// # Errors
-    /// A message saying what is wrong: not a URL, not `http://` (TLS is the stream
-    /// transport's), no host, or user information.
-    pub fn parse(url: &str) -> Result<Self, String> {
-        let uri: Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(format!(
-                    "{url:?}: https is not supported; use http://, or the stream transport \
-                     for TLS"
-                ));
-            }
-            _ => return Err(format!("{url:?}: expected an http:// URL")),
-        }
-        let Some(authority) = uri.authority() else {
-            return Err(format!("{url:?} has no host"));
-        };
-        if authority.as_str().contains('@') {
-            return Err(format!("{url:?}: user information is not supported"));
-        }
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
-        if host.is_empty() {
-            return Err(format!("{url:?} has no host"));
-        }
-        Ok(Self {
-            host,
-            port: authority.port_u16().unwrap_or(80),
-            authority: authority.as_str().to_owned(),
-            path: uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
-        })
-    }
 }
 
 /// Why an exchange over HTTP failed.

@@ -21,7 +21,7 @@ use cip_proto::hinadi::{self, Field, HeaderOut, date, propagate};
 use encoding_rs::Encoding;
 use serde::Deserialize;
 
-use crate::front::http::ApiError;
+use crate::front::api::ApiError;
 use crate::node::{LocalIndex, Node};
 
 /// The charsets the file is served in.

@@ -22,67 +22,20 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::front::api::{ApiError, ErrorBody};
 use crate::front::conn_limit::{ConnLimiter, HTTP_BUSY};
-use crate::node::{Node, QueryError};
+pub use crate::model::routes::FIXED_ROUTES;
+use crate::node::Node;
 
 /// Most bytes of a request line and header section; a larger one gets `431` (or `414`) and
 /// the connection is closed. Also hyper's read buffer size, so it bounds what one
 /// connection buffers while its headers arrive.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
-
-/// An error answered as JSON with a fitting status.
-#[derive(Debug)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Short machine-readable kind (`bad-query`).
-    pub kind: &'static str,
-    /// Human-readable message.
-    pub message: String,
-}
-
-/// The JSON body of an error.
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ErrorBody {
-    /// HTTP status code.
-    pub status: u16,
-    /// Machine-readable kind.
-    pub error: String,
-    /// Human-readable message.
-    pub message: String,
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = ErrorBody {
-            status: self.status.as_u16(),
-            error: self.kind.to_owned(),
-            message: self.message,
-        };
-        (self.status, Json(body)).into_response()
-    }
-}
-
-impl From<QueryError> for ApiError {
-    fn from(e: QueryError) -> Self {
-        let (status, kind) = match &e {
-            QueryError::Syntax(_) => (StatusCode::BAD_REQUEST, "bad-query"),
-            QueryError::BadParameter { .. } => (StatusCode::BAD_REQUEST, "bad-parameter"),
-            QueryError::NotIndexed { .. } => (StatusCode::BAD_REQUEST, "not-indexed"),
-            QueryError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store-error"),
-        };
-        Self {
-            status,
-            kind,
-            message: e.to_string(),
-        }
-    }
-}
 
 /// Parameters of `/v1/referrals` and `/v1/objects`.
 #[derive(Debug, Deserialize)]
@@ -133,17 +86,6 @@ fn bad_parameter(name: &str, value: &str, expected: &str) -> ApiError {
         message: format!("{name}={value:?}: expected {expected}"),
     }
 }
-
-/// The routes every HTTP listener serves whatever the configuration: optional routes
-/// (Hina-Di, RDM, CIP over HTTP, the console) must not take these paths.
-pub const FIXED_ROUTES: &[&str] = &[
-    "/v1/referrals",
-    "/v1/objects",
-    "/v1/status",
-    "/metrics",
-    "/healthz",
-    "/readyz",
-];
 
 /// The whole HTTP application of a node: the query API, `/metrics` and the Hina-Di file.
 /// Later front-ends (RDM, CIP over HTTP) are merged in here as further route sets.

@@ -5,6 +5,7 @@
 //! ([`conn_limit`]).
 
 pub mod admin;
+pub mod api;
 pub mod cip_http;
 pub mod conn_limit;
 pub mod console;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use cip_proto::Dsi;
 use cip_proto::cip::{PollResult, Request, ResponseCode};
 
-use crate::daemon::peer::POLLER_DSI_PARAM;
+use crate::front::transport::POLLER_DSI_PARAM;
 use crate::front::transport::{PeerContext, Reply, RequestHandler};
 use crate::model::config::PeerRole;
 use crate::node::Node;
@@ -56,12 +56,18 @@ impl RequestHandler for CipService {
             Request::Poll {
                 index_type, params, ..
             } => {
-                match crate::pipeline::index_types::IndexKind::of(&index_type) {
-                    Some(crate::pipeline::index_types::IndexKind::Soif) => {}
-                    Some(crate::pipeline::index_types::IndexKind::Tagged) => {
+                match crate::model::index_kind::IndexKind::of(&index_type) {
+                    Some(crate::model::index_kind::IndexKind::Soif) => {}
+                    Some(crate::model::index_kind::IndexKind::Tagged) => {
                         // Legacy Whois++ gatherers poll for tagged objects: ours describe
                         // the local collections, a record per object.
-                        return match crate::pipeline::tagged::local_object(node).await {
+                        return match crate::pipeline::tagged::local_object(
+                            node.config(),
+                            node.local(),
+                            &node.identity(),
+                        )
+                        .await
+                        {
                             Ok(obj) => Reply::result(PollResult { objects: vec![obj] }),
                             Err(e) => Reply::status(
                                 ResponseCode::TemporarilyUnable,

@@ -1,6 +1,10 @@
-//! The bottom layer: the validated configuration ([`config`]), key material and signature
-//! policy ([`trust`]), and the plain value types every layer above shares. Nothing here
-//! imports from the rest of the crate.
+//! The validated configuration ([`config`]), key material and signature policy ([`trust`]),
+//! and the plain value types every layer above shares. Imports only [`crate::sys`].
 
+pub mod answer;
 pub mod config;
+pub mod index_kind;
+pub mod routes;
+pub mod status;
 pub mod trust;
+pub mod url;

@@ -80,7 +80,7 @@ impl Node {
         peer: &str,
         obj: IndexObject,
     ) -> Result<(), Rejection> {
-        let Some(kind) = crate::pipeline::index_types::IndexKind::of(&obj.index_type) else {
+        let Some(kind) = crate::model::index_kind::IndexKind::of(&obj.index_type) else {
             return Err(Rejection::UnsupportedType(
                 obj.index_type.as_str().to_owned(),
             ));
@@ -107,7 +107,7 @@ impl Node {
     pub(super) async fn import_object(
         &self,
         peer: &str,
-        kind: crate::pipeline::index_types::IndexKind,
+        kind: crate::model::index_kind::IndexKind,
         obj: IndexObject,
     ) -> Result<(), Rejection> {
         let config = self.config();
@@ -131,7 +131,7 @@ impl Node {
             let last = self.trust.last(peer);
             let skew = config.signing.max_clock_skew;
             // Only a tagged update applies to what is held; SOIF hints are always totals.
-            let previous = (kind == crate::pipeline::index_types::IndexKind::Tagged)
+            let previous = (kind == crate::model::index_kind::IndexKind::Tagged)
                 .then(|| self.index_state.stored(&obj.dsi))
                 .flatten();
             tokio::task::spawn_blocking(move || {

@@ -22,8 +22,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType};
-use cip_proto::soif::{SoifObject, attr, parse_all};
-use hints::answer::ReferralView;
+use cip_proto::soif::SoifObject;
 use hints::hint::CipHint;
 use hints::query::{MatchOp, Query};
 use hints::table::{ImportError, RoutingTable, TableConfig};
@@ -38,12 +37,21 @@ use crate::pipeline::import::{Digests, Importer};
 use crate::pipeline::outbound::{BuildInput, Pipeline};
 use crate::store::answers::AnswerCache;
 use crate::store::binding::Bindings;
-use crate::store::collection::{self, CollectionSource, Fingerprint, LoadReport};
-use crate::store::local::CollectionStore;
+use crate::store::collection::{self, CollectionSource, LoadReport};
+use crate::store::local_index::LoadedCollection;
+pub use crate::store::local_index::LocalIndex;
 use crate::store::spool::{Spool, SpoolEntry};
 use crate::sys::metrics::{Gauges, Metrics};
 use crate::sys::telemetry::LogHandle;
 
+pub use crate::model::answer::{ObjectJson, ObjectsAnswer, QueryAnswer, ReferralJson};
+pub use crate::model::config::soif_limits;
+pub use crate::model::status::{CollectionStatus, Identity, Listeners, PeerState, Status};
+pub use crate::pipeline::index_types::Rejection;
+pub use crate::pipeline::index_types::parse_hint;
+pub use crate::store::local::{QueryError, object_matches};
+
+mod hosts;
 mod inbound;
 mod queries;
 mod reload;
@@ -51,371 +59,19 @@ mod reload;
 /// Local objects a substring query may search on an async worker ([`Node::is_quick`]).
 const QUICK_LOCAL_OBJECTS: u64 = 10_000;
 
-/// Counters and flags published on the node's `watch` channel.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Status {
-    /// All listeners are bound and the spool is restored.
-    pub ready: bool,
-    /// Objects in local collections.
-    pub local_objects: u64,
-    /// Bumped each time the local hint is rebuilt.
-    pub local_generation: u64,
-    /// Bumped each time the out-bound hint changes.
-    pub outbound_generation: u64,
-    /// Datasets in the routing table.
-    pub table_peers: u64,
-    /// Successful polls.
-    pub polls_ok: u64,
-    /// Failed polls.
-    pub polls_failed: u64,
-    /// In-bound index objects accepted (polled, pushed or restored from the spool).
-    pub hints_accepted: u64,
-    /// In-bound index objects refused.
-    pub hints_rejected: u64,
-    /// Index objects restored from the spool at start.
-    pub spool_restored: u64,
-    /// Spool files found corrupt at start.
-    pub spool_corrupt: u64,
-    /// `datachanged` received from peers we poll.
-    pub datachanged_received: u64,
-    /// `datachanged` sent to our pollers.
-    pub datachanged_sent: u64,
-    /// Index objects pushed to push targets.
-    pub pushes_sent: u64,
-    /// CIP requests refused because the peer is not configured.
-    pub unknown_peer_refusals: u64,
-    /// Configuration reloads that took effect.
-    pub reloads: u64,
-    /// Configuration reloads refused (bad new configuration).
-    pub reload_failures: u64,
-    /// Hints dropped by TTL.
-    pub expired: u64,
-    /// The routing table's generation (bumped by every change to it).
-    pub table_generation: u64,
-    /// The table generation the out-bound hint was last built from.
-    pub outbound_table_generation: u64,
-    /// Out-bound builds done.
-    pub outbound_builds: u64,
-    /// Configured peers that deliver hints (role `poll` or `pusher`).
-    pub peers_expected: u64,
-    /// Of those, the ones whose hint the table holds.
-    pub peers_imported: u64,
-    /// In-bound index objects refused because their DSI is not their peer's.
-    pub dsi_refusals: u64,
-    /// In-bound index objects refused for counts that cannot be true.
-    pub implausible_refusals: u64,
-    /// Spool entries set aside at start (peer or DSI no longer matching).
-    pub spool_set_aside: u64,
-    /// In-bound hints refused for their signature (missing, invalid, replayed,
-    /// uncheckable).
-    pub signature_refusals: u64,
-    /// In-bound hints refused because they would put the routing table over a memory
-    /// budget.
-    pub budget_refusals: u64,
-}
-
-/// What the node knows about one configured peer (shown by the admin socket).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PeerState {
-    /// Configured name.
-    pub name: String,
-    /// `host:port` (port absent for receive-only peers).
-    pub address: String,
-    /// Roles.
-    pub roles: Vec<String>,
-    /// The peer's DSI: configured, else learned from its index objects.
-    pub dsi: Option<String>,
-    /// Last poll (or push) attempt.
-    pub last_attempt: Option<SystemTime>,
-    /// Last successful poll (or push).
-    pub last_success: Option<SystemTime>,
-    /// Last error, if the last attempt failed.
-    pub last_error: Option<String>,
-    /// Failures since the last success.
-    pub consecutive_failures: u32,
-    /// When the next poll is due.
-    pub next_attempt: Option<SystemTime>,
-    /// When its current hint arrived.
-    pub hint_received: Option<SystemTime>,
-    /// Total-Object-Count of its current hint.
-    pub hint_objects: Option<u64>,
-    /// Successful polls/pushes.
-    pub successes: u64,
-    /// Failed polls/pushes.
-    pub failures: u64,
-    /// Addresses the host resolved to (used to recognise its connections).
-    #[serde(skip)]
-    pub resolved: Vec<IpAddr>,
-}
-
-/// One local collection's state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CollectionStatus {
-    /// Configured name.
-    pub name: String,
-    /// Source description.
-    pub source: String,
-    /// Objects loaded.
-    pub objects: u64,
-    /// Objects skipped as unparsable.
-    pub skipped: u64,
-    /// Files read.
-    pub files: u64,
-    /// Bytes read.
-    pub bytes: u64,
-    /// When it was last loaded.
-    pub loaded: Option<SystemTime>,
-    /// The last load error (the previous objects are kept).
-    pub error: Option<String>,
-}
-
-struct LoadedCollection {
-    status: CollectionStatus,
-    fingerprint: Option<Fingerprint>,
-    store: Arc<CollectionStore>,
-}
-
-/// The local collections and the hint built from them.
-pub struct LocalIndex {
-    collections: Vec<LoadedCollection>,
-    /// The local hint.
-    pub hint: Arc<CipHint>,
-    /// Rebuild counter.
-    pub generation: u64,
-}
-
-impl LocalIndex {
-    /// The store of collection `name` (an RDM catalog), if loaded.
-    pub fn catalog(&self, name: &str) -> Option<Arc<CollectionStore>> {
-        self.collections
-            .iter()
-            .find(|c| c.status.name == name)
-            .map(|c| c.store.clone())
-    }
-
-    /// Every collection's store, in configuration order.
-    pub fn stores(&self) -> impl Iterator<Item = &CollectionStore> {
-        self.collections.iter().map(|c| &*c.store)
-    }
-
-    /// The count of local objects matching `q` and the first `want` of them (see
-    /// [`crate::store::local::query`]).
-    ///
-    /// # Errors
-    /// [`QueryError::NotIndexed`], [`QueryError::Store`].
-    pub fn query(
-        &self,
-        q: &Query,
-        want: usize,
-        scan_max: usize,
-    ) -> Result<crate::store::local::LocalMatches, QueryError> {
-        crate::store::local::query(self.stores(), q, want, scan_max)
-    }
-
-    /// Heap bytes of the stores' offsets and indexes (an estimate).
-    pub fn memory_estimate(&self) -> usize {
-        self.stores().map(CollectionStore::memory_estimate).sum()
-    }
-
-    /// Per-collection status.
-    pub fn collections(&self) -> Vec<CollectionStatus> {
-        self.collections.iter().map(|c| c.status.clone()).collect()
-    }
-
-    /// Number of local objects.
-    pub fn len(&self) -> u64 {
-        self.collections.iter().map(|c| c.store.len() as u64).sum()
-    }
-
-    /// True when there are no local objects.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// This node's identity as it appears on out-bound index objects.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    /// DSI.
-    pub dsi: Dsi,
-    /// Base URIs (configured, or derived from the first HTTP listener).
-    pub base_uris: Vec<String>,
-    /// DSI-description.
-    pub description: Option<String>,
-}
-
-/// Addresses the daemon's listeners are bound to.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Listeners {
-    /// Plain CIP.
-    pub cip: Vec<SocketAddr>,
-    /// CIP over TLS.
-    pub cip_tls: Vec<SocketAddr>,
-    /// HTTP.
-    pub http: Vec<SocketAddr>,
-    /// HTTPS.
-    pub https: Vec<SocketAddr>,
-    /// The admin socket's path.
-    pub admin: Option<PathBuf>,
-}
-
-/// A query that cannot be answered.
+/// Why a node could not be built ([`crate::daemon::StartError`] carries it on).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum QueryError {
-    /// The query does not parse.
-    #[error("bad query: {0}")]
-    Syntax(#[from] hints::query::QueryError),
-    /// A parameter is out of range.
-    #[error("bad parameter {name}: {message}")]
-    BadParameter {
-        /// The parameter.
-        name: &'static str,
-        /// What is wrong.
-        message: String,
-    },
-    /// A term names an attribute the local index does not cover, and checking it would
-    /// read more objects than `limits.local_scan_max_objects`.
-    #[error(
-        "attribute {attribute:?} is not indexed and checking it would read more than {max} \
-         objects (limits.local_scan_max_objects); indexed attributes: {}",
-        indexed.join(", ")
-    )]
-    NotIndexed {
-        /// The first unindexed attribute of the query.
-        attribute: String,
-        /// The limit.
-        max: usize,
-        /// The indexed attributes (lowercase, without multi-value suffix).
-        indexed: Vec<String>,
-    },
-    /// The local store could not be read.
-    #[error("local store: {0}")]
-    Store(#[from] crate::store::local::StoreError),
-}
-
-/// One referral as the HTTP API returns it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReferralJson {
-    /// The dataset's DSI.
-    pub dsi: String,
-    /// Where to send the query next.
-    pub base_uri: Vec<String>,
-    /// The dataset's description, when known.
-    pub dsi_description: Option<String>,
-    /// Estimated matching objects (0 for possible referrals).
-    pub count: u64,
-    /// Objects in the dataset.
-    pub total: u64,
-    /// True when reported values matched every term.
-    pub definite: bool,
-    /// Matched values with their counts.
-    pub values: Vec<(String, u64)>,
-}
-
-impl From<ReferralView<'_>> for ReferralJson {
-    fn from(r: ReferralView<'_>) -> Self {
-        Self {
-            dsi: r.dsi().to_string(),
-            base_uri: r.base_uris().to_vec(),
-            dsi_description: r.dsi_description().map(str::to_owned),
-            count: r.count(),
-            total: r.total(),
-            definite: r.definite(),
-            values: r
-                .values()
-                .map(|(v, c)| (String::from_utf8_lossy(v).into_owned(), c))
-                .collect(),
-        }
-    }
-}
-
-/// The answer to `/v1/referrals`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueryAnswer {
-    /// The query as given.
-    pub query: String,
-    /// The answering node's DSI (clients detect loops by it, RFC 2651 §4).
-    pub dsi: String,
-    /// Ranked referrals, at most the request's `limit`.
-    pub referrals: Vec<ReferralJson>,
-    /// More referrals rank below these: ask again with a larger `limit` (up to
-    /// `limits.max_referrals`) for them.
-    #[serde(default)]
-    pub more: bool,
-    /// Local objects matching the query (fetch them from `/v1/objects`).
-    pub local: u64,
-}
-
-/// One object as `/v1/objects` returns it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectJson {
-    /// Template type.
-    pub template: String,
-    /// URL.
-    pub url: String,
-    /// Attribute-value pairs in order (values as UTF-8, lossy).
-    pub attributes: Vec<(String, String)>,
-}
-
-/// The answer to `/v1/objects`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectsAnswer {
-    /// The query as given.
-    pub query: String,
-    /// This node's DSI.
-    pub dsi: String,
-    /// Matching objects (at most the limit).
-    pub objects: Vec<ObjectJson>,
-    /// All matching objects.
-    pub total: u64,
-}
-
-/// Why an in-bound index object was refused; [`Rejection::code`] is the CIP answer.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Rejection {
-    /// Not `HARVEST-SOIF-1`.
-    #[error("index object type {0} not accepted; this mesh passes HARVEST-SOIF-1")]
-    UnsupportedType(String),
-    /// The payload is not one CIP-HINT object.
-    #[error("invalid hint: {0}")]
-    Invalid(String),
-    /// The table refused it (own DSI, loop, limits).
-    #[error("{0}")]
-    Refused(#[from] ImportError),
-    /// It could not be stored.
-    #[error("cannot store the hint: {0}")]
-    Storage(String),
-    /// Its DSI is not the sending peer's (see [`crate::store::binding`]).
-    #[error("{0}")]
-    Binding(#[from] crate::store::binding::BindingError),
-    /// Its signature is missing, invalid, replayed or cannot be checked
-    /// ([`crate::model::trust`]).
-    #[error("signature: {0}")]
-    Signature(#[from] crate::model::trust::signature::SignatureError),
-}
-
-impl Rejection {
-    /// The CIP response code for this refusal (digest A8: 501 for a refused type, 400 when
-    /// the refusal is temporary).
-    pub fn code(&self) -> cip_proto::cip::ResponseCode {
-        use cip_proto::cip::ResponseCode as C;
-        match self {
-            Self::UnsupportedType(_) => C::UnknownRequest,
-            Self::Invalid(_) => C::BadMimeFormat,
-            Self::Refused(
-                ImportError::TooManyPeers { .. }
-                | ImportError::TooLarge
-                | ImportError::OverTableBudget { .. },
-            ) => C::TemporarilyUnable,
-            Self::Refused(_) => C::UnknownRequest,
-            Self::Storage(_) => C::TemporarilyUnable,
-            // Refused on authentication grounds: RFC 2652 §4.2 wants the 530 series.
-            Self::Binding(_) => C::SignatureRequired,
-            Self::Signature(e) => e.code(),
-        }
-    }
+pub enum NodeError {
+    /// The spool directory could not be opened.
+    #[error("spool: {0}")]
+    Spool(crate::store::spool::SpoolError),
+    /// A worker thread (the import thread) could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Thread(std::io::Error),
+    /// The signing key (`[signing] key`) could not be loaded.
+    #[error("signing key: {0}")]
+    Key(crate::model::trust::keys::KeyError),
 }
 
 /// Why a reload failed (the old configuration stays).
@@ -468,6 +124,9 @@ pub struct Node {
     pub(crate) token: CancellationToken,
     pub(crate) tracker: TaskTracker,
     pub(crate) peer_token: Mutex<CancellationToken>,
+    /// Bumped by each reload that re-read the configuration; the peer supervisor
+    /// ([`crate::daemon::peer::supervise`]) restarts the peer tasks on it.
+    peers_changed: watch::Sender<u64>,
     log: Option<LogHandle>,
     started: Instant,
     metrics: Metrics,
@@ -523,11 +182,8 @@ impl Node {
         config_path: Option<PathBuf>,
         log: Option<LogHandle>,
         token: CancellationToken,
-    ) -> Result<Self, Box<crate::daemon::StartError>> {
-        let spool = Arc::new(
-            Spool::open(&config.data_dir)
-                .map_err(|e| Box::new(crate::daemon::StartError::Spool(e)))?,
-        );
+    ) -> Result<Self, NodeError> {
+        let spool = Arc::new(Spool::open(&config.data_dir).map_err(NodeError::Spool)?);
         let identity = Identity {
             dsi: config.node.dsi.clone(),
             base_uris: config.node.base_uris.clone(),
@@ -553,7 +209,7 @@ impl Node {
             imported.clone(),
             outbound.clone(),
         )
-        .map_err(|e| Box::new(crate::daemon::StartError::Thread(e)))?;
+        .map_err(NodeError::Thread)?;
         let parsers = config.import.parsers;
         let answer_cache_bytes = config.limits.answer_cache_bytes;
         let scans = config.limits.max_concurrent_scans;
@@ -561,7 +217,7 @@ impl Node {
         let trust = crate::model::trust::Trust::default();
         trust.set_key(
             crate::model::trust::Trust::load_key(config.signing.key.as_deref())
-                .map_err(|e| Box::new(crate::daemon::StartError::Key(e)))?,
+                .map_err(NodeError::Key)?,
         );
         Ok(Self {
             bindings: Arc::new(Bindings::new(&config)),
@@ -587,6 +243,7 @@ impl Node {
             token,
             tracker: TaskTracker::new(),
             peer_token: Mutex::new(peer_token),
+            peers_changed: watch::channel(0).0,
             log,
             started: Instant::now(),
             metrics: Metrics::default(),
@@ -716,6 +373,17 @@ impl Node {
     /// Bound listener addresses.
     pub fn listeners(&self) -> Listeners {
         lock(&self.listeners).clone()
+    }
+
+    /// A receiver that changes with every reload that re-read the configuration (the peer
+    /// supervisor waits on it).
+    pub fn peer_changes(&self) -> watch::Receiver<u64> {
+        self.peers_changed.subscribe()
+    }
+
+    /// Tells the peer supervisor that the peer configuration may have changed.
+    pub(crate) fn peers_changed(&self) {
+        self.peers_changed.send_modify(|g| *g += 1);
     }
 
     /// A receiver of status updates (tests wait on it).
@@ -904,7 +572,8 @@ impl Node {
         let mut sources = Vec::with_capacity(config.collections.len());
         let mut reloaded = Vec::new();
         for c in &config.collections {
-            let source: Arc<dyn CollectionSource> = Arc::from(collection::source_for(c, &ctx));
+            let source: Arc<dyn CollectionSource> =
+                Arc::from(crate::pipeline::sources::source_for(c, &ctx));
             let previous = old
                 .collections
                 .iter()
@@ -1169,7 +838,7 @@ fn parse_spooled(
         chunk
             .into_iter()
             .map(|e| {
-                let r = match crate::pipeline::index_types::IndexKind::from_name(&e.index_type) {
+                let r = match crate::model::index_kind::IndexKind::from_name(&e.index_type) {
                     // The spool keeps totals: a tagged entry converts on its own.
                     Some(kind) => {
                         crate::pipeline::index_types::convert(kind, &e.payload, None, limits)
@@ -1195,55 +864,6 @@ fn parse_spooled(
             .into_iter()
             .flat_map(|h| h.join().unwrap_or_default())
             .collect()
-    })
-}
-
-/// SOIF parser limits from the configuration.
-pub fn soif_limits(config: &Config) -> cip_proto::soif::Limits {
-    cip_proto::soif::Limits {
-        max_value_size: config.limits.max_value_size,
-        max_object_size: config.limits.max_frame_size,
-        ..cip_proto::soif::Limits::default()
-    }
-}
-
-/// Parses an index object's payload: exactly one CIP-HINT SOIF object.
-///
-/// # Errors
-/// [`Rejection::Invalid`] saying what is wrong.
-pub fn parse_hint(payload: &Bytes, limits: cip_proto::soif::Limits) -> Result<CipHint, Rejection> {
-    let objs = parse_all(payload.clone(), limits)
-        .map_err(|e| Rejection::Invalid(format!("payload is not SOIF: {e}")))?;
-    let [obj] = objs.as_slice() else {
-        return Err(Rejection::Invalid(format!(
-            "expected one CIP-HINT object, found {}",
-            objs.len()
-        )));
-    };
-    let (hint, warnings) =
-        CipHint::from_soif(obj).map_err(|e| Rejection::Invalid(e.to_string()))?;
-    for w in warnings {
-        tracing::debug!(warning = ?w, "hint accepted with a warning");
-    }
-    Ok(hint)
-}
-
-/// True when local object `o` matches every term of `q` (RFC 2655 §4 attribute matching;
-/// `=` equality and `~` substring, both ignoring ASCII case, on trimmed values).
-pub fn object_matches(q: &Query, o: &SoifObject) -> bool {
-    q.terms().iter().all(|t| {
-        if let Some(tpl) = &t.template
-            && !tpl.eq_ignore_ascii_case(o.template().as_str())
-        {
-            return false;
-        }
-        o.values(&t.attribute).any(|v| {
-            let v = v.trim_ascii();
-            match t.op {
-                MatchOp::Exact => v.eq_ignore_ascii_case(&t.value),
-                MatchOp::Substring => attr::contains_ignore_ascii_case(v, &t.value),
-            }
-        })
     })
 }
 

@@ -116,7 +116,7 @@ impl Node {
             self.load_thesaurus();
             report.config_reloaded = true;
             self.resolve_peers().await;
-            crate::daemon::peer::restart(self);
+            self.peers_changed();
         }
         report.collections_reloaded = self.rebuild_local(false).await;
         self.update_status(|s| s.reloads += 1);

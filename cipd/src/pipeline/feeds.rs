@@ -8,8 +8,22 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::model::config::{CollectionConfig, Config};
-use crate::node::Node;
+use crate::sys::metrics::Metrics;
+
+/// What the schedule needs of the node; the node implements it.
+pub trait FeedHost: Send + Sync + 'static {
+    /// The configuration in force (the schedule follows reloads).
+    fn config(&self) -> Arc<Config>;
+    /// The node's metrics, for the pull counters.
+    fn metrics(&self) -> &Metrics;
+    /// Cancelled when the node shuts down.
+    fn shutdown_token(&self) -> CancellationToken;
+    /// Reloads the local collections whose copies changed.
+    fn reload_changed(&self) -> impl Future<Output = ()> + Send;
+}
 
 /// A pulled collection: where from, and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,16 +43,17 @@ pub fn retry_delay(failures: u32, interval: Duration) -> Duration {
 /// Runs `pull` for every collection `select` picks, on its schedule, until shutdown.
 /// `pull` returns whether the collection's copy changed, or why it failed (logged with
 /// `what`; the last copy stays).
-pub async fn run<P, Fut>(
-    node: Arc<Node>,
+pub async fn run<H, P, Fut>(
+    node: Arc<H>,
     what: &'static str,
     select: fn(&CollectionConfig) -> Option<Feed>,
     pull: P,
 ) where
-    P: Fn(Arc<Node>, Arc<Config>, CollectionConfig) -> Fut,
+    H: FeedHost,
+    P: Fn(Arc<H>, Arc<Config>, CollectionConfig) -> Fut,
     Fut: Future<Output = Result<bool, String>>,
 {
-    let token = node.token.child_token();
+    let token = node.shutdown_token();
     // name -> (url, next due, failures in a row)
     let mut due: HashMap<String, (String, Instant, u32)> = HashMap::new();
     loop {
@@ -76,7 +91,7 @@ pub async fn run<P, Fut>(
         }
         due.retain(|name, _| live.contains(name));
         if changed {
-            node.rebuild_local(false).await;
+            node.reload_changed().await;
         }
         tokio::select! {
             () = token.cancelled() => return,

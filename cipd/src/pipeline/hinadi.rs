@@ -12,11 +12,12 @@ use cip_proto::soif::SoifObject;
 use serde::{Deserialize, Serialize};
 
 use crate::model::config::{HinaLocation, SourceConfig, Untrusted};
-use crate::node::Node;
+use crate::pipeline::feeds::FeedHost;
 use crate::store::collection::{
     CollectionError, CollectionSource, FileSet, Fingerprint, LoadReport, PROGRESS_EVERY, Progress,
     SourceContext,
 };
+use crate::sys::durable;
 
 /// The directory under `data_dir` that holds fetched copies of URL collections.
 pub const FETCHED_DIR: &str = "fetched";
@@ -230,7 +231,7 @@ impl CollectionSource for HinaDiSource {
 
 /// Fetches every URL collection on its interval ([`crate::pipeline::feeds`]), keeping the copy under
 /// `data_dir` and reloading the collections whose copy changed.
-pub async fn fetch_loop(node: Arc<Node>) {
+pub async fn fetch_loop<H: FeedHost>(node: Arc<H>) {
     crate::pipeline::feeds::run(
         node,
         "hina-di fetch",
@@ -304,38 +305,14 @@ async fn fetch_one(
         last_modified,
     };
     tokio::task::spawn_blocking(move || {
-        write_copy(&copy, &bytes)?;
-        write_copy(&sidecar, &serde_json::to_vec(&state).unwrap_or_default())
+        durable::write(&copy, &bytes)?;
+        durable::write(&sidecar, &serde_json::to_vec(&state).unwrap_or_default())
     })
     .await
     .map_err(|e| format!("write task failed: {e}"))?
     .map_err(|e| format!("cannot keep the fetched file: {e}"))?;
     tracing::info!(collection = name, url, "hina-di fetched");
     Ok(true)
-}
-
-/// `path` with `.tmp` appended: the temporary file an atomic write of `path` goes through
-/// (distinct for every file, whatever its extension).
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
-}
-
-/// Writes `bytes` to `path` through a temporary file and a rename, so readers see the old
-/// copy or the new one, never half of one.
-pub fn write_copy(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
-    }
-    let tmp = tmp_path(path);
-    {
-        use std::io::Write;
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -435,7 +412,7 @@ mod tests {
         let (objs, _, fp) = load_all("remote", &s).unwrap();
         assert!(objs.is_empty());
         assert_eq!(fp, Some(Fingerprint(0)));
-        write_copy(&fetched_paths(dir.path(), "remote").0, FILE.as_bytes()).unwrap();
+        durable::write(&fetched_paths(dir.path(), "remote").0, FILE.as_bytes()).unwrap();
         assert_ne!(s.fingerprint().unwrap(), Fingerprint(0));
         assert_eq!(load_all("remote", &s).unwrap().0.len(), 2);
     }

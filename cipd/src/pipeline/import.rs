@@ -28,28 +28,8 @@ use hints::hint::CipHint;
 use hints::table::{ImportError, PeerMeta, RoutingTable};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::model::config::ImportConfig;
 use crate::pipeline::outbound::Pipeline;
-
-/// Settings of the import queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ImportConfig {
-    /// Parsed hints waiting for the import thread (default 64).
-    pub queue: usize,
-    /// Most weightlist entries imported in one batch (default 4,000,000).
-    pub max_batch_entries: usize,
-    /// In-bound hints parsed at once on the blocking pool (default: the CPU count).
-    pub parsers: usize,
-}
-
-impl Default for ImportConfig {
-    fn default() -> Self {
-        Self {
-            queue: 64,
-            max_batch_entries: 4_000_000,
-            parsers: std::thread::available_parallelism().map_or(2, usize::from),
-        }
-    }
-}
 
 /// What an import did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,79 +6,9 @@
 //! this node answers a poll of that type with.
 
 use bytes::Bytes;
-use cip_proto::cip::IndexType;
-use hints::hint::CipHint;
 
-use crate::node::Rejection;
-
-/// The index types this node speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IndexKind {
-    /// `application/index.obj.HARVEST-SOIF-1`: a CIP-HINT SOIF object (RFC 2655).
-    Soif,
-    /// `application/index.obj.tagged`: a tagged index object (RFC 2654).
-    Tagged,
-}
-
-impl IndexKind {
-    /// Every kind, in the order a peer of unknown type is tried.
-    pub const ALL: [Self; 2] = [Self::Soif, Self::Tagged];
-
-    /// The media type's facet.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Soif => "HARVEST-SOIF-1",
-            Self::Tagged => "tagged",
-        }
-    }
-
-    /// The kind a configuration or facet names, ignoring case. `x-tagged-index-1` (the
-    /// version tag) and `cip-index-object` (RFC 2654 §4.2's stale name, digest A16) are
-    /// read as `tagged`.
-    pub fn from_name(name: &str) -> Option<Self> {
-        let n = name.trim();
-        let n = n.strip_prefix("application/index.obj.").unwrap_or(n);
-        if n.eq_ignore_ascii_case("HARVEST-SOIF-1") {
-            Some(Self::Soif)
-        } else if ["tagged", "x-tagged-index-1", "cip-index-object"]
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case(n))
-        {
-            Some(Self::Tagged)
-        } else {
-            None
-        }
-    }
-
-    /// The kind of an object's type.
-    pub fn of(t: &IndexType) -> Option<Self> {
-        Self::from_name(t.as_str())
-    }
-
-    /// The type to put on objects and polls.
-    pub fn index_type(self) -> IndexType {
-        match self {
-            Self::Soif => IndexType::harvest_soif(),
-            Self::Tagged => IndexType::tagged(),
-        }
-    }
-}
-
-impl std::fmt::Display for IndexKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// An in-bound payload as table entries, and what to keep of it.
-#[derive(Debug, Clone)]
-pub struct Converted {
-    /// The entries, as a hint.
-    pub hint: CipHint,
-    /// What the spool keeps: the payload itself, or for a tagged incremental update the
-    /// total it produced.
-    pub stored: Bytes,
-}
+pub use crate::model::index_kind::IndexKind;
+pub use crate::pipeline::inbound::{Converted, Rejection, parse_hint};
 
 /// Converts an in-bound payload of `kind` (see [`Converted`]); `previous` is the payload
 /// stored for the dataset, which a tagged incremental update applies to.
@@ -93,7 +23,7 @@ pub fn convert(
 ) -> Result<Converted, Rejection> {
     match kind {
         IndexKind::Soif => Ok(Converted {
-            hint: crate::node::parse_hint(payload, soif)?,
+            hint: parse_hint(payload, soif)?,
             stored: payload.clone(),
         }),
         IndexKind::Tagged => crate::pipeline::tagged::convert(payload, previous),

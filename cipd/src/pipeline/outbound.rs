@@ -40,34 +40,26 @@ use hints::table::RoutingTable;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::node::Node;
+use crate::model::config::{Config, PeerRole};
+
+/// What the builder task reads and reports through; the node implements it. The task
+/// knows nothing else of the node.
+pub trait OutboundHost: Send + Sync + 'static {
+    /// The configuration in force (followed across reloads).
+    fn config(&self) -> Arc<Config>;
+    /// The pipeline the task drives.
+    fn pipeline(&self) -> &Arc<Pipeline>;
+    /// The routing table a build aggregates.
+    fn table(&self) -> Arc<RoutingTable>;
+    /// What a build reads besides the table.
+    fn build_input(&self) -> BuildInput;
+    /// A build finished: `changed` is the new out-bound generation when the hint changed;
+    /// `table_generation` the table it covered; `builds` the count of builds so far.
+    fn built(&self, changed: Option<u64>, table_generation: u64, builds: u64);
+}
 
 /// Most per-poller payloads cached for one out-bound hint.
 const MAX_CACHED_PAYLOADS: usize = 1024;
-
-/// Settings of the pipeline (`[outbound]` in the configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutboundConfig {
-    /// Quiet time before a build, so that a burst of changes makes one build (default
-    /// 50 ms; the builder also waits at least as long as its last build took).
-    pub settle: Duration,
-    /// Longest a poll waits for a hint that covers the changes made before it arrived;
-    /// past it the poll is answered with the newest hint there is (default 30 s).
-    pub max_wait: Duration,
-    /// The out-bound hint lagging the table for longer than this is logged as a warning and
-    /// rebuilt (default 5 s).
-    pub stale_after: Duration,
-}
-
-impl Default for OutboundConfig {
-    fn default() -> Self {
-        Self {
-            settle: Duration::from_millis(50),
-            max_wait: Duration::from_secs(30),
-            stale_after: Duration::from_secs(5),
-        }
-    }
-}
 
 /// What a build reads: the local hint and the node's identity, besides the table.
 #[derive(Debug, Clone)]
@@ -433,24 +425,25 @@ impl Pipeline {
 
 /// True when some peer consumes the hint as soon as it changes (`poller` or `push`);
 /// otherwise it is built only when asked for.
-pub fn eager(node: &Node) -> bool {
-    use crate::model::config::PeerRole;
-    node.config()
+pub fn eager(config: &Config) -> bool {
+    config
         .peers
         .iter()
         .any(|p| p.has_role(PeerRole::Poller) || p.has_role(PeerRole::Push))
 }
 
 /// The builder task (see the module doc). Runs until `token` is cancelled.
-pub(crate) async fn run(node: Arc<Node>, token: CancellationToken) {
-    let pipeline = node.outbound();
+pub async fn run<H: OutboundHost>(node: Arc<H>, token: CancellationToken) {
+    let pipeline = node.pipeline();
     let mut requested = pipeline.requested.subscribe();
     loop {
         // Wait for work: a request not yet covered, and someone who wants it.
         loop {
             let want = *requested.borrow_and_update();
             let covered = *pipeline.covered.borrow();
-            if want > covered && (eager(&node) || pipeline.demanded.swap(false, Ordering::AcqRel)) {
+            if want > covered
+                && (eager(&node.config()) || pipeline.demanded.swap(false, Ordering::AcqRel))
+            {
                 break;
             }
             tokio::select! {
@@ -479,8 +472,8 @@ pub(crate) async fn run(node: Arc<Node>, token: CancellationToken) {
         }
         // The sequence first, the state second: the build covers everything up to `seq`.
         let seq = *requested.borrow_and_update();
-        let input = node.outbound_input();
-        let table = node.table_handle();
+        let input = node.build_input();
+        let table = node.table();
         let hook = pipeline.hook();
         let job = tokio::task::spawn_blocking(move || {
             let built = build(&input, &table, None);
@@ -497,8 +490,8 @@ pub(crate) async fn run(node: Arc<Node>, token: CancellationToken) {
             Ok(built) => {
                 let took = built.took;
                 let table_generation = built.table_generation;
-                if let Some(generation) = pipeline.install(seq, built) {
-                    node.update_status(|s| s.outbound_generation = generation);
+                let changed = pipeline.install(seq, built);
+                if let Some(generation) = changed {
                     tracing::debug!(
                         generation,
                         table_generation,
@@ -506,10 +499,7 @@ pub(crate) async fn run(node: Arc<Node>, token: CancellationToken) {
                         "out-bound hint changed"
                     );
                 }
-                node.update_status(|s| {
-                    s.outbound_table_generation = table_generation;
-                    s.outbound_builds = pipeline.stats().builds;
-                });
+                node.built(changed, table_generation, pipeline.stats().builds);
             }
             Err(e) => {
                 tracing::error!(error = %e, "out-bound build failed; retrying");
@@ -525,8 +515,8 @@ pub(crate) async fn run(node: Arc<Node>, token: CancellationToken) {
 
 /// Checks once a second that the stored hint keeps up; a lag past `stale_after` (while
 /// some peer consumes the hint eagerly) is logged and answered with a rebuild.
-pub(crate) async fn watchdog(node: Arc<Node>, token: CancellationToken) {
-    let pipeline = node.outbound();
+pub async fn watchdog<H: OutboundHost>(node: Arc<H>, token: CancellationToken) {
+    let pipeline = node.pipeline();
     let mut warned = false;
     loop {
         tokio::select! {
@@ -534,7 +524,7 @@ pub(crate) async fn watchdog(node: Arc<Node>, token: CancellationToken) {
             () = token.cancelled() => return,
         }
         // A hint built only on demand is expected to lag: nothing to measure.
-        if !eager(&node) {
+        if !eager(&node.config()) {
             *lock(&pipeline.lagging_since) = None;
             warned = false;
             continue;

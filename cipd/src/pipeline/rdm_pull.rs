@@ -17,8 +17,9 @@ use cip_proto::rdm::{self, Body, Csid, GathererScope, Header, Message, Query, Rd
 use cip_proto::soif::{Limits, SoifObject};
 use serde::{Deserialize, Serialize};
 
+use crate::model::config::Config;
 use crate::model::config::SourceConfig;
-use crate::node::Node;
+use crate::pipeline::feeds::FeedHost;
 use crate::pipeline::fetch::{self, FetchLimits, Posted};
 use crate::store::collection::{
     CollectionError, CollectionSource, FileSet, Fingerprint, LoadReport, Progress, SoifSource,
@@ -175,20 +176,14 @@ pub fn apply(
         }
     }
     if applied.any() || (replace && (before > 0 || !path.exists())) {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = crate::pipeline::hinadi::tmp_path(path);
-        {
+        crate::sys::durable::write_with(path, |w| {
             use std::io::Write;
-            let mut w = io::BufWriter::new(std::fs::File::create(&tmp)?);
             for o in objects.iter().flatten() {
                 w.write_all(&o.to_bytes())?;
                 w.write_all(b"\n")?;
             }
-            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        }
-        std::fs::rename(tmp, path)?;
+            Ok(())
+        })?;
     }
     Ok(applied)
 }
@@ -304,12 +299,11 @@ fn objects(m: Message) -> Vec<SoifObject> {
 /// # Errors
 /// What failed, as text for the log and status.
 pub async fn pull_once(
-    node: &Node,
+    config: &Config,
     name: &str,
     url: &str,
     catalog: Option<&str>,
 ) -> Result<bool, String> {
-    let config = node.config();
     let (copy, state_path) = copy_paths(&config.data_dir, name);
     let state: PullState = std::fs::read(&state_path)
         .ok()
@@ -338,7 +332,7 @@ pub async fn pull_once(
     }
     let rds = objects(answer);
     let received = rds.len();
-    let soif = crate::node::soif_limits(&config);
+    let soif = crate::model::config::soif_limits(config);
     let replace = since.is_none();
     let (copy2, dels) = (copy.clone(), deletions.clone());
     let applied = tokio::task::spawn_blocking(move || apply(&copy2, rds, &dels, replace, soif))
@@ -358,7 +352,7 @@ pub async fn pull_once(
         last_pull: Some(server_now - 1),
     };
     let body = serde_json::to_vec(&next).map_err(|e| e.to_string())?;
-    tokio::task::spawn_blocking(move || crate::pipeline::hinadi::write_copy(&state_path, &body))
+    tokio::task::spawn_blocking(move || crate::sys::durable::write(&state_path, &body))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
@@ -378,7 +372,7 @@ pub async fn pull_once(
 
 /// Pulls every RDM collection with a URL on its interval ([`crate::pipeline::feeds`]: backoff after
 /// failures, reload when a copy changed).
-pub async fn pull_loop(node: Arc<Node>) {
+pub async fn pull_loop<H: FeedHost>(node: Arc<H>) {
     crate::pipeline::feeds::run(
         node,
         "rdm pull",
@@ -393,7 +387,7 @@ pub async fn pull_loop(node: Arc<Node>) {
             }),
             _ => None,
         },
-        |node, _config, c| async move {
+        |node, config, c| async move {
             let SourceConfig::Rdm {
                 url: Some(url),
                 catalog,
@@ -402,7 +396,7 @@ pub async fn pull_loop(node: Arc<Node>) {
             else {
                 return Ok(false);
             };
-            let result = pull_once(&node, &c.name, url, catalog.as_deref()).await;
+            let result = pull_once(&config, &c.name, url, catalog.as_deref()).await;
             let counter = match &result {
                 Ok(_) => &node.metrics().rdm_pulls,
                 Err(_) => &node.metrics().rdm_pull_errors,

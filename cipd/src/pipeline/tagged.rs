@@ -16,8 +16,11 @@ use cip_proto::cip::IndexObject;
 use cip_proto::tagged::{self, Record, TaggedIndex};
 use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
 
-use crate::node::{Node, Rejection};
-use crate::pipeline::index_types::{Converted, IndexKind};
+use crate::model::config::Config;
+use crate::model::index_kind::IndexKind;
+use crate::model::status::Identity;
+use crate::pipeline::inbound::{Converted, Rejection};
+use crate::store::local_index::LocalIndex;
 
 /// The template of records whose tagged index names none.
 pub const NO_TEMPLATE: &str = "RECORD";
@@ -109,17 +112,18 @@ pub fn stable_tag(template: &str, url: &[u8]) -> u64 {
 ///
 /// # Errors
 /// When a collection cannot be read or the records cannot be written as tagged lines.
-pub async fn local_object(node: &Arc<Node>) -> Result<IndexObject, String> {
-    let n = node.clone();
+pub async fn local_object(
+    config: Arc<Config>,
+    local: Arc<LocalIndex>,
+    identity: &Identity,
+) -> Result<IndexObject, String> {
     let payload = tokio::task::spawn_blocking(move || -> Result<Bytes, String> {
-        let config = n.config();
         let exported: Vec<(String, String)> = config
             .export
             .attributes
             .iter()
             .map(|a| (a.template.clone(), a.attribute.clone()))
             .collect();
-        let local = n.local();
         let mut records = Vec::new();
         for store in local.stores() {
             store
@@ -152,7 +156,6 @@ pub async fn local_object(node: &Arc<Node>) -> Result<IndexObject, String> {
     })
     .await
     .map_err(|e| e.to_string())??;
-    let identity = node.identity();
     Ok(IndexObject {
         index_type: IndexKind::Tagged.index_type(),
         dsi: identity.dsi.clone(),

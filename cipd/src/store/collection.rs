@@ -1,9 +1,10 @@
 //! Local collections: where this node's own objects come from.
 //!
 //! A [`CollectionSource`] yields SOIF objects and a cheap change [`Fingerprint`]. SOIF files and
-//! directories ([`SoifSource`]), Hina-Di files and URLs ([`crate::pipeline::hinadi::HinaDiSource`]) and
-//! the bundled sample ([`SampleSource`]) implement it; RDM pulls implement the same trait. Loading is blocking work (the
-//! daemon runs it on the blocking pool); a broken object is reported and skipped, never fatal.
+//! directories ([`SoifSource`]) and the bundled sample ([`SampleSource`]) implement it here;
+//! the pulled sources above (Hina-Di files and URLs, RDM catalogs) implement the same trait,
+//! and `pipeline::sources` picks one per collection. Loading is blocking work (the daemon
+//! runs it on the blocking pool); a broken object is reported and skipped, never fatal.
 
 use std::hash::{Hash, Hasher};
 use std::io;
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use cip_proto::soif::{Limits, SoifErrorKind, SoifObject};
 
-use crate::model::config::{CollectionConfig, HinaDiConfig, SourceConfig};
+use crate::model::config::HinaDiConfig;
 use crate::store::soif_io;
 
 /// Most per-object problems kept in a [`LoadReport`]; the rest are only counted.
@@ -128,42 +129,6 @@ pub struct SourceContext {
     pub data_dir: PathBuf,
     /// Hina-Di reading and trust.
     pub hinadi: HinaDiConfig,
-}
-
-/// Builds the source a collection's configuration describes.
-pub fn source_for(config: &CollectionConfig, ctx: &SourceContext) -> Box<dyn CollectionSource> {
-    match &config.source {
-        SourceConfig::Soif {
-            path,
-            recursive,
-            extensions,
-        } => Box::new(SoifSource {
-            files: FileSet {
-                path: path.clone(),
-                recursive: *recursive,
-                extensions: extensions.clone(),
-            },
-            limits: ctx.soif,
-        }),
-        SourceConfig::HinaDi {
-            location,
-            charset,
-            untrusted,
-        } => Box::new(crate::pipeline::hinadi::HinaDiSource::new(
-            &config.name,
-            location,
-            charset,
-            *untrusted,
-            ctx,
-        )),
-        SourceConfig::Rdm { url, .. } => Box::new(crate::pipeline::rdm_pull::RdmSource::new(
-            &config.name,
-            url.as_deref(),
-            &ctx.data_dir,
-            ctx.soif,
-        )),
-        SourceConfig::Sample => Box::new(SampleSource),
-    }
 }
 
 /// A file, or the files of a directory, read in a stable order.

@@ -15,8 +15,27 @@ use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::node::Node;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::config::Config;
+use crate::model::status::Status;
 use crate::store::local::CollectionStore;
+use crate::store::local_index::LocalIndex;
+
+/// What the journal task needs of the node; the node implements it.
+pub trait JournalHost: Send + Sync + 'static {
+    /// The configuration in force.
+    fn config(&self) -> Arc<Config>;
+    /// The local collections as last loaded.
+    fn local(&self) -> Arc<LocalIndex>;
+    /// The journals to keep.
+    fn journals(&self) -> &Journals;
+    /// The node's status channel (its `local_generation` moves with every rebuild).
+    fn status(&self) -> watch::Receiver<Status>;
+    /// Cancelled when the node shuts down.
+    fn shutdown_token(&self) -> CancellationToken;
+}
 
 /// One URL's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,12 +121,7 @@ impl Journal {
     }
 
     fn write(&self, path: &Path) -> io::Result<()> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = crate::pipeline::hinadi::tmp_path(path);
-        {
-            let mut w = io::BufWriter::new(std::fs::File::create(&tmp)?);
+        crate::sys::durable::write_with(path, |w| {
             for (url, e) in &self.entries {
                 writeln!(
                     w,
@@ -118,9 +132,8 @@ impl Journal {
                     e.template
                 )?;
             }
-            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        }
-        std::fs::rename(tmp, path)
+            Ok(())
+        })
     }
 }
 
@@ -238,16 +251,16 @@ pub fn now() -> i64 {
 
 /// Syncs every catalog's journal after each local rebuild, so deletions are dated when they
 /// happen even if nobody asks for a while.
-pub async fn journal_loop(node: Arc<Node>) {
-    let token = node.token.child_token();
-    let mut status = node.subscribe();
+pub async fn journal_loop<H: JournalHost>(node: Arc<H>) {
+    let token = node.shutdown_token();
+    let mut status = node.status();
     let mut last = u64::MAX;
     loop {
         let generation = status.borrow_and_update().local_generation;
         if generation != last {
             last = generation;
             let n = node.clone();
-            let synced = tokio::task::spawn_blocking(move || sync_all(&n)).await;
+            let synced = tokio::task::spawn_blocking(move || sync_all(&*n)).await;
             if let Err(e) = synced {
                 tracing::error!(error = %e, "rdm journal task failed");
             }
@@ -259,7 +272,7 @@ pub async fn journal_loop(node: Arc<Node>) {
     }
 }
 
-fn sync_all(node: &Node) {
+fn sync_all<H: JournalHost>(node: &H) {
     let config = node.config();
     if config.rdm.path.is_none() {
         return;
@@ -268,7 +281,7 @@ fn sync_all(node: &Node) {
     for c in &config.collections {
         if let Some(store) = local.catalog(&c.name)
             && let Err(e) = node
-                .rdm_journals()
+                .journals()
                 .sync(&config.data_dir, &c.name, &store, now())
         {
             tracing::warn!(catalog = %c.name, error = %e, "rdm journal not updated");

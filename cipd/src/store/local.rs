@@ -21,29 +21,25 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Read, Write};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use cip_proto::soif::attr::base_name;
+use cip_proto::soif::attr::{self, base_name};
 use cip_proto::soif::{Limits, SoifObject, parse_all, write_object};
 use hints::builder::{HintBuilder, Thresholds};
 use hints::hint::AttrSpec;
 use hints::query::{MatchOp, Query, Term};
 use serde::{Deserialize, Serialize};
 
-use crate::node::{QueryError, object_matches};
 use crate::store::collection::{self, CollectionSource, Fingerprint, LoadReport};
 use crate::store::soif_io::SoifFileReader;
 
 /// Directory under `data_dir` holding the cache files.
 pub const CACHE_DIR: &str = "local";
-
-/// Default for `limits.local_scan_max_objects`.
-pub const DEFAULT_SCAN_MAX_OBJECTS: usize = 100_000;
 
 /// Version tag of the `.meta` sidecar.
 const META_FORMAT: u32 = 1;
@@ -847,13 +843,10 @@ pub fn load(
             }
         }
     }
-    let mut tmp = path.clone().into_os_string();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
     // The old sidecar goes first: a crash before the new one is written must not leave a
     // sidecar that vouches for a different cache file.
     let _ = fs::remove_file(&meta_path);
-    let result = write_cache(name, source, &tmp, &path, indexed, hint);
+    let result = write_cache(name, source, &path, indexed, hint);
     match result {
         Ok((store, report, crc)) => {
             if let Some(fp) = fingerprint {
@@ -885,65 +878,60 @@ pub fn load(
         Err(e) => {
             // Some of the objects may have been counted.
             *hint_tainted = true;
-            let _ = fs::remove_file(&tmp);
             Err(e)
         }
     }
 }
 
-/// Reads the source, writing the cache file and indexing; renames it into place.
+/// Reads the source, writing the cache file and indexing; the file replaces the old one
+/// only when it is whole ([`crate::sys::durable`]).
 fn write_cache(
     name: &str,
     source: &dyn CollectionSource,
-    tmp: &Path,
     path: &Path,
     indexed: &[String],
     hint: &mut HintBuilder,
 ) -> Result<(CollectionStore, LoadReport, u32), StoreError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(tmp)
-        .map_err(io_error("create", tmp))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut indexer = Indexer::new(indexed);
     let mut crc = crc32fast::Hasher::new();
-    let mut buf = Vec::new();
     let mut failed: Option<StoreError> = None;
-    let report = collection::load_with(name, source, &mut |obj| {
-        if failed.is_some() {
-            return;
+    let mut loaded: Option<LoadReport> = None;
+    let written = crate::sys::durable::write_and_open(path, |out| {
+        let mut buf = Vec::new();
+        let report = collection::load_with(name, source, &mut |obj| {
+            if failed.is_some() {
+                return;
+            }
+            buf.clear();
+            write_object(&obj, &mut buf);
+            if let Err(e) = out.write_all(&buf) {
+                failed = Some(io_error("write", path)(e));
+                return;
+            }
+            crc.update(&buf);
+            if let Err(e) = indexer.add(&obj, buf.len() as u64) {
+                failed = Some(e);
+                return;
+            }
+            hint.add_object(&obj);
+        });
+        match report {
+            Ok((report, _)) if failed.is_none() => {
+                loaded = Some(report);
+                Ok(())
+            }
+            Ok(_) => Err(io::Error::other("the cache file was not written whole")),
+            Err(e) => {
+                failed = Some(e.into());
+                Err(io::Error::other("the source could not be read"))
+            }
         }
-        buf.clear();
-        write_object(&obj, &mut buf);
-        if let Err(e) = out.write_all(&buf) {
-            failed = Some(io_error("write", tmp)(e));
-            return;
-        }
-        crc.update(&buf);
-        if let Err(e) = indexer.add(&obj, buf.len() as u64) {
-            failed = Some(e);
-            return;
-        }
-        hint.add_object(&obj);
     });
-    let (report, _) = report?;
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let file = out
-        .into_inner()
-        .map_err(|e| io_error("write", tmp)(e.into_error()))?;
-    file.sync_all().map_err(io_error("sync", tmp))?;
-    fs::rename(tmp, path).map_err(io_error("rename", tmp))?;
-    if let Some(dir) = path.parent()
-        && let Ok(d) = File::open(dir)
-    {
-        // Make the rename durable; failure only risks re-reading the source after a crash.
-        let _ = d.sync_all();
-    }
+    let file = match written {
+        Ok(file) => file,
+        Err(e) => return Err(failed.unwrap_or_else(|| io_error("write", path)(e))),
+    };
+    let report = loaded.unwrap_or_default();
     Ok((
         indexer.finish(file, path.to_owned()),
         report,
@@ -1029,16 +1017,10 @@ fn read_meta(path: &Path) -> Option<CacheMeta> {
 }
 
 fn write_meta(path: &Path, meta: &CacheMeta) -> Result<(), StoreError> {
-    let mut tmp = path.to_owned().into_os_string();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
     let mut text =
         serde_json::to_vec_pretty(meta).map_err(|e| io_error("encode", path)(e.into()))?;
     text.push(b'\n');
-    let mut f = File::create(&tmp).map_err(io_error("create", &tmp))?;
-    f.write_all(&text).map_err(io_error("write", &tmp))?;
-    f.sync_all().map_err(io_error("sync", &tmp))?;
-    fs::rename(&tmp, path).map_err(io_error("rename", &tmp))
+    crate::sys::durable::write(path, &text).map_err(io_error("write", path))
 }
 
 /// Removes cache files in `dir` that belong to none of `names` (collections dropped from
@@ -1201,6 +1183,60 @@ fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result
         }
     }
     Ok(())
+}
+
+/// A query that cannot be answered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueryError {
+    /// The query does not parse.
+    #[error("bad query: {0}")]
+    Syntax(#[from] hints::query::QueryError),
+    /// A parameter is out of range.
+    #[error("bad parameter {name}: {message}")]
+    BadParameter {
+        /// The parameter.
+        name: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A term names an attribute the local index does not cover, and checking it would
+    /// read more objects than `limits.local_scan_max_objects`.
+    #[error(
+        "attribute {attribute:?} is not indexed and checking it would read more than {max} \
+         objects (limits.local_scan_max_objects); indexed attributes: {}",
+        indexed.join(", ")
+    )]
+    NotIndexed {
+        /// The first unindexed attribute of the query.
+        attribute: String,
+        /// The limit.
+        max: usize,
+        /// The indexed attributes (lowercase, without multi-value suffix).
+        indexed: Vec<String>,
+    },
+    /// The local store could not be read.
+    #[error("local store: {0}")]
+    Store(#[from] crate::store::local::StoreError),
+}
+
+/// True when local object `o` matches every term of `q` (RFC 2655 §4 attribute matching;
+/// `=` equality and `~` substring, both ignoring ASCII case, on trimmed values).
+pub fn object_matches(q: &Query, o: &SoifObject) -> bool {
+    q.terms().iter().all(|t| {
+        if let Some(tpl) = &t.template
+            && !tpl.eq_ignore_ascii_case(o.template().as_str())
+        {
+            return false;
+        }
+        o.values(&t.attribute).any(|v| {
+            let v = v.trim_ascii();
+            match t.op {
+                MatchOp::Exact => v.eq_ignore_ascii_case(&t.value),
+                MatchOp::Substring => attr::contains_ignore_ascii_case(v, &t.value),
+            }
+        })
+    })
 }
 
 #[cfg(test)]

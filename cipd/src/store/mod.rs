@@ -7,6 +7,7 @@ pub mod binding;
 pub mod collection;
 pub mod journal;
 pub mod local;
+pub mod local_index;
 pub mod sample;
 pub mod soif_io;
 pub mod spool;

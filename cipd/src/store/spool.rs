@@ -24,17 +24,19 @@
 //! <payload>
 //! ```
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use cip_proto::Dsi;
 
+use crate::sys::durable;
+
 const MAGIC: &str = "cipd-spool 1\n";
 const SUFFIX: &str = ".spool";
+/// Marks the temporary files of earlier versions (now [`durable`]'s), removed at open.
 const TMP_MARK: &str = ".tmp.";
 /// Suffix of entries set aside at start (their peer or DSI no longer match).
 const SET_ASIDE: &str = ".set-aside";
@@ -103,7 +105,6 @@ pub struct LoadOutcome {
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
-    counter: AtomicU64,
 }
 
 impl Spool {
@@ -121,7 +122,8 @@ impl Spool {
         for entry in fs::read_dir(dir).map_err(io_err)? {
             let entry = entry.map_err(io_err)?;
             let name = entry.file_name();
-            if name.to_string_lossy().contains(TMP_MARK) {
+            let name = name.to_string_lossy();
+            if durable::is_temp(&name) || name.contains(TMP_MARK) {
                 tracing::info!(file = %entry.path().display(), "removing unfinished spool write");
                 // Best effort: a leftover we cannot remove is harmless (never read).
                 let _ = fs::remove_file(entry.path());
@@ -129,7 +131,6 @@ impl Spool {
         }
         Ok(Self {
             dir: dir.to_owned(),
-            counter: AtomicU64::new(0),
         })
     }
 
@@ -151,31 +152,10 @@ impl Spool {
     pub fn store(&self, entry: &SpoolEntry) -> Result<PathBuf, SpoolError> {
         let bytes = encode(entry)?;
         let target = self.path_for(&entry.peer, &entry.dsi);
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!(
-            "{}{TMP_MARK}{}.{n}",
-            target
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            std::process::id()
-        ));
-        let io_err = |path: &Path| {
-            let path = path.to_owned();
-            move |source| SpoolError::Io { path, source }
-        };
-        let result = (|| {
-            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            drop(f);
-            fs::rename(&tmp, &target)
-        })();
-        if let Err(e) = result {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err(&tmp)(e));
-        }
-        sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        durable::write(&target, &bytes).map_err(|source| SpoolError::Io {
+            path: target.clone(),
+            source,
+        })?;
         Ok(target)
     }
 
@@ -186,7 +166,9 @@ impl Spool {
     pub fn remove(&self, peer: &str, dsi: &Dsi) -> Result<(), SpoolError> {
         let path = self.path_for(peer, dsi);
         match fs::remove_file(&path) {
-            Ok(()) => sync_dir(&self.dir).map_err(|source| SpoolError::Io { path, source }),
+            Ok(()) => {
+                durable::sync_dir(&self.dir).map_err(|source| SpoolError::Io { path, source })
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(source) => Err(SpoolError::Io { path, source }),
         }
@@ -204,7 +186,7 @@ impl Spool {
         let aside = PathBuf::from(aside);
         match fs::rename(&path, &aside) {
             Ok(()) => {
-                sync_dir(&self.dir).map_err(|source| SpoolError::Io {
+                durable::sync_dir(&self.dir).map_err(|source| SpoolError::Io {
                     path: self.dir.clone(),
                     source,
                 })?;
@@ -306,23 +288,6 @@ fn file_name(peer: &str, dsi: &Dsi) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    // Makes the rename durable. Directories cannot be opened for sync on every platform; on
-    // those the rename is as durable as the file system makes it.
-    match File::open(dir) {
-        Ok(d) => match d.sync_all() {
-            Err(e)
-                if e.kind() != io::ErrorKind::InvalidInput
-                    && e.kind() != io::ErrorKind::PermissionDenied =>
-            {
-                Err(e)
-            }
-            _ => Ok(()),
-        },
-        Err(_) => Ok(()),
-    }
 }
 
 fn encode(e: &SpoolEntry) -> Result<Vec<u8>, SpoolError> {
@@ -538,6 +503,7 @@ mod tests {
     fn leftover_temp_files_are_removed_and_ttl_applies() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join(format!("x.spool{TMP_MARK}1.0")), b"partial").unwrap();
+        fs::write(dir.path().join(".x.spool.a1b2c3.tmp"), b"partial").unwrap();
         let spool = Spool::open(dir.path()).unwrap();
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
         spool.store(&entry("p", "1.5", b"x")).unwrap();

@@ -1,6 +1,9 @@
-//! Process facilities every layer above may be handed: metrics, logging, systemd
-//! notification and start-up progress. Imports only [`crate::model`].
+//! The bottom layer: process facilities that know nothing of CIP or of the rest of the
+//! crate: the metrics registry ([`metrics`]), logging ([`telemetry`]), systemd
+//! notification ([`notify`]), start-up progress ([`startup`]) and durable file writes
+//! ([`durable`]). Imports nothing from the crate but its own modules.
 
+pub mod durable;
 pub mod metrics;
 pub mod notify;
 pub mod startup;

@@ -3,12 +3,11 @@
 //! `STATUS=` line, and the watchdog when the unit sets `WatchdogSec=`. Everything is a no-op
 //! when the process was not started by systemd (no `NOTIFY_SOCKET`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use sd_notify::NotifyState;
-
-use crate::node::Node;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 fn send(states: &[NotifyState<'_>]) {
     if std::env::var_os("NOTIFY_SOCKET").is_none() {
@@ -44,15 +43,15 @@ pub fn stopping() {
 
 /// When the unit sets `WatchdogSec=`, pings systemd at half that interval for as long as the
 /// node's runtime answers (a stuck runtime stops the pings, and systemd restarts the node).
-pub fn spawn_watchdog(node: &Arc<Node>) {
+/// The pinging task runs on `tracker` until `token` is cancelled.
+pub fn spawn_watchdog(token: CancellationToken, tracker: &TaskTracker) {
     let mut usec = 0u64;
     if std::env::var_os("NOTIFY_SOCKET").is_none() || !sd_notify::watchdog_enabled(false, &mut usec)
     {
         return;
     }
     let every = Duration::from_micros(usec / 2).max(Duration::from_millis(100));
-    let token = node.token.child_token();
-    node.tracker.spawn(async move {
+    tracker.spawn(async move {
         loop {
             tokio::select! {
                 () = token.cancelled() => return,

@@ -5,11 +5,10 @@
 //! `RUST_LOG` when set, otherwise from the configured level. [`LogHandle::set_level`] swaps the
 //! filter at run time (the admin `log-level` command uses it).
 
+use serde::Deserialize;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
-
-use crate::model::config::LogFormat;
 
 /// Changes the active log filter of the installed subscriber.
 #[derive(Clone)]
@@ -103,6 +102,17 @@ pub fn init(format: LogFormat, level: &str) -> Result<LogHandle, LogError> {
         .try_init()
         .map_err(|e| LogError::Install(e.to_string()))?;
     Ok(LogHandle { handle })
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[cfg(test)]

@@ -254,7 +254,7 @@ fn status(node: &Node) -> StatusInfo {
             builds: outbound.builds,
             last_build_seconds: outbound.last_build.as_secs_f64(),
             lag_seconds: outbound.lag.as_secs_f64(),
-            eager: crate::pipeline::outbound::eager(node),
+            eager: crate::pipeline::outbound::eager(&node.config()),
         },
     }
 }

@@ -21,6 +21,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::model::config::AdminLimits;
 pub use protocol::{AdminError, AdminRequest, Envelope, PROTOCOL_VERSION, Response};
 
 /// Answers admin commands; the daemon implements it over its state.
@@ -30,28 +31,6 @@ pub trait AdminBackend: Send + Sync + 'static {
         &self,
         request: AdminRequest,
     ) -> impl Future<Output = Result<serde_json::Value, AdminError>> + Send;
-}
-
-/// Limits of the admin listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdminLimits {
-    /// Connections served at once; more are closed at once (the accept loop never waits).
-    pub max_connections: usize,
-    /// Longest request line, in bytes; a longer one closes the connection.
-    pub max_request: usize,
-    /// A connection idle this long is closed; also the time a request line may take to
-    /// arrive whole, and an answer to be written.
-    pub idle_timeout: Duration,
-}
-
-impl Default for AdminLimits {
-    fn default() -> Self {
-        Self {
-            max_connections: 16,
-            max_request: protocol::MAX_REQUEST_LINE,
-            idle_timeout: Duration::from_secs(60),
-        }
-    }
 }
 
 /// Why the admin socket could not be bound.

@@ -6,13 +6,11 @@
 //! `{"version": 1, "ok": false, "error": {"kind": "unknown-peer", "message": "..."}}`.
 //! The key sets of every result are pinned by tests: scripts may rely on them.
 
+pub use crate::model::config::MAX_REQUEST_LINE;
 use serde::{Deserialize, Serialize};
 
 /// Version of the admin protocol this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
-
-/// Default longest request line, in bytes (`limits.max_admin_request`).
-pub const MAX_REQUEST_LINE: usize = 64 << 10;
 
 /// A request with its version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -33,7 +33,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::front::admin::backend::NodeAdmin;
 use crate::front::admin::{AdminBackend, AdminError, AdminRequest};
-use crate::front::http::ApiError;
+use crate::front::api::ApiError;
+pub use crate::model::routes::CONSOLE_ENDPOINTS as ENDPOINTS;
 use crate::node::Node;
 
 /// The page's shell; `{{ASSETS}}` and `{{PATH}}` are filled in, escaped, when routes are
@@ -49,17 +50,6 @@ const STYLE_CSS: &str = include_str!("assets/style.css");
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; \
      base-uri 'none'; form-action 'self'";
-
-/// The JSON endpoints served with the console (besides the query API's `/v1/status`), at
-/// fixed paths: the configuration keeps other front-ends off them.
-pub const ENDPOINTS: &[&str] = &[
-    "/v1/node",
-    "/v1/peers",
-    "/v1/table",
-    "/v1/explain",
-    "/v1/mesh",
-    "/v1/counters",
-];
 
 /// Most rows `/v1/table` answers (`top`).
 pub const MAX_TOP: usize = 1000;

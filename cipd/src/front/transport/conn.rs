@@ -17,7 +17,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::{PeerContext, Phase, Reply, RequestHandler, TransportConfig, TransportError};
+use super::handler::{PeerContext, Phase, Reply, RequestHandler, TransportConfig, TransportError};
 
 /// Read-buffer growth step.
 const READ_CHUNK: usize = 64 * 1024;

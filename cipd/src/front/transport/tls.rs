@@ -17,7 +17,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 
-use super::{Phase, TransportError};
+use super::handler::{Phase, TransportError};
 
 /// A TLS configuration that could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use encoding_rs::Encoding;
 use serde::Deserialize;
 
-use super::Validator;
+use super::validate::Validator;
 
 /// `[[collection]]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -554,7 +554,7 @@ impl Validator<'_> {
     pub(super) fn optional_routes(&mut self, hinadi: &HinaDiConfig, rdm: &RdmConfig) {
         for (key, path) in [("hinadi.path", &hinadi.serve_path), ("rdm.path", &rdm.path)] {
             if let Some(p) = path
-                && crate::front::http::FIXED_ROUTES.contains(&p.as_str())
+                && crate::model::routes::FIXED_ROUTES.contains(&p.as_str())
             {
                 self.err(key, format!("{p:?} is already served by another route"));
             }

@@ -11,8 +11,8 @@
 
 use serde::Deserialize;
 
-use super::Validator;
-use crate::front::console::ENDPOINTS as CONSOLE_ENDPOINTS;
+use super::validate::Validator;
+use crate::model::routes::CONSOLE_ENDPOINTS;
 
 /// The console's default path.
 pub const DEFAULT_CONSOLE_PATH: &str = "/";
@@ -21,7 +21,7 @@ pub const DEFAULT_CONSOLE_PATH: &str = "/";
 pub const MIN_TOKEN_LEN: usize = 16;
 
 /// The routes of the query API and `/metrics`, which the console must leave alone.
-use crate::front::http::FIXED_ROUTES;
+use crate::model::routes::FIXED_ROUTES;
 
 /// `[console]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::Validator;
+use super::validate::Validator;
 
 /// `[limits]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -166,7 +166,7 @@ pub struct Limits {
     pub query: hints::query::QueryLimits,
     /// Admin socket bounds (default 16 connections, 64 KiB requests, 60 s idle). Take
     /// effect at restart.
-    pub admin: crate::front::admin::AdminLimits,
+    pub admin: AdminLimits,
 }
 
 impl Default for Limits {
@@ -195,11 +195,11 @@ impl Default for Limits {
             max_concurrent_scans: std::thread::available_parallelism().map_or(2, usize::from),
             max_concurrent_polls: 128,
             max_objects: 1000,
-            local_scan_max_objects: crate::store::local::DEFAULT_SCAN_MAX_OBJECTS,
+            local_scan_max_objects: DEFAULT_SCAN_MAX_OBJECTS,
             watch_interval: Some(Duration::from_secs(30)),
             table: hints::table::TableLimits::default(),
             query: hints::query::QueryLimits::default(),
-            admin: crate::front::admin::AdminLimits::default(),
+            admin: AdminLimits::default(),
         }
     }
 }
@@ -377,7 +377,7 @@ impl Validator<'_> {
                     d.query.max_len,
                 ),
             },
-            admin: crate::front::admin::AdminLimits {
+            admin: AdminLimits {
                 max_connections: self.positive(
                     "limits.max_admin_connections",
                     raw.max_admin_connections,
@@ -410,3 +410,31 @@ impl Validator<'_> {
         limits
     }
 }
+
+/// Limits of the admin listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminLimits {
+    /// Connections served at once; more are closed at once (the accept loop never waits).
+    pub max_connections: usize,
+    /// Longest request line, in bytes; a longer one closes the connection.
+    pub max_request: usize,
+    /// A connection idle this long is closed; also the time a request line may take to
+    /// arrive whole, and an answer to be written.
+    pub idle_timeout: Duration,
+}
+
+impl Default for AdminLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            max_request: MAX_REQUEST_LINE,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Default for `limits.local_scan_max_objects`.
+pub const DEFAULT_SCAN_MAX_OBJECTS: usize = 100_000;
+
+/// Default longest request line, in bytes (`limits.max_admin_request`).
+pub const MAX_REQUEST_LINE: usize = 64 << 10;

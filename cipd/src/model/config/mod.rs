@@ -25,17 +25,21 @@ mod console;
 mod limits;
 mod pipeline;
 mod trust;
+mod validate;
 
-pub use crate::pipeline::import::ImportConfig;
-pub use crate::pipeline::outbound::OutboundConfig;
+pub use crate::sys::telemetry::LogFormat;
+
 pub use collection::{
     CatalogConfig, CollectionConfig, HinaDiConfig, HinaLocation, RawCollection, RawHinaDi, RawRdm,
     RdmConfig, SourceConfig, Untrusted,
 };
 pub use console::{ConsoleConfig, RawConsole};
-pub use limits::{Limits, RawLimits};
+pub use limits::{AdminLimits, DEFAULT_SCAN_MAX_OBJECTS, Limits, MAX_REQUEST_LINE, RawLimits};
+pub use pipeline::{ImportConfig, OutboundConfig};
 pub use pipeline::{RawImport, RawOutbound};
 pub use trust::{RawSigning, SigningConfig};
+pub use validate::{OneOrMany, Problem};
+use validate::{Validator, problem};
 
 /// The configuration file as written: every table and key the file may hold.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -103,25 +107,6 @@ pub struct RawNode {
     pub base_uri: Option<OneOrMany>,
     /// Human-friendly description sent with the DSI (RFC 2651 §4.1).
     pub description: Option<String>,
-}
-
-/// A key that takes one string or a list of strings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum OneOrMany {
-    /// `key = "x"`.
-    One(String),
-    /// `key = ["x", "y"]`.
-    Many(Vec<String>),
-}
-
-impl OneOrMany {
-    fn into_vec(self) -> Vec<String> {
-        match self {
-            Self::One(s) => vec![s],
-            Self::Many(v) => v,
-        }
-    }
 }
 
 /// `[listen]`.
@@ -266,17 +251,6 @@ pub struct RawLog {
     pub level: Option<String>,
 }
 
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -415,7 +389,7 @@ pub struct PeerConfig {
     /// peers we never connect to.
     pub url: Option<String>,
     /// The index type we poll it for; `None`: learned from its answers.
-    pub index_type: Option<crate::pipeline::index_types::IndexKind>,
+    pub index_type: Option<crate::model::index_kind::IndexKind>,
     /// Roles, sorted, without duplicates.
     pub roles: Vec<PeerRole>,
     /// The peer's DSI, if configured.
@@ -484,30 +458,6 @@ pub const DEFAULT_EXPORT: &[&str] = &[
     "FILE:Title",
     "FILE:Keywords",
 ];
-
-/// One problem found in a configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// Key path (`peers[0].port`), empty for the document as a whole.
-    pub key: String,
-    /// What is wrong.
-    pub message: String,
-    /// 1-based line and column in the file, when known.
-    pub position: Option<(usize, usize)>,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some((line, col)) = self.position {
-            write!(f, "line {line}, column {col}: ")?;
-        }
-        if self.key.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.key, self.message)
-        }
-    }
-}
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -713,14 +663,6 @@ impl RawConfig {
     }
 }
 
-fn problem(key: String, message: String) -> Problem {
-    Problem {
-        key,
-        message,
-        position: None,
-    }
-}
-
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text.as_bytes()[..offset.min(text.len())];
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
@@ -728,53 +670,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-struct Validator<'a> {
-    problems: Vec<Problem>,
-    base: &'a Path,
-}
-
 impl Validator<'_> {
-    fn err(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.problems.push(problem(key.into(), message.into()));
-    }
-
-    fn path(&self, p: PathBuf) -> PathBuf {
-        if p.is_relative() && !self.base.as_os_str().is_empty() {
-            self.base.join(p)
-        } else {
-            p
-        }
-    }
-
-    fn positive_u64(&mut self, key: &str, raw: Option<u64>, default: u64) -> u64 {
-        match raw {
-            Some(0) => {
-                self.err(key, "must be at least 1");
-                default
-            }
-            Some(n) => n,
-            None => default,
-        }
-    }
-
-    fn duration(&mut self, key: &str, raw: Option<String>, default: Duration) -> Duration {
-        let Some(raw) = raw else { return default };
-        match humantime::parse_duration(&raw) {
-            Ok(d) if d.is_zero() => {
-                self.err(key, "must be longer than zero");
-                default
-            }
-            Ok(d) => d,
-            Err(e) => {
-                self.err(
-                    key,
-                    format!("{raw:?} is not a duration ({e}); write e.g. \"30s\", \"5m\""),
-                );
-                default
-            }
-        }
-    }
-
     fn index(&mut self, raw: RawIndex) -> SummaryConfig {
         let default = SummaryConfig::default();
         let threads = self.positive(
@@ -813,32 +709,6 @@ impl Validator<'_> {
             ),
             memo_bytes: raw.substring_cache_bytes.unwrap_or(default.memo_bytes),
             ..default
-        }
-    }
-
-    fn positive(&mut self, key: &str, raw: Option<usize>, default: usize) -> usize {
-        match raw {
-            Some(0) => {
-                self.err(key, "must be at least 1");
-                default
-            }
-            Some(n) => n,
-            None => default,
-        }
-    }
-
-    fn addr(&mut self, key: String, raw: &str) -> Option<SocketAddr> {
-        match raw.parse::<SocketAddr>() {
-            Ok(a) => Some(a),
-            Err(_) => {
-                self.err(
-                    key,
-                    format!(
-                        "{raw:?} is not an address:port (e.g. \"127.0.0.1:7070\", \"[::]:7070\")"
-                    ),
-                );
-                None
-            }
         }
     }
 
@@ -1022,7 +892,7 @@ impl Validator<'_> {
                 "needs an HTTP listener (listen.http or listen.https) to serve CIP over HTTP on",
             );
         }
-        if crate::front::http::FIXED_ROUTES.contains(&path.as_str())
+        if crate::model::routes::FIXED_ROUTES.contains(&path.as_str())
             || others.iter().any(|o| o.as_ref() == Some(path))
         {
             self.err(
@@ -1181,7 +1051,7 @@ impl Validator<'_> {
                              use the stream transport for TLS",
                         );
                     }
-                    match p.url.as_deref().map(crate::front::cip_http::CipUrl::parse) {
+                    match p.url.as_deref().map(crate::model::url::CipUrl::parse) {
                         Some(Ok(u)) if host.trim().is_empty() => host = u.host,
                         Some(Ok(_)) => {}
                         Some(Err(m)) => self.err(format!("{key}.url"), m),
@@ -1233,7 +1103,7 @@ impl Validator<'_> {
             let trust = self.peer_trust(&key, p.public_key, p.signatures);
             let index_type = match p.index_type.as_deref() {
                 None => None,
-                Some(t) => match crate::pipeline::index_types::IndexKind::from_name(t) {
+                Some(t) => match crate::model::index_kind::IndexKind::from_name(t) {
                     Some(k) => Some(k),
                     None => {
                         self.err(
@@ -1298,6 +1168,15 @@ fn check_uri(u: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// SOIF parser limits from the configuration.
+pub fn soif_limits(config: &Config) -> cip_proto::soif::Limits {
+    cip_proto::soif::Limits {
+        max_value_size: config.limits.max_value_size,
+        max_object_size: config.limits.max_frame_size,
+        ..cip_proto::soif::Limits::default()
+    }
 }
 
 #[cfg(test)]

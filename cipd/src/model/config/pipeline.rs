@@ -1,11 +1,11 @@
 //! `[outbound]` and `[import]`: how hints move through the node — in through the import
 //! queue ([`crate::pipeline::import`]), out through the out-bound builder ([`crate::pipeline::outbound`]).
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
-use super::Validator;
-use crate::pipeline::import::ImportConfig;
-use crate::pipeline::outbound::OutboundConfig;
+use super::validate::Validator;
 
 /// `[outbound]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -51,6 +51,51 @@ impl Validator<'_> {
                 d.max_batch_entries,
             ),
             parsers: self.positive("import.parsers", raw.parsers, d.parsers),
+        }
+    }
+}
+
+/// Settings of the import queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportConfig {
+    /// Parsed hints waiting for the import thread (default 64).
+    pub queue: usize,
+    /// Most weightlist entries imported in one batch (default 4,000,000).
+    pub max_batch_entries: usize,
+    /// In-bound hints parsed at once on the blocking pool (default: the CPU count).
+    pub parsers: usize,
+}
+
+impl Default for ImportConfig {
+    fn default() -> Self {
+        Self {
+            queue: 64,
+            max_batch_entries: 4_000_000,
+            parsers: std::thread::available_parallelism().map_or(2, usize::from),
+        }
+    }
+}
+
+/// Settings of the pipeline (`[outbound]` in the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboundConfig {
+    /// Quiet time before a build, so that a burst of changes makes one build (default
+    /// 50 ms; the builder also waits at least as long as its last build took).
+    pub settle: Duration,
+    /// Longest a poll waits for a hint that covers the changes made before it arrived;
+    /// past it the poll is answered with the newest hint there is (default 30 s).
+    pub max_wait: Duration,
+    /// The out-bound hint lagging the table for longer than this is logged as a warning and
+    /// rebuilt (default 5 s).
+    pub stale_after: Duration,
+}
+
+impl Default for OutboundConfig {
+    fn default() -> Self {
+        Self {
+            settle: Duration::from_millis(50),
+            max_wait: Duration::from_secs(30),
+            stale_after: Duration::from_secs(5),
         }
     }
 }

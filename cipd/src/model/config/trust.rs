@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{OneOrMany, Validator};
+use super::validate::{OneOrMany, Validator};
 use crate::model::trust::keys::PublicKey;
 use crate::model::trust::signature::{PeerTrust, Policy};
 

@@ -8,7 +8,6 @@
 //!   32 bytes, which is what a peer's `public_key` setting takes. The `.pub` file holds that
 //!   line.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -254,21 +253,13 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
-/// Writes `bytes` to a new file `path` with `mode` from its creation on (a key is never
-/// readable by others, not even for a moment), synced; an existing file is an error
-/// (`AlreadyExists`).
+/// Writes `bytes` to a new file `path` with `mode` from its creation on, durably; an
+/// existing file is an error (`AlreadyExists`). See [`crate::sys::durable::create_new`].
 ///
 /// # Errors
-/// As [`std::fs::OpenOptions::open`] and the write.
+/// As [`crate::sys::durable::create_new`].
 pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
+    crate::sys::durable::create_new(path, bytes, mode)
 }
 
 /// Reads a `.pub` file (its first non-empty, non-comment line).
