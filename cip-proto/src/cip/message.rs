@@ -31,7 +31,19 @@ const RESPONSE_TYPE: &str = "application/index.response";
 /// 1 to 20 characters from `[A-Za-z0-9-]`, compared case-insensitively (equality, hashing
 /// and ordering ignore ASCII case); the spelling given is kept for display.
 #[derive(Debug, Clone)]
-pub struct IndexType(String);
+pub struct IndexType(String, TypeSpelling);
+
+/// How a request's `type` parameter is spelled (digest A5): RFC 2652's bare facet
+/// (`tagged`), or the full media type (`application/index.obj.tagged`), the only spelling
+/// ROADS' `wppd` understands. Equality of [`IndexType`]s ignores it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum TypeSpelling {
+    /// `type="tagged"`.
+    #[default]
+    Facet,
+    /// `type="application/index.obj.tagged"`.
+    MediaType,
+}
 
 /// Why a string is not an index type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,7 +72,7 @@ impl IndexType {
                 value: facet.to_owned(),
             });
         }
-        Ok(Self(facet.to_owned()))
+        Ok(Self(facet.to_owned(), TypeSpelling::Facet))
     }
 
     /// Parses a `type` parameter in any of the three spellings of digest A5: a bare facet
@@ -87,12 +99,12 @@ impl IndexType {
 
     /// `tagged` (RFC 2654).
     pub fn tagged() -> Self {
-        Self("tagged".to_owned())
+        Self("tagged".to_owned(), TypeSpelling::Facet)
     }
 
     /// `HARVEST-SOIF-1` (RFC 2655).
     pub fn harvest_soif() -> Self {
-        Self("HARVEST-SOIF-1".to_owned())
+        Self("HARVEST-SOIF-1".to_owned(), TypeSpelling::Facet)
     }
 
     /// The facet as given.
@@ -103,6 +115,25 @@ impl IndexType {
     /// `application/index.obj.<facet>`.
     pub fn media_type(&self) -> String {
         format!("{OBJ_PREFIX}{}", self.0)
+    }
+
+    /// The same type, written in requests as `spelling`.
+    pub fn spelled(mut self, spelling: TypeSpelling) -> Self {
+        self.1 = spelling;
+        self
+    }
+
+    /// How requests spell it.
+    pub fn spelling(&self) -> TypeSpelling {
+        self.1
+    }
+
+    /// The `type` parameter of a request: the facet, or the media type.
+    pub fn param_value(&self) -> String {
+        match self.1 {
+            TypeSpelling::Facet => self.0.clone(),
+            TypeSpelling::MediaType => self.media_type(),
+        }
     }
 }
 
@@ -437,7 +468,7 @@ impl Request {
                 body,
             } => {
                 let mut ct = ContentType::new("application/index.cmd.poll")
-                    .with_param("type", index_type.as_str())
+                    .with_param("type", index_type.param_value())
                     .with_param("dsi", dsi.as_str());
                 for (n, v) in params.iter().filter(|(n, _)| {
                     !n.eq_ignore_ascii_case("type") && !n.eq_ignore_ascii_case("dsi")

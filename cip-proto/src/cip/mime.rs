@@ -102,6 +102,15 @@ impl Headers {
         self.fields.push((name.into(), value.into()));
     }
 
+    /// True when a `Content-Type` field names an index object (`application/index.obj.*`).
+    fn declares_index_object(&self) -> bool {
+        self.get("content-type").is_some_and(|v| {
+            v.trim_start()
+                .get(..22)
+                .is_some_and(|t| t.eq_ignore_ascii_case("application/index.obj."))
+        })
+    }
+
     /// Number of fields.
     pub fn len(&self) -> usize {
         self.fields.len()
@@ -142,9 +151,11 @@ pub struct Entity {
 impl Entity {
     /// Parses a header section and takes the rest as the body.
     ///
-    /// The header section ends at the first empty line (CRLF or bare LF), or at a line
+    /// The header section ends at the first empty line (CRLF or bare LF), at a line
     /// starting with `--` (a multipart boundary that legacy servers put right after the
-    /// header fields, with no blank line; no field name starts with `-`). An input that ends
+    /// header fields, with no blank line; no field name starts with `-`), or, in an index
+    /// object (`application/index.obj.*`), at a `version:` line: ROADS writes a tagged
+    /// object's first line straight after its part headers. An input that ends
     /// without one is all headers with an empty body, which tolerates peers that put the
     /// separator's line end into the transport terminator. Continuation lines (starting with
     /// space or tab) are appended to the previous field as RFC 822 §3.1.1 unfolding.
@@ -208,6 +219,12 @@ impl Entity {
                     return Err(MimeError::MalformedHeader {
                         offset: pos,
                         reason: "empty or invalid field name",
+                    });
+                }
+                if name.eq_ignore_ascii_case("version") && headers.declares_index_object() {
+                    return Ok(Self {
+                        headers,
+                        body: input.slice(pos..),
                     });
                 }
                 headers.push(name, value.trim_start());
@@ -350,8 +367,9 @@ impl ContentType {
         &self.params
     }
 
-    /// Writes `Content-Type: ...` CRLF, every value quoted, folded before a parameter that
-    /// would take the line past 78 characters.
+    /// Writes `Content-Type: ...` CRLF, every value quoted but a `boundary` that is a token
+    /// (written bare: ROADS' gatherer takes all after `boundary=` as the boundary, quotes
+    /// included), folded before a parameter that would take the line past 78 characters.
     ///
     /// # Errors
     /// [`MimeError::Unwritable`] when the type or a parameter holds a control character.
@@ -362,14 +380,18 @@ impl ContentType {
         for (name, value) in &self.params {
             check_writable(name, value)?;
             let mut piece = String::with_capacity(name.len() + value.len() + 4);
-            let _ = write!(piece, "{name}=\"");
-            for c in value.chars() {
-                if c == '"' || c == '\\' {
-                    piece.push('\\');
+            if name.eq_ignore_ascii_case("boundary") && is_token(value) {
+                let _ = write!(piece, "{name}={value}");
+            } else {
+                let _ = write!(piece, "{name}=\"");
+                for c in value.chars() {
+                    if c == '"' || c == '\\' {
+                        piece.push('\\');
+                    }
+                    piece.push(c);
                 }
-                piece.push(c);
+                piece.push('"');
             }
-            piece.push('"');
             if line.len() - line_start + 2 + piece.len() > FOLD_AT {
                 line.push_str(";\r\n ");
                 line_start = line.len() - 1;
@@ -382,6 +404,14 @@ impl ContentType {
         out.put_slice(b"\r\n");
         Ok(())
     }
+}
+
+/// True when `value` is an RFC 2045 token: printable ASCII, no space and no tspecial.
+fn is_token(value: &str) -> bool {
+    !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?=".contains(&b))
 }
 
 fn check_writable(what: &str, value: &str) -> Result<(), MimeError> {

@@ -20,6 +20,7 @@ pub mod stream;
 pub use code::{ResponseCode, UnknownCode};
 pub use message::{
     IndexObject, IndexResponse, IndexType, IndexTypeError, MessageError, PollResult, Request,
+    TypeSpelling,
 };
 pub use mime::MimeError;
 pub use stream::{CipCodec, Expect, Frame, Limits, Status, StreamError};

@@ -446,6 +446,82 @@ pub fn scan_result(
     Ok(ResultScanned::Incomplete)
 }
 
+/// The end of a result at end of input: a `.` on the last line without its line end ends
+/// it as usual; else, when the multipart's close delimiter was seen (a held `.` before it
+/// already dropped), everything read is the result; otherwise `None` (cut short).
+///
+/// # Errors
+/// As [`scan_result`].
+pub fn result_at_eof(
+    buf: &[u8],
+    state: &mut ResultScan,
+    limits: &Limits,
+) -> Result<Option<ResultScanned>, StreamError> {
+    // The last line may lack its line end: scan it as if it had one.
+    let mut whole = buf.to_vec();
+    if !whole.ends_with(b"\n") {
+        whole.extend_from_slice(b"\r\n");
+    }
+    let done = match scan_result(&whole, state, limits)? {
+        ResultScanned::Complete {
+            body_len,
+            frame_len,
+            stuffed,
+            dropped,
+        } => Some(ResultScanned::Complete {
+            body_len: body_len.min(buf.len()),
+            frame_len: frame_len.min(buf.len()),
+            stuffed,
+            dropped,
+        }),
+        ResultScanned::Incomplete if state.closed => Some(ResultScanned::Complete {
+            body_len: state
+                .held
+                .map_or(buf.len(), |(start, _)| start.min(buf.len())),
+            frame_len: buf.len(),
+            stuffed: state.stuffed,
+            dropped: std::mem::take(&mut state.dropped),
+        }),
+        ResultScanned::Incomplete => None,
+    };
+    *state = ResultScan::default();
+    Ok(done)
+}
+
+/// Splits a complete result off `src`: the body without its terminator, misplaced
+/// terminator lines removed, unstuffed. An incomplete scan takes nothing.
+fn take_result(src: &mut BytesMut, done: ResultScanned) -> Frame {
+    let ResultScanned::Complete {
+        body_len,
+        frame_len,
+        stuffed,
+        dropped,
+    } = done
+    else {
+        return Frame::Message(Bytes::new());
+    };
+    let mut frame = src.split_to(frame_len);
+    frame.truncate(body_len);
+    let frame = if dropped.is_empty() {
+        frame
+    } else {
+        let mut kept = BytesMut::with_capacity(frame.len());
+        let mut at = 0;
+        for (start, end) in dropped {
+            kept.extend_from_slice(&frame[at.min(frame.len())..start.min(frame.len())]);
+            at = end;
+        }
+        kept.extend_from_slice(&frame[at.min(frame.len())..]);
+        kept
+    };
+    let body = if stuffed {
+        Bytes::from(unstuff(&frame))
+    } else {
+        frame.freeze()
+    };
+    Frame::Message(body)
+}
+
 /// Appends `body` to `dst` as a dot-terminated message.
 ///
 /// Lines made only of periods get one more (RFC 2653 §2.1); a body that is not empty and does
@@ -643,33 +719,7 @@ impl CipCodec {
     fn decode_result(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, StreamError> {
         match scan_result(src, &mut self.result, &self.limits)? {
             ResultScanned::Incomplete => Ok(None),
-            ResultScanned::Complete {
-                body_len,
-                frame_len,
-                stuffed,
-                dropped,
-            } => {
-                let mut frame = src.split_to(frame_len);
-                frame.truncate(body_len);
-                let frame = if dropped.is_empty() {
-                    frame
-                } else {
-                    let mut kept = BytesMut::with_capacity(frame.len());
-                    let mut at = 0;
-                    for (start, end) in dropped {
-                        kept.extend_from_slice(&frame[at..start]);
-                        at = end;
-                    }
-                    kept.extend_from_slice(&frame[at..]);
-                    kept
-                };
-                let body = if stuffed {
-                    Bytes::from(unstuff(&frame))
-                } else {
-                    frame.freeze()
-                };
-                Ok(Some(Frame::Message(body)))
-            }
+            done => Ok(Some(take_result(src, done))),
         }
     }
 
@@ -765,6 +815,16 @@ impl Decoder for CipCodec {
         match self.decode(src)? {
             Some(frame) => Ok(Some(frame)),
             None if src.is_empty() => Ok(None),
+            // ROADS closes the connection after a multipart result's close delimiter,
+            // without the terminating `.`: the close delimiter ends that result.
+            None if self.expect == Expect::Result => {
+                match result_at_eof(src, &mut self.result, &self.limits)? {
+                    Some(done) => Ok(Some(take_result(src, done))),
+                    None => Err(StreamError::Truncated {
+                        buffered: src.len(),
+                    }),
+                }
+            }
             None => Err(StreamError::Truncated {
                 buffered: src.len(),
             }),
@@ -1169,6 +1229,57 @@ version: x-tagged-index-1\r\n\
             }
         }
         assert_eq!(got.as_ref(), frames.first());
+    }
+
+    /// ROADS v2.3's `wppd` answering a full-type tagged poll, as recorded on loopback
+    /// (banner, version answer, `% 201` line, then the result; the server then closes).
+    const ROADS_POLL_ANSWER: &[u8] =
+        include_bytes!("../../../integration-tests/tests/fixtures/roads/wppd-poll-full-type.s2c");
+
+    #[test]
+    fn a_roads_result_ends_at_the_close_delimiter_when_the_server_closes() {
+        let mut rest = ROADS_POLL_ANSWER;
+        for _ in 0..3 {
+            let nl = rest.iter().position(|b| *b == b'\n').unwrap();
+            rest = &rest[nl + 1..];
+        }
+        let mut codec = CipCodec::new(Limits::default(), Expect::Result);
+        let mut buf = BytesMut::from(rest);
+        assert_eq!(
+            codec.decode(&mut buf).unwrap(),
+            None,
+            "no `.` after the close"
+        );
+        let Some(Frame::Message(body)) = codec.decode_eof(&mut buf).unwrap() else {
+            panic!("the close delimiter ends the result at end of input")
+        };
+        assert!(buf.is_empty());
+        assert!(body.ends_with(b"--wibblywotsit--\r\n"), "{body:?}");
+        let result =
+            crate::cip::PollResult::from_mime(&body, &Limits::default()).expect("a poll result");
+        let [obj] = result.objects.as_slice() else {
+            panic!("{:?}", result.objects)
+        };
+        assert_eq!(obj.index_type.as_str(), "tagged");
+        assert_eq!(obj.dsi.to_string(), "1.3.6.1.4.1.1828.10.127.0.0.1.18237");
+        assert_eq!(obj.base_uris, ["whoispp://127.0.0.1:18237/"]);
+        // The object's header lines came straight after the part headers: they are the
+        // payload's, not MIME fields.
+        assert!(obj.payload.starts_with(b"version: x-tagged-index-1\r\n"));
+        let tagged = crate::tagged::parse(&obj.payload).expect("the tagged object parses");
+        let counts = tagged.value_counts();
+        let text = format!("{counts:?}");
+        assert!(text.contains("centroid"), "{text}");
+        assert!(text.contains("document"), "{text}");
+        // Cut short (no close delimiter yet), it is an error, not a result.
+        let cut = &rest[..rest.len() / 2];
+        let mut codec = CipCodec::new(Limits::default(), Expect::Result);
+        let mut buf = BytesMut::from(cut);
+        assert_eq!(codec.decode(&mut buf).unwrap(), None);
+        assert!(matches!(
+            codec.decode_eof(&mut buf),
+            Err(StreamError::Truncated { .. })
+        ));
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub use info::{
 pub use parse::{TaggedError, TaggedErrorKind, TaggedLimits, parse, parse_with_limits};
 pub use records::{Record, RecordError, ValueCounts};
 pub use tags::{TagListError, TagSet};
-pub use write::write;
+pub use write::{write, write_for_gatherers};
 
 use std::fmt;
 

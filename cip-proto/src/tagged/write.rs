@@ -80,12 +80,76 @@ pub fn write(index: &TaggedIndex) -> Vec<u8> {
     w.0
 }
 
+/// Most tags one range may stand for when [`write_for_gatherers`] writes it tag by tag.
+const MAX_EXPANDED_RANGE: u64 = 1 << 16;
+
+/// Writes a total in the form ROADS v2.3's gatherer (`wig.pl`) reads, which is narrower
+/// than RFC 2654's grammar (every form below was checked against the real program):
+///
+/// * index lines as `attribute:tags/value`, with no blank after the colon;
+/// * tag lists as single tags (`1,2,3`), never ranges (ranges longer than
+///   `MAX_EXPANDED_RANGE` tags, and `*`, are written as canonical);
+/// * the template line spelled `template-type:` (the gatherer matches it in lower case), and
+///   written last: the gatherer files an Index-Info under the last template it names, and
+///   never stores the attribute that closes the Index-Info, so the attribute sacrificed is
+///   the template line itself (already read by then).
+///
+/// An object holding several templates should be written one io-part per template (each a
+/// total of its own records); this function writes one. Incrementals are written as
+/// [`write`] does.
+pub fn write_for_gatherers(index: &TaggedIndex) -> Vec<u8> {
+    let Body::Total { info, last_update } = &index.body else {
+        return write(index);
+    };
+    // The header and schema as canonical, up to the Index-Info.
+    let canonical = write(&TaggedIndex {
+        body: Body::Total {
+            last_update: *last_update,
+            info: IndexInfo::new(),
+        },
+        ..index.clone()
+    });
+    let marker: &[u8] = b"BEGIN Index-Info";
+    let head_end = canonical
+        .windows(marker.len())
+        .rposition(|w| w == marker)
+        .unwrap_or(canonical.len());
+    let mut w = Writer(canonical[..head_end].to_vec());
+    w.line("BEGIN Index-Info");
+    let template = super::TEMPLATE_ATTRIBUTE;
+    let (templates, others): (Vec<_>, Vec<_>) = info
+        .attributes()
+        .partition(|a| a.name().eq_ignore_ascii_case(template));
+    for a in others {
+        w.attribute(a.name(), a);
+    }
+    for a in templates {
+        w.attribute(&template.to_ascii_lowercase(), a);
+    }
+    w.line("END Index-Info");
+    w.0
+}
+
 struct Writer(Vec<u8>);
 
 impl Writer {
     fn line(&mut self, s: &str) {
         self.0.extend_from_slice(s.as_bytes());
         self.0.extend_from_slice(b"\r\n");
+    }
+
+    /// One attribute's lines in the gatherers' form (see [`write_for_gatherers`]).
+    fn attribute(&mut self, name: &str, values: &super::info::AttributeValues) {
+        let mut first = true;
+        for (v, t) in values.values() {
+            let tags = expanded(t);
+            if first {
+                self.line(&format!("{name}:{tags}/{v}"));
+                first = false;
+            } else {
+                self.line(&format!("-{tags}/{v}"));
+            }
+        }
     }
 
     fn section(&mut self, name: &str, info: &IndexInfo) {
@@ -103,4 +167,27 @@ impl Writer {
         }
         self.line(&format!("END {name}"));
     }
+}
+
+/// A tag list with every range written tag by tag, when small enough.
+fn expanded(tags: &super::TagSet) -> String {
+    let small = tags
+        .ranges()
+        .iter()
+        .map(|(a, b)| b.saturating_sub(*a).saturating_add(1))
+        .try_fold(0u64, u64::checked_add)
+        .is_some_and(|n| n <= MAX_EXPANDED_RANGE);
+    if tags.is_all() || !small {
+        return tags.to_string();
+    }
+    let mut out = String::new();
+    for &(a, b) in tags.ranges() {
+        for t in a..=b {
+            if !out.is_empty() {
+                out.push(',');
+            }
+            out.push_str(&t.to_string());
+        }
+    }
+    out
 }

@@ -18,7 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::front::conn_limit::{CIP_BUSY, ConnLimiter};
 use crate::front::service::CipService;
-use crate::front::transport::{PeerContext, serve_connection, tls, transport_config};
+use crate::front::transport::{
+    PeerContext, serve_connection, serve_shared_connection, tls, transport_config,
+};
+use crate::front::whoispp::WhoisService;
 use crate::model::config::Config;
 use crate::node::{Listeners, Node, NodeError, Status, display_addr};
 use crate::sys::metrics::Metrics;
@@ -106,6 +109,10 @@ impl Daemon {
         for addr in &config.listen.cip {
             cip.push(bind(*addr, backlog)?);
         }
+        let mut whoispp = Vec::new();
+        for addr in &config.listen.whoispp {
+            whoispp.push(bind(*addr, backlog)?);
+        }
         let mut cip_tls = Vec::new();
         for l in &config.listen.cip_tls {
             cip_tls.push((bind(l.addr, backlog)?, tls_server(l)?));
@@ -137,6 +144,7 @@ impl Daemon {
                 .filter_map(|(l, _)| l.local_addr().ok())
                 .collect(),
             admin: config.listen.admin_socket.clone(),
+            whoispp: whoispp.iter().filter_map(|l| l.local_addr().ok()).collect(),
         };
         let admin = match &config.listen.admin_socket {
             Some(path) => Some((crate::front::admin::bind(path)?, path.clone())),
@@ -216,6 +224,23 @@ impl Daemon {
                 l,
                 None,
                 service.clone(),
+                None,
+                permits.clone(),
+            ));
+        }
+        let whois = Arc::new(crate::front::whoispp::WhoisService::new(node.clone()));
+        for l in whoispp {
+            let addr = l.local_addr().ok();
+            tracing::info!(
+                "listening for Whois++ and CIP on {}",
+                addr.map(display_addr).unwrap_or_default()
+            );
+            node.tracker.spawn(accept_loop(
+                node.clone(),
+                l,
+                None,
+                service.clone(),
+                Some(whois.clone()),
                 permits.clone(),
             ));
         }
@@ -230,6 +255,7 @@ impl Daemon {
                 l,
                 Some(server),
                 service.clone(),
+                None,
                 permits.clone(),
             ));
         }
@@ -394,6 +420,7 @@ async fn accept_loop(
     listener: TcpListener,
     tls_config: Option<Arc<rustls::ServerConfig>>,
     service: Arc<CipService>,
+    whois: Option<Arc<WhoisService>>,
     permits: Arc<ConnLimiter>,
 ) {
     let token = node.token.child_token();
@@ -422,11 +449,12 @@ async fn accept_loop(
                 continue;
             }
         };
-        let (service, transport, token, tls_config) = (
+        let (service, transport, token, tls_config, whois) = (
             service.clone(),
             transport.clone(),
             token.clone(),
             tls_config.clone(),
+            whois.clone(),
         );
         let span = tracing::info_span!("cip", %remote);
         Metrics::inc(&node.metrics().cip_connections);
@@ -442,7 +470,23 @@ async fn accept_loop(
                             remote,
                             tls_peer_certificates: None,
                         };
-                        serve_connection(stream, ctx, service.as_ref(), &transport, token).await
+                        match &whois {
+                            Some(w) => {
+                                serve_shared_connection(
+                                    stream,
+                                    ctx,
+                                    service.as_ref(),
+                                    w.as_ref(),
+                                    &transport,
+                                    token,
+                                )
+                                .await
+                            }
+                            None => {
+                                serve_connection(stream, ctx, service.as_ref(), &transport, token)
+                                    .await
+                            }
+                        }
                     }
                     Some(cfg) => match tls::accept(cfg, stream, transport.connect_timeout).await {
                         Ok((tls_stream, certs)) => {

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use cip_proto::Dsi;
-use cip_proto::cip::{Request, ResponseCode};
+use cip_proto::cip::{IndexType, Request, ResponseCode, TypeSpelling};
 use tokio_util::sync::CancellationToken;
 
 use crate::front::cip_http::{HttpClient, HttpError};
@@ -251,37 +251,100 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
                 .collect()
         }
     };
-    let reply = tokio::time::timeout(config.limits.poll_timeout, async {
-        let mut conn = connect(&config, peer).await?;
-        let mut reply = None;
-        for kind in &kinds {
+    // Each kind once; a tagged poll in both spellings of its type, the learned one first
+    // (ROADS' wppd answers only `type="application/index.obj.tagged"`).
+    let attempts: Vec<IndexType> = kinds
+        .iter()
+        .flat_map(|k| {
+            let first = node.index_state().spelling(&peer.name).unwrap_or_default();
+            let spellings: Vec<TypeSpelling> = match k {
+                IndexKind::Soif => vec![TypeSpelling::Facet],
+                IndexKind::Tagged => [first, TypeSpelling::Facet, TypeSpelling::MediaType]
+                    .into_iter()
+                    .fold(Vec::new(), |mut v, s| {
+                        if !v.contains(&s) {
+                            v.push(s);
+                        }
+                        v
+                    }),
+            };
+            spellings.into_iter().map(|s| k.index_type().spelled(s))
+        })
+        .collect();
+    let (reply, used) = tokio::time::timeout(config.limits.poll_timeout, async {
+        let mut asked = asked;
+        let mut conn: Option<Session> = None;
+        let mut answered: Option<(ClientReply, IndexType)> = None;
+        let mut asked_again = false;
+        let mut reconnected = false;
+        let mut at = 0;
+        while let Some(index_type) = attempts.get(at) {
+            let session = match &mut conn {
+                Some(s) => s,
+                None => conn.insert(connect(&config, peer).await?),
+            };
             let request = Request::Poll {
-                index_type: kind.index_type(),
+                index_type: index_type.clone(),
                 dsi: asked.clone(),
                 params: vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())],
                 body: Bytes::new(),
             };
-            let r = conn.request(&request).await?;
+            let r = match session.request(&request).await {
+                Ok(r) => r,
+                // A server that closes after every answer (ROADS' wppd): ask again on a
+                // new connection, once.
+                Err(_) if answered.is_some() && !reconnected => {
+                    conn = None;
+                    reconnected = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            reconnected = false;
+            // ROADS answers a poll for another DSI with 200 and "We have DSI: ...": ask for
+            // that dataset instead, once.
+            if r.code == ResponseCode::Ok
+                && !asked_again
+                && let Some(theirs) = explained_dsi(&r)
+                && theirs != asked
+            {
+                tracing::debug!(%theirs, "the peer names its dataset; asking for it");
+                asked = theirs;
+                asked_again = true;
+                answered = Some((r, index_type.clone()));
+                continue;
+            }
             let done = r.code != ResponseCode::Ok;
-            reply = Some(r);
+            answered = Some((r, index_type.clone()));
             if done {
                 break;
             }
+            at += 1;
         }
-        let _ = conn.close().await;
-        // Invariant: `kinds` is never empty.
-        Ok::<_, PeerError>(reply.expect("at least one poll"))
+        if let Some(c) = conn {
+            let _ = c.close().await;
+        }
+        // Invariant: `attempts` is never empty, so one was answered or an error returned.
+        Ok::<_, PeerError>(answered.expect("at least one poll"))
     })
     .await
     .map_err(|_| PeerError::Timeout)??;
-    if peer.index_type.is_none()
-        && let Some(kind) = reply
-            .result
-            .as_ref()
-            .and_then(|r| r.objects.first())
-            .and_then(|o| IndexKind::of(&o.index_type))
+    if let Some(kind) = reply
+        .result
+        .as_ref()
+        .and_then(|r| r.objects.first())
+        .and_then(|o| IndexKind::of(&o.index_type))
     {
-        node.index_state().learn(&peer.name, kind);
+        if peer.index_type.is_none() {
+            node.index_state().learn(&peer.name, kind);
+        }
+        if IndexKind::of(&used) == Some(IndexKind::Tagged) {
+            node.index_state()
+                .learn_spelling(&peer.name, used.spelling());
+        }
+        node.update_peer(&peer.name, |s| {
+            s.index_type = Some(used.param_value());
+        });
     }
     match reply.code {
         ResponseCode::OkOutputFollows => {
@@ -335,6 +398,18 @@ impl Session {
             Self::Http(_) => Ok(()),
         }
     }
+}
+
+/// The DSI a `200` explanation names as the server's own (ROADS' wppd: "We have DSI: ...").
+fn explained_dsi(reply: &ClientReply) -> Option<Dsi> {
+    let text = String::from_utf8_lossy(reply.explanation.as_deref()?);
+    text.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("we have dsi")
+            .then(|| Dsi::new(value.trim()).ok())
+            .flatten()
+    })
 }
 
 async fn connect(config: &Config, peer: &PeerConfig) -> Result<Session, PeerError> {

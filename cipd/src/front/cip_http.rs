@@ -529,6 +529,7 @@ fn interpret(
             code: ResponseCode::Ok,
             comment: ResponseCode::Ok.text().to_owned(),
             result: None,
+            explanation: None,
         });
     }
     let message = entity_message(headers, body);
@@ -547,6 +548,7 @@ fn interpret(
                 code: response.code,
                 comment: response.comment,
                 result: None,
+                explanation: None,
             })
         }
         Some(t)
@@ -566,12 +568,14 @@ fn interpret(
                 code: ResponseCode::OkOutputFollows,
                 comment: ResponseCode::OkOutputFollows.text().to_owned(),
                 result,
+                explanation: None,
             })
         }
         _ if status == StatusCode::SERVICE_UNAVAILABLE => Ok(ClientReply {
             code: ResponseCode::TemporarilyUnable,
             comment: format!("HTTP 503: {}", snippet(body)),
             result: None,
+            explanation: None,
         }),
         _ => Err(HttpError::Status {
             url: url.to_owned(),

@@ -1,8 +1,8 @@
 //! The front-ends: the CIP stream service ([`service`]) over its framed transport
 //! ([`transport`]), the HTTP router ([`http`]) and its routes (CIP over HTTP in
 //! [`cip_http`], RDM in [`rdm`], `/hina.di` in [`hinadi`], the console in [`console`]),
-//! the admin socket ([`admin`]), and the per-address connection limits they share
-//! ([`conn_limit`]).
+//! the admin socket ([`admin`]), Whois++ queries on the CIP port that serves them too
+//! ([`whoispp`]), and the per-address connection limits they share ([`conn_limit`]).
 
 pub mod admin;
 pub mod api;
@@ -14,3 +14,4 @@ pub mod http;
 pub mod rdm;
 pub mod service;
 pub mod transport;
+pub mod whoispp;

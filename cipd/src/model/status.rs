@@ -83,6 +83,10 @@ pub struct PeerState {
     pub roles: Vec<String>,
     /// The peer's DSI: configured, else learned from its index objects.
     pub dsi: Option<String>,
+    /// The `type` its last answered poll was spelled with (`HARVEST-SOIF-1`, `tagged`, or
+    /// `application/index.obj.tagged`, the only spelling ROADS answers).
+    #[serde(default)]
+    pub index_type: Option<String>,
     /// Last poll (or push) attempt.
     pub last_attempt: Option<SystemTime>,
     /// Last successful poll (or push).
@@ -151,4 +155,7 @@ pub struct Listeners {
     pub https: Vec<SocketAddr>,
     /// The admin socket's path.
     pub admin: Option<PathBuf>,
+    /// Whois++ (and CIP).
+    #[serde(default)]
+    pub whoispp: Vec<SocketAddr>,
 }

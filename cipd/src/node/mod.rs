@@ -426,13 +426,24 @@ impl Node {
             .first()
             .map(|a| ("http", a))
             .or_else(|| l.https.first().map(|a| ("https", a)));
-        if self.identity.load().base_uris.is_empty()
-            && let Some((scheme, addr)) = first
-        {
-            let mut id = (**self.identity.load()).clone();
-            id.base_uris = vec![format!("{scheme}://{}/", display_addr(*addr))];
-            self.identity.store(Arc::new(id));
-            self.invalidate_answers();
+        // Unconfigured, the base URIs are the first HTTP listener's and the first Whois++
+        // listener's (where Whois++ clients following a referral to us must connect).
+        if self.identity.load().base_uris.is_empty() {
+            let derived: Vec<String> = first
+                .map(|(scheme, addr)| format!("{scheme}://{}/", display_addr(*addr)))
+                .into_iter()
+                .chain(
+                    l.whoispp
+                        .first()
+                        .map(|a| format!("whoispp://{}/", display_addr(*a))),
+                )
+                .collect();
+            if !derived.is_empty() {
+                let mut id = (**self.identity.load()).clone();
+                id.base_uris = derived;
+                self.identity.store(Arc::new(id));
+                self.invalidate_answers();
+            }
         }
         *lock(&self.listeners) = l;
     }

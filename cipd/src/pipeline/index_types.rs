@@ -7,6 +7,8 @@
 
 use bytes::Bytes;
 
+use cip_proto::cip::TypeSpelling;
+
 pub use crate::model::index_kind::IndexKind;
 pub use crate::pipeline::inbound::{Converted, Rejection, parse_hint};
 
@@ -36,6 +38,7 @@ pub fn convert(
 pub struct State {
     totals: std::sync::Mutex<std::collections::HashMap<cip_proto::Dsi, Bytes>>,
     learned: std::sync::Mutex<std::collections::HashMap<String, IndexKind>>,
+    spellings: std::sync::Mutex<std::collections::HashMap<String, TypeSpelling>>,
 }
 
 impl State {
@@ -73,6 +76,24 @@ impl State {
         let mut l = self.learned.lock().unwrap_or_else(|e| e.into_inner());
         if l.insert(peer.to_owned(), kind) != Some(kind) {
             tracing::info!(%peer, index_type = %kind, "peer's index type learned");
+        }
+    }
+
+    /// How `peer` wants the `type` of a tagged poll spelled, once learned.
+    pub fn spelling(&self, peer: &str) -> Option<TypeSpelling> {
+        self.spellings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(peer)
+            .copied()
+    }
+
+    /// Records the spelling `peer` answered a tagged poll to (ROADS' `wppd` knows only the
+    /// media type; RFC 2652 peers the facet).
+    pub fn learn_spelling(&self, peer: &str, spelling: TypeSpelling) {
+        let mut l = self.spellings.lock().unwrap_or_else(|e| e.into_inner());
+        if l.insert(peer.to_owned(), spelling) != Some(spelling) {
+            tracing::info!(%peer, ?spelling, "peer's poll type spelling learned");
         }
     }
 }

@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cip_proto::cip::IndexObject;
-use cip_proto::tagged::{self, Record, TaggedIndex};
+use std::collections::BTreeMap;
+
+use cip_proto::tagged::{self, Record, Schema, TaggedIndex, TokenType};
 use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
 
 use crate::model::config::Config;
@@ -108,7 +110,10 @@ pub fn stable_tag(template: &str, url: &[u8]) -> u64 {
 }
 
 /// A tagged total of this node's local collections: a record per object, its exported
-/// attributes (multi-value suffixes folded), values trimmed.
+/// attributes (multi-value suffixes folded), each value as its words (the schema says
+/// `TOKEN`), one io-part per template, in the form ROADS' gatherer reads
+/// ([`tagged::write_for_gatherers`]; PROTOCOL.md, legacy peers). Legacy Whois++ servers
+/// look words up, so a whole value ("Centroids and meshes") would never match a query.
 ///
 /// # Errors
 /// When a collection cannot be read or the records cannot be written as tagged lines.
@@ -135,9 +140,15 @@ pub async fn local_object(
                         let wanted = exported.iter().any(|(t, at)| {
                             t.eq_ignore_ascii_case(template) && at.eq_ignore_ascii_case(base)
                         });
-                        let value = String::from_utf8_lossy(&a.value).trim().to_owned();
-                        if wanted && !value.is_empty() && !value.contains(['\r', '\n']) {
-                            attributes.push((base.to_owned(), value));
+                        if !wanted {
+                            continue;
+                        }
+                        let value = String::from_utf8_lossy(&a.value);
+                        for word in words(&value) {
+                            let pair = (base.to_owned(), word.to_owned());
+                            if !attributes.contains(&pair) {
+                                attributes.push(pair);
+                            }
                         }
                     }
                     if !attributes.is_empty() {
@@ -151,8 +162,30 @@ pub async fn local_object(
                 .map_err(|e| e.to_string())?;
         }
         let now = crate::store::journal::now().max(0) as u64;
-        let t = TaggedIndex::from_records(records, now).map_err(|e| e.to_string())?;
-        Ok(Bytes::from(t.to_bytes()))
+        let mut by_template: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+        for r in records {
+            by_template.entry(r.template.clone()).or_default().push(r);
+        }
+        let mut payload = Vec::new();
+        for records in by_template.into_values() {
+            let mut t = TaggedIndex::from_records(records, now).map_err(|e| e.to_string())?;
+            let mut schema = Schema::new();
+            for (a, kind) in t.schema.iter() {
+                let kind = if a.eq_ignore_ascii_case(tagged::TEMPLATE_ATTRIBUTE) {
+                    kind
+                } else {
+                    TokenType::Token
+                };
+                schema.insert(a, kind).map_err(|e| e.to_string())?;
+            }
+            t.schema = schema;
+            payload.extend_from_slice(&tagged::write_for_gatherers(&t));
+        }
+        if payload.is_empty() {
+            let t = TaggedIndex::from_records(Vec::new(), now).map_err(|e| e.to_string())?;
+            payload = t.to_bytes();
+        }
+        Ok(Bytes::from(payload))
     })
     .await
     .map_err(|e| e.to_string())??;
@@ -163,6 +196,15 @@ pub async fn local_object(
         dsi_description: identity.description.clone(),
         payload,
     })
+}
+
+/// The words of a value as a Whois++ server indexes them: runs of characters between
+/// blanks and list punctuation, trailing sentence punctuation trimmed.
+fn words(value: &str) -> impl Iterator<Item = &str> {
+    value
+        .split(|c: char| c.is_whitespace() || ",;()[]{}<>\"".contains(c))
+        .map(|w| w.trim_end_matches(['.', ':', '!', '?']))
+        .filter(|w| !w.is_empty())
 }
 
 #[cfg(test)]

@@ -84,6 +84,8 @@ pub struct Metrics {
     pub cip_connections_open: AtomicU64,
     /// CIP connections refused because the connection limit was reached.
     pub cip_connections_refused: AtomicU64,
+    /// Whois++ queries answered on the Whois++ listeners.
+    pub whoispp_queries: AtomicU64,
     /// Hina-Di URL fetches that succeeded (200 or 304).
     pub hinadi_fetches: AtomicU64,
     /// Hina-Di URL fetches that failed (the last copy is kept).
@@ -240,6 +242,12 @@ impl Metrics {
             "cipd_hint_signatures_refused_total",
             "In-bound hints refused for their signature (missing, invalid, replayed, uncheckable).",
             load(&self.hint_signatures_refused),
+        );
+        counter(
+            &mut out,
+            "cipd_whoispp_queries_total",
+            "Whois++ queries answered on the Whois++ listeners.",
+            load(&self.whoispp_queries),
         );
         counter(
             &mut out,

@@ -132,7 +132,8 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
                 "values",
                 "signature",
                 "failures",
-                "next_poll"
+                "next_poll",
+                "index_type"
             ])
         );
         assert_eq!(p["failures"], 0, "{p}");

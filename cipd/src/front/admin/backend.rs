@@ -219,6 +219,9 @@ fn status(node: &Node) -> StatusInfo {
     l.cip_tls
         .iter()
         .for_each(|a| add("cip-tls", display_addr(*a)));
+    l.whoispp
+        .iter()
+        .for_each(|a| add("whoispp", display_addr(*a)));
     l.http
         .iter()
         .for_each(|a| add("http", format!("http://{}", display_addr(*a))));
@@ -293,6 +296,7 @@ fn peers(node: &Node) -> Vec<PeerInfo> {
             signature: node.trust().describe(&p.name),
             failures: p.consecutive_failures,
             next_poll: p.next_attempt.map(unix),
+            index_type: p.index_type.clone(),
         });
     }
     for s in summaries.iter().filter(|s| !shown.contains(&s.dsi)) {
@@ -318,6 +322,7 @@ fn peers(node: &Node) -> Vec<PeerInfo> {
             },
             failures: 0,
             next_poll: None,
+            index_type: None,
         });
     }
     out

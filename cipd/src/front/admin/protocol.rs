@@ -237,7 +237,7 @@ pub struct OutboundInfo {
 /// A bound listener.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListenerInfo {
-    /// `cip`, `cip-tls`, `http` or `admin`.
+    /// `cip`, `cip-tls`, `whoispp`, `http` or `admin`.
     pub kind: String,
     /// Address or socket path.
     pub address: String,
@@ -290,6 +290,10 @@ pub struct PeerInfo {
     /// Unix seconds of the next poll or push, when one is scheduled.
     #[serde(default)]
     pub next_poll: Option<u64>,
+    /// The `type` the peer's last answered poll was spelled with (`tagged`, or
+    /// `application/index.obj.tagged` for ROADS).
+    #[serde(default)]
+    pub index_type: Option<String>,
 }
 
 /// One row of `table`.

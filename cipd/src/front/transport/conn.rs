@@ -48,6 +48,79 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send,
     H: RequestHandler,
 {
+    serve_inner(stream, peer, handler, None::<&CipOnly>, config, shutdown).await
+}
+
+/// A second protocol on a CIP port, the way ROADS' `wppd` answers Whois++ queries and CIPv3
+/// polls on one port: it serves a connection whose first line is not a version line.
+pub trait OtherProtocol: Send + Sync {
+    /// Serves the rest of the connection, after the banner: `first` is the line the client
+    /// sent (without its line end), `buffered` what it sent after that line.
+    fn serve<S>(
+        &self,
+        first: String,
+        io: S,
+        buffered: BytesMut,
+        peer: &PeerContext,
+        shutdown: CancellationToken,
+    ) -> impl std::future::Future<Output = Result<(), TransportError>> + Send
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send;
+}
+
+/// No second protocol.
+struct CipOnly;
+
+impl OtherProtocol for CipOnly {
+    async fn serve<S>(
+        &self,
+        _: String,
+        _: S,
+        _: BytesMut,
+        _: &PeerContext,
+        _: CancellationToken,
+    ) -> Result<(), TransportError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        Ok(())
+    }
+}
+
+/// As [`serve_connection`], except that a connection whose first line is not a CIP version
+/// line (a Whois++ query) is handed to `other` with that line, instead of refused.
+///
+/// # Errors
+/// As [`serve_connection`], and what `other` returns.
+pub async fn serve_shared_connection<S, H, O>(
+    stream: S,
+    peer: PeerContext,
+    handler: &H,
+    other: &O,
+    config: &TransportConfig,
+    shutdown: CancellationToken,
+) -> Result<(), TransportError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+    H: RequestHandler,
+    O: OtherProtocol,
+{
+    serve_inner(stream, peer, handler, Some(other), config, shutdown).await
+}
+
+async fn serve_inner<S, H, O>(
+    stream: S,
+    peer: PeerContext,
+    handler: &H,
+    other: Option<&O>,
+    config: &TransportConfig,
+    shutdown: CancellationToken,
+) -> Result<(), TransportError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+    H: RequestHandler,
+    O: OtherProtocol,
+{
     let mut conn = Conn::new(stream, config.limits, Expect::Version);
     conn.queue_status(&Status::with_comment(
         ResponseCode::Banner,
@@ -71,6 +144,16 @@ where
                 Phase::Negotiation,
             )
             .await?;
+        }
+        Ok(Read::Frame(Frame::Version {
+            version: None,
+            line,
+        })) if other.is_some() => {
+            let Conn { io, rbuf, .. } = conn;
+            return match other {
+                Some(o) => o.serve(line, io, rbuf, &peer, shutdown).await,
+                None => Ok(()),
+            };
         }
         Ok(Read::Frame(Frame::Version { version, line })) => {
             let comment = match version {
@@ -197,7 +280,16 @@ pub struct ClientReply {
     pub comment: String,
     /// The output that followed a `201`, parsed as a poll result.
     pub result: Option<PollResult>,
+    /// A message that came at once after a `200` (ROADS explains one this way: "We have
+    /// DSI: ..."), as received.
+    pub explanation: Option<bytes::Bytes>,
 }
+
+/// How long a `200` may be followed by the first byte of an explanation.
+const EXPLANATION_FIRST_BYTE: Duration = Duration::from_millis(250);
+
+/// How long a reply's explanation may take to arrive once its first byte is in.
+const EXPLANATION_WAIT: Duration = Duration::from_secs(1);
 
 impl CipConnection {
     /// Runs the sender side over an established stream: reads the `220` banner (with
@@ -296,7 +388,22 @@ impl CipConnection {
             code: status.code,
             comment: status.comment,
             result: None,
+            explanation: None,
         };
+        if status.code == ResponseCode::Ok {
+            // A message the server sends with its 200 (ROADS names its own DSI this way),
+            // already here or arriving at once; a server that sends none costs this wait.
+            let explain = Wait {
+                first_byte: deadline.min(Instant::now() + EXPLANATION_FIRST_BYTE),
+                phase: Phase::Transfer,
+                rest: Some(EXPLANATION_WAIT),
+            };
+            if let Ok(Read::Frame(Frame::Message(m))) =
+                self.conn.read_frame(Expect::Message, explain, None).await
+            {
+                reply.explanation = Some(m);
+            }
+        }
         if status.code == ResponseCode::OkOutputFollows {
             let output = match self.conn.read_frame(Expect::Result, wait, None).await? {
                 Read::Frame(Frame::Message(m)) => m,

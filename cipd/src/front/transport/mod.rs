@@ -14,7 +14,9 @@ mod conn;
 mod handler;
 pub mod tls;
 
-pub use conn::{CipClient, CipConnection, ClientReply, serve_connection};
+pub use conn::{
+    CipClient, CipConnection, ClientReply, OtherProtocol, serve_connection, serve_shared_connection,
+};
 pub use handler::*;
 
 #[cfg(test)]

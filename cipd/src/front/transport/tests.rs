@@ -142,7 +142,7 @@ async fn digest_example_session_server_transcript() {
         "% 200 MIME request received and processed\r\n",
         "% 201 MIME request received and processed, output follows\r\n",
         "Mime-Version: 1.0\r\n",
-        "Content-Type: multipart/mixed; boundary=\"cipv3-part\"\r\n",
+        "Content-Type: multipart/mixed; boundary=cipv3-part\r\n",
         "\r\n",
         "--cipv3-part\r\n",
         "Content-Type: application/index.obj.tagged; type=\"tagged\";\r\n",

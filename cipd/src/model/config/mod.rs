@@ -131,6 +131,10 @@ pub struct RawListen {
     /// Path of CIP over HTTP (RFC 2653 §2.3) on the HTTP listeners (`"/cip"`); off when
     /// absent.
     pub cip_http: Option<String>,
+    /// Whois++ listeners (RFC 1835), which also speak CIP to a client whose first line is
+    /// `# CIP-Version: 3`, as ROADS' `wppd` does.
+    #[serde(default)]
+    pub whoispp: Vec<String>,
 }
 
 /// `[[listen.cip_tls]]` and `[[listen.https]]`.
@@ -318,6 +322,8 @@ pub struct ListenConfig {
     pub admin_socket: Option<PathBuf>,
     /// Path of CIP over HTTP on the HTTP listeners; `None` when off.
     pub cip_http: Option<String>,
+    /// Whois++ listeners (also CIP for clients that ask for it first).
+    pub whoispp: Vec<SocketAddr>,
 }
 
 /// One TLS listener (CIP or HTTPS).
@@ -730,8 +736,13 @@ impl Validator<'_> {
         let peers = self.peers(raw.peers);
         let exports = !listen.cip.is_empty()
             || !listen.cip_tls.is_empty()
+            || !listen.whoispp.is_empty()
             || peers.iter().any(|p| p.has_role(PeerRole::Push));
-        if exports && node.base_uris.is_empty() && listen.http.is_empty() && listen.https.is_empty()
+        if exports
+            && node.base_uris.is_empty()
+            && listen.http.is_empty()
+            && listen.https.is_empty()
+            && listen.whoispp.is_empty()
         {
             // Referrals to this node carry the base-uri of the hint it hands out (RFC 2651
             // section 4); with no HTTP listener to derive one from, the operator must say
@@ -840,6 +851,12 @@ impl Validator<'_> {
             .enumerate()
             .filter_map(|(i, a)| self.addr(format!("listen.http[{i}]"), a))
             .collect();
+        let whoispp = raw
+            .whoispp
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| self.addr(format!("listen.whoispp[{i}]"), a))
+            .collect();
         let cip_tls = self.tls_listeners("cip_tls", raw.cip_tls);
         let https = self.tls_listeners("https", raw.https);
         let admin_socket = raw.admin_socket.map(|p| self.path(p));
@@ -864,6 +881,7 @@ impl Validator<'_> {
             https,
             admin_socket,
             cip_http,
+            whoispp,
         }
     }
 

@@ -1,0 +1,1174 @@
+//! Whois++ (RFC 1835) on a CIP port: queries answered with this node's own records and with
+//! `# SERVER-TO-ASK` referrals (RFC 1913) to the datasets the routing table holds, in the
+//! form ROADS v2.3's clients parse (`WPPC.pm`, `MeshTraversal.pm`).
+//!
+//! Like ROADS' `wppd`, one port speaks both protocols: the daemon serves it with
+//! [`crate::front::transport::serve_shared_connection`], so a connection whose first line is
+//! `# CIP-Version: 3` is CIP (a ROADS gatherer polling us) and anything else is a Whois++
+//! query handed to [`WhoisService`].
+//!
+//! ```text
+//! line        = query [ ":" global *( ";" global ) ]          ; globals after the last ":"
+//! query       = disjunct *( "or" disjunct )
+//! disjunct    = unary *( [ "and" ] unary )                      ; juxtaposition is "and"
+//! unary       = "not" term / "(" query ")" / term
+//! term        = [ name "=" ] value *( ";" local )               ; local: search=...
+//! name        = "template" / "handle" / "value" / attribute
+//! global      = "format=" ( "full" / "abridged" / "handle" / "summary" / "server-to-ask" )
+//!             / "maxhits=" N / "maxfull=" N / "search=" ( "exact" / "substring" / "lstring" )
+//!             / "hold" / "case=" ( "ignore" ) / other (ignored with % 112)
+//! ```
+//!
+//! Matching (PROTOCOL.md, "Whois++ front-end"): attribute names compare ignoring case on
+//! their base name (`Author-2` is `Author`); `search=exact` (the default) matches a value
+//! equal to the term or holding it as a word, `substring` anywhere, `lstring` a word that
+//! starts with it; case is ignored. A term without a name matches any attribute. `not`
+//! applies to a single term and filters records only: a referral is a dataset that may hold
+//! matches, so negations never remove one.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use cip_proto::soif::SoifObject;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::timeout;
+use tokio_util::sync::CancellationToken;
+
+use crate::front::transport::{OtherProtocol, PeerContext, Phase, TransportError};
+use crate::model::answer::ReferralJson;
+use crate::node::Node;
+use crate::pipeline::tagged::stable_tag;
+
+/// Most conjunctions a query may expand to (`(a or b) and (c or d)` is four).
+pub const MAX_DISJUNCTS: usize = 64;
+
+/// Most routing-table queries one Whois++ query may cost (a bare value is looked up under
+/// every attribute that holds it).
+const MAX_TABLE_QUERIES: usize = 32;
+
+/// Longest line of an answer before `+` continuation lines (as ROADS' `wppd` wraps).
+const WRAP_AT: usize = 75;
+
+/// How a value is compared with a term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Search {
+    /// The value equals the term or holds it as a word (RFC 1835 `exact`, as Whois++
+    /// servers index words).
+    Exact,
+    /// The term occurs anywhere in the value.
+    Substring,
+    /// A word of the value starts with the term.
+    Prefix,
+}
+
+/// One `name=value` term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    /// The attribute, or `None` for any attribute.
+    pub attribute: Option<String>,
+    /// The value looked for.
+    pub value: String,
+    /// How it is compared.
+    pub search: Search,
+}
+
+/// One conjunction of the query in disjunctive normal form.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Conjunction {
+    /// `template=`: only records of this template.
+    pub template: Option<String>,
+    /// `handle=`: only the record with this handle.
+    pub handle: Option<String>,
+    /// Terms every record must match.
+    pub terms: Vec<Term>,
+    /// `not` terms no record may match.
+    pub excluded: Vec<Term>,
+}
+
+/// The answer's form (`format=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Whole records.
+    Full,
+    /// A record's template, handle and title.
+    Abridged,
+    /// Only templates and handles.
+    Handle,
+    /// How many records, of which templates.
+    Summary,
+    /// Only referrals.
+    ServerToAsk,
+}
+
+/// The global constraints of a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Globals {
+    /// `format=`.
+    pub format: Format,
+    /// `maxhits=`: most records returned.
+    pub max_hits: usize,
+    /// `maxfull=`: more records than this are answered as a summary.
+    pub max_full: usize,
+    /// `hold`: keep the connection open for another query.
+    pub hold: bool,
+    /// Constraints not understood (answered with `% 112`, then ignored).
+    pub ignored: Vec<String>,
+}
+
+/// A parsed query line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WhoisQuery {
+    /// The query as conjunctions, any of which may match.
+    pub disjuncts: Vec<Conjunction>,
+    /// Its global constraints.
+    pub globals: Globals,
+}
+
+/// Why a query line cannot be answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("column {column}: {message}")]
+pub struct SyntaxError {
+    /// 1-based column of the offending token.
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Parses a query line with `default_max_hits` as the `maxhits` default and cap.
+///
+/// # Errors
+/// [`SyntaxError`] with the column of the first problem.
+pub fn parse(line: &str, default_max_hits: usize) -> Result<WhoisQuery, SyntaxError> {
+    let (query, globals_text, globals_at) = split_globals(line);
+    let mut globals = Globals {
+        format: Format::Full,
+        max_hits: default_max_hits,
+        max_full: default_max_hits,
+        hold: false,
+        ignored: Vec::new(),
+    };
+    let mut search = Search::Exact;
+    if let Some(text) = globals_text {
+        let mut at = globals_at;
+        for c in text.split(';') {
+            apply_global(c.trim(), at, &mut globals, &mut search, default_max_hits)?;
+            at += c.len() + 1;
+        }
+    }
+    let tokens = tokenize(query);
+    if tokens.is_empty() {
+        return Err(SyntaxError {
+            column: 1,
+            message: "empty query".into(),
+        });
+    }
+    let mut p = Parser {
+        tokens,
+        at: 0,
+        search,
+    };
+    let expr = p.or_expr()?;
+    if let Some(t) = p.tokens.get(p.at) {
+        return Err(SyntaxError {
+            column: t.column,
+            message: format!("unexpected {:?}", t.text),
+        });
+    }
+    let disjuncts = dnf(&expr)?
+        .into_iter()
+        .filter_map(conjunction)
+        .collect();
+    Ok(WhoisQuery { disjuncts, globals })
+}
+
+/// Splits `query:globals` at the last `:` whose right side reads as constraints (a value
+/// may hold a `:` of its own, as URLs do).
+fn split_globals(line: &str) -> (&str, Option<&str>, usize) {
+    if let Some(i) = line.rfind(':') {
+        let rest = &line[i + 1..];
+        let looks = rest.split(';').all(|c| {
+            let name = c.split('=').next().unwrap_or("").trim();
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+        if looks {
+            return (&line[..i], Some(rest), i + 2);
+        }
+    }
+    (line, None, 0)
+}
+
+fn apply_global(
+    c: &str,
+    column: usize,
+    g: &mut Globals,
+    search: &mut Search,
+    cap: usize,
+) -> Result<(), SyntaxError> {
+    let (name, value) = match c.split_once('=') {
+        Some((n, v)) => (n.trim().to_ascii_lowercase(), v.trim().to_ascii_lowercase()),
+        None => (c.trim().to_ascii_lowercase(), String::new()),
+    };
+    let number = |v: &str| {
+        v.parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| SyntaxError {
+                column,
+                message: format!("{name}={v:?}: expected a positive number"),
+            })
+    };
+    match (name.as_str(), value.as_str()) {
+        ("format", "full") => g.format = Format::Full,
+        ("format", "abridged") => g.format = Format::Abridged,
+        ("format", "handle") => g.format = Format::Handle,
+        ("format", "summary") => g.format = Format::Summary,
+        ("format", "server-to-ask") => g.format = Format::ServerToAsk,
+        ("maxhits", v) => g.max_hits = number(v)?.min(cap),
+        ("maxfull", v) => g.max_full = number(v)?,
+        ("hold", "" | "on" | "true" | "y") => g.hold = true,
+        ("search", v) => {
+            *search = search_named(v).ok_or_else(|| SyntaxError {
+                column,
+                message: format!("search={v:?}: this server does exact, substring and lstring"),
+            })?
+        }
+        ("case", "ignore") => {}
+        _ => g.ignored.push(c.to_owned()),
+    }
+    Ok(())
+}
+
+fn search_named(v: &str) -> Option<Search> {
+    match v {
+        "exact" => Some(Search::Exact),
+        "substring" => Some(Search::Substring),
+        "lstring" => Some(Search::Prefix),
+        _ => None,
+    }
+}
+
+struct Token {
+    text: String,
+    column: usize,
+}
+
+/// Words, `(` and `)`; a backslash takes the next character into the word.
+fn tokenize(query: &str) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut start = 0;
+    let mut chars = query.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                if word.is_empty() {
+                    start = i;
+                }
+                if let Some((_, n)) = chars.next() {
+                    word.push(n);
+                }
+            }
+            '(' | ')' => {
+                if !word.is_empty() {
+                    out.push(Token {
+                        text: std::mem::take(&mut word),
+                        column: start + 1,
+                    });
+                }
+                out.push(Token {
+                    text: c.to_string(),
+                    column: i + 1,
+                });
+            }
+            c if c.is_whitespace() => {
+                if !word.is_empty() {
+                    out.push(Token {
+                        text: std::mem::take(&mut word),
+                        column: start + 1,
+                    });
+                }
+            }
+            c => {
+                if word.is_empty() {
+                    start = i;
+                }
+                word.push(c);
+            }
+        }
+    }
+    if !word.is_empty() {
+        out.push(Token {
+            text: word,
+            column: start + 1,
+        });
+    }
+    out
+}
+
+enum Expr {
+    Or(Vec<Expr>),
+    And(Vec<Expr>),
+    Not(Item),
+    Item(Item),
+}
+
+#[derive(Clone)]
+enum Item {
+    Template(String),
+    Handle(String),
+    Term(Term),
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    at: usize,
+    search: Search,
+}
+
+impl Parser {
+    fn peek_word(&self) -> Option<String> {
+        self.tokens
+            .get(self.at)
+            .map(|t| t.text.to_ascii_lowercase())
+    }
+
+    fn or_expr(&mut self) -> Result<Expr, SyntaxError> {
+        let mut parts = vec![self.and_expr()?];
+        while self.peek_word().as_deref() == Some("or") {
+            self.at += 1;
+            parts.push(self.and_expr()?);
+        }
+        Ok(if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Expr::Or(parts)
+        })
+    }
+
+    fn and_expr(&mut self) -> Result<Expr, SyntaxError> {
+        let mut parts = vec![self.unary()?];
+        loop {
+            match self.peek_word().as_deref() {
+                None | Some("or" | ")") => break,
+                Some("and") => self.at += 1,
+                Some(_) => {}
+            }
+            parts.push(self.unary()?);
+        }
+        Ok(if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Expr::And(parts)
+        })
+    }
+
+    fn unary(&mut self) -> Result<Expr, SyntaxError> {
+        let Some(t) = self.tokens.get(self.at) else {
+            let column = self.tokens.last().map_or(1, |t| t.column + t.text.len());
+            return Err(SyntaxError {
+                column,
+                message: "the query ends where a term was expected".into(),
+            });
+        };
+        let column = t.column;
+        match t.text.to_ascii_lowercase().as_str() {
+            "not" => {
+                self.at += 1;
+                match self.unary()? {
+                    Expr::Item(item) => Ok(Expr::Not(item)),
+                    _ => Err(SyntaxError {
+                        column,
+                        message: "not applies to a single term".into(),
+                    }),
+                }
+            }
+            "(" => {
+                self.at += 1;
+                let e = self.or_expr()?;
+                match self.tokens.get(self.at) {
+                    Some(t) if t.text == ")" => {
+                        self.at += 1;
+                        Ok(e)
+                    }
+                    _ => Err(SyntaxError {
+                        column,
+                        message: "this ( is not closed".into(),
+                    }),
+                }
+            }
+            ")" | "and" | "or" => Err(SyntaxError {
+                column,
+                message: format!("a term was expected, found {:?}", t.text),
+            }),
+            _ => {
+                let text = t.text.clone();
+                self.at += 1;
+                self.item(&text, column).map(Expr::Item)
+            }
+        }
+    }
+
+    fn item(&self, text: &str, column: usize) -> Result<Item, SyntaxError> {
+        let mut pieces = text.split(';');
+        let head = pieces.next().unwrap_or("");
+        let mut search = self.search;
+        for local in pieces {
+            if let Some(("search", v)) = local
+                .split_once('=')
+                .map(|(n, v)| (n.trim(), v.trim()))
+                .map(|(n, v)| {
+                    (
+                        if n.eq_ignore_ascii_case("search") {
+                            "search"
+                        } else {
+                            n
+                        },
+                        v,
+                    )
+                })
+            {
+                search = search_named(&v.to_ascii_lowercase()).ok_or_else(|| SyntaxError {
+                    column,
+                    message: format!("search={v:?}: this server does exact, substring and lstring"),
+                })?;
+            }
+        }
+        let (name, value) = match head.split_once('=') {
+            Some((n, v)) => (Some(n.trim()), v.trim()),
+            None => (None, head.trim()),
+        };
+        if value.is_empty() {
+            return Err(SyntaxError {
+                column,
+                message: format!("{text:?} has no value"),
+            });
+        }
+        let value = value.to_owned();
+        Ok(match name.map(str::to_ascii_lowercase).as_deref() {
+            Some("template") => Item::Template(value),
+            Some("handle") => Item::Handle(value),
+            Some("value") | None => Item::Term(Term {
+                attribute: None,
+                value,
+                search,
+            }),
+            Some("") => {
+                return Err(SyntaxError {
+                    column,
+                    message: format!("{text:?} has no attribute name before ="),
+                });
+            }
+            Some(_) => Item::Term(Term {
+                attribute: name.map(str::to_owned),
+                value,
+                search,
+            }),
+        })
+    }
+}
+
+/// The expression as conjunctions of (item, negated).
+fn dnf(e: &Expr) -> Result<Vec<Vec<(Item, bool)>>, SyntaxError> {
+    let too_many = || SyntaxError {
+        column: 1,
+        message: format!("the query expands to more than {MAX_DISJUNCTS} alternatives"),
+    };
+    Ok(match e {
+        Expr::Item(i) => vec![vec![(i.clone(), false)]],
+        Expr::Not(i) => vec![vec![(i.clone(), true)]],
+        Expr::Or(parts) => {
+            let mut out = Vec::new();
+            for p in parts {
+                out.extend(dnf(p)?);
+                if out.len() > MAX_DISJUNCTS {
+                    return Err(too_many());
+                }
+            }
+            out
+        }
+        Expr::And(parts) => {
+            let mut out: Vec<Vec<(Item, bool)>> = vec![Vec::new()];
+            for p in parts {
+                let alternatives = dnf(p)?;
+                let mut next = Vec::new();
+                for left in &out {
+                    for right in &alternatives {
+                        next.push(left.iter().chain(right).cloned().collect());
+                        if next.len() > MAX_DISJUNCTS {
+                            return Err(too_many());
+                        }
+                    }
+                }
+                out = next;
+            }
+            out
+        }
+    })
+}
+
+/// A conjunction of items; `None` when it cannot match (two templates or handles).
+fn conjunction(items: Vec<(Item, bool)>) -> Option<Conjunction> {
+    let mut c = Conjunction::default();
+    for (item, negated) in items {
+        match (item, negated) {
+            (Item::Template(t), false) => match &c.template {
+                Some(x) if !x.eq_ignore_ascii_case(&t) => return None,
+                _ => c.template = Some(t),
+            },
+            (Item::Handle(h), false) => match &c.handle {
+                Some(x) if *x != h => return None,
+                _ => c.handle = Some(h),
+            },
+            (Item::Term(t), false) => c.terms.push(t),
+            (Item::Term(t), true) => c.excluded.push(t),
+            // `not template=x` and `not handle=x` filter records like a term on them.
+            (Item::Template(t), true) => c.excluded.push(Term {
+                attribute: Some("\u{0}template".into()),
+                value: t,
+                search: Search::Exact,
+            }),
+            (Item::Handle(h), true) => c.excluded.push(Term {
+                attribute: Some("\u{0}handle".into()),
+                value: h,
+                search: Search::Exact,
+            }),
+        }
+    }
+    Some(c)
+}
+
+/// True when `value` matches `term`'s value under its search.
+fn value_matches(value: &str, term: &Term) -> bool {
+    let (v, t) = (value.to_lowercase(), term.value.to_lowercase());
+    let words = || {
+        v.split(|c: char| !(c.is_alphanumeric() || "+-_.@'/".contains(c)))
+            .filter(|w| !w.is_empty())
+    };
+    match term.search {
+        Search::Substring => v.contains(&t),
+        Search::Exact => v.trim() == t || words().any(|w| w == t),
+        Search::Prefix => words().any(|w| w.starts_with(&t)),
+    }
+}
+
+/// The handle a record is known by: the same stable tag the tagged index gives it.
+pub fn handle_of(o: &SoifObject) -> String {
+    stable_tag(o.template().as_str(), o.url()).to_string()
+}
+
+fn term_matches(o: &SoifObject, term: &Term) -> bool {
+    match term.attribute.as_deref() {
+        Some("\u{0}template") => o.template().as_str().eq_ignore_ascii_case(&term.value),
+        Some("\u{0}handle") => handle_of(o) == term.value,
+        Some(name) => o.attributes.iter().any(|a| {
+            a.name.base_name().eq_ignore_ascii_case(name)
+                && value_matches(&String::from_utf8_lossy(&a.value), term)
+        }),
+        None => o
+            .attributes
+            .iter()
+            .any(|a| value_matches(&String::from_utf8_lossy(&a.value), term)),
+    }
+}
+
+/// True when record `o` matches conjunction `c`.
+pub fn record_matches(o: &SoifObject, c: &Conjunction) -> bool {
+    c.template
+        .as_deref()
+        .is_none_or(|t| o.template().as_str().eq_ignore_ascii_case(t))
+        && c.handle.as_deref().is_none_or(|h| handle_of(o) == h)
+        && c.terms.iter().all(|t| term_matches(o, t))
+        && !c.excluded.iter().any(|t| term_matches(o, t))
+}
+
+/// A referral as Whois++ clients follow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerToAsk {
+    /// The dataset's DSI, as server handle.
+    pub handle: String,
+    /// Whois++ host.
+    pub host: String,
+    /// Whois++ port.
+    pub port: u16,
+    /// The base URI it came from.
+    pub uri: String,
+}
+
+/// The Whois++ address among a dataset's base URIs: `whoispp://host[:port]/` (port 63 when
+/// absent, RFC 1835's) or `whois://host[:port]/`.
+pub fn whois_address(dsi: &str, base_uris: &[String]) -> Option<ServerToAsk> {
+    base_uris.iter().find_map(|u| {
+        let lower = u.to_ascii_lowercase();
+        let rest = ["whoispp://", "whois++://", "whois://"]
+            .iter()
+            .find_map(|s| lower.starts_with(s).then(|| &u[s.len()..]))?;
+        let authority = rest.split('/').next()?;
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse() {
+                Ok(p) => (h, p),
+                Err(_) => return None,
+            },
+            _ => (authority, 63),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        (!host.is_empty()).then(|| ServerToAsk {
+            handle: dsi.to_owned(),
+            host: host.to_owned(),
+            port,
+            uri: u.clone(),
+        })
+    })
+}
+
+/// What one query found.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Matching local records, at most `maxhits`.
+    pub records: Vec<SoifObject>,
+    /// All matching local records.
+    pub total: u64,
+    /// Referrals with a Whois++ address.
+    pub referrals: Vec<ServerToAsk>,
+    /// Referrals left out for want of a Whois++ address.
+    pub unreachable: usize,
+}
+
+/// Answers Whois++ queries for one node.
+#[derive(Debug, Clone)]
+pub struct WhoisService {
+    node: Arc<Node>,
+}
+
+impl WhoisService {
+    /// A service over `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+
+    /// Evaluates `q`: local records (on the blocking pool) and referrals.
+    ///
+    /// # Errors
+    /// A message for `% 500` when the local store cannot be read or the query would read
+    /// more than `limits.local_scan_max_objects` objects without an indexed attribute.
+    pub async fn find(&self, q: &WhoisQuery) -> Result<Found, String> {
+        let node = self.node.clone();
+        let query = q.clone();
+        let mut found = tokio::task::spawn_blocking(move || local_records(&node, &query))
+            .await
+            .map_err(|e| format!("search failed: {e}"))??;
+        let own = self.node.identity().dsi.to_string();
+        let mut seen = HashSet::new();
+        for c in &q.disjuncts {
+            if c.handle.is_some() {
+                continue;
+            }
+            for table_query in self.table_queries(c) {
+                let Ok(answer) = self.node.referrals(&table_query, false, None) else {
+                    continue;
+                };
+                for r in answer.referrals {
+                    if r.dsi == own || !seen.insert(r.dsi.clone()) {
+                        continue;
+                    }
+                    match referral_address(&r) {
+                        Some(s) => found.referrals.push(s),
+                        None => found.unreachable += 1,
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The routing-table queries (`Template:Attribute~value & ...`) that stand for `c`: a
+    /// term without attribute is looked up under each attribute holding a value that starts
+    /// with it, at most [`MAX_TABLE_QUERIES`] in all.
+    fn table_queries(&self, c: &Conjunction) -> Vec<String> {
+        let template = c.template.as_deref().map(|t| format!("{t}:"));
+        let mut alternatives: Vec<Vec<String>> = vec![Vec::new()];
+        for t in &c.terms {
+            let attributes: Vec<String> = match &t.attribute {
+                Some(a) => vec![a.clone()],
+                None => {
+                    let mut names: Vec<String> = self
+                        .node
+                        .table()
+                        .entries(None, None, Some(t.value.as_bytes()), MAX_TABLE_QUERIES)
+                        .into_iter()
+                        .map(|row| row.attribute.attribute)
+                        .collect();
+                    names.sort_by_key(|n| n.to_ascii_lowercase());
+                    names.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+                    names
+                }
+            };
+            let mut next = Vec::new();
+            for prefix in &alternatives {
+                for a in &attributes {
+                    let mut terms = prefix.clone();
+                    terms.push(format!(
+                        "{}{a}~{}",
+                        template.as_deref().unwrap_or(""),
+                        quoted(&t.value)
+                    ));
+                    next.push(terms);
+                    if next.len() >= MAX_TABLE_QUERIES {
+                        break;
+                    }
+                }
+            }
+            alternatives = next;
+        }
+        alternatives
+            .into_iter()
+            .filter(|terms| !terms.is_empty())
+            .map(|terms| terms.join(" & "))
+            .collect()
+    }
+
+    /// The whole answer to one query line, and whether to hold the connection.
+    pub async fn answer(&self, line: &str) -> (String, bool) {
+        let mut out = String::new();
+        if let Some(text) = self.command(line.trim()) {
+            return (text, false);
+        }
+        let max = self.node.config().limits.max_objects;
+        let q = match parse(line, max) {
+            Ok(q) => q,
+            Err(e) => {
+                out.push_str(&format!("% 500 Syntax error: {e}\r\n"));
+                return (out, false);
+            }
+        };
+        out.push_str(&format!("% 200 Search is executing: {}\r\n", line.trim()));
+        for c in &q.globals.ignored {
+            out.push_str(&format!(
+                "% 112 Constraint {c:?} not supported; ignored\r\n"
+            ));
+        }
+        let found = match self.find(&q).await {
+            Ok(f) => f,
+            Err(e) => {
+                out.push_str(&format!("% 500 {e}\r\n"));
+                return (out, q.globals.hold);
+            }
+        };
+        if found.total > q.globals.max_hits as u64 {
+            out.push_str("% 110 Too many hits\r\n");
+        }
+        let server = self.node.identity().dsi.to_string();
+        let format = if found.records.len() > q.globals.max_full {
+            Format::Summary
+        } else {
+            q.globals.format
+        };
+        write_records(&mut out, &server, &found, format);
+        for s in &found.referrals {
+            out.push_str(&format!(
+                "# SERVER-TO-ASK {h}\r\n Server-Handle: {h}\r\n Host-Name: {}\r\n Host-Port: {}\r\n URI: {}\r\n# END\r\n\r\n",
+                s.host,
+                s.port,
+                s.uri,
+                h = s.handle
+            ));
+        }
+        if found.unreachable > 0 {
+            tracing::debug!(
+                left_out = found.unreachable,
+                "referrals without a whois++ address left out"
+            );
+        }
+        out.push_str(if q.globals.hold {
+            "% 226 Transaction complete; holding the connection open\r\n"
+        } else {
+            "% 226 Transaction complete\r\n"
+        });
+        (out, q.globals.hold)
+    }
+
+    /// The answer to a system command (RFC 1835 §3.3), when `line` is one.
+    fn command(&self, line: &str) -> Option<String> {
+        let version = env!("CARGO_PKG_VERSION");
+        let text = match line.to_ascii_lowercase().as_str() {
+            "version" => format!(
+                "% 200 Command okay\r\n# FULL VERSION {dsi} VERSION\r\n Version: 1.0\r\n Program-Name: cipd\r\n Program-Version: {version}\r\n# END\r\n\r\n% 226 Transaction complete\r\n",
+                dsi = self.node.identity().dsi
+            ),
+            "commands" => "% 200 Command okay\r\n# FULL COMMANDS - COMMANDS\r\n Commands: commands describe help version <query>\r\n# END\r\n\r\n% 226 Transaction complete\r\n".to_owned(),
+            "help" => "% 200 Command okay\r\n% 113-Queries: attribute=value, template=name, handle=h, a bare value;\r\n% 113-combined with and, or, not and parentheses; constraints after the last\r\n% 113 colon: format=full|abridged|handle|summary, maxhits=N, search=exact|substring|lstring, hold\r\n% 226 Transaction complete\r\n".to_owned(),
+            "describe" => {
+                let identity = self.node.identity();
+                format!(
+                    "% 200 Command okay\r\n# FULL SERVICES {dsi} DESCRIBE\r\n Text: {}\r\n Server-Handle: {dsi}\r\n# END\r\n\r\n% 226 Transaction complete\r\n",
+                    identity
+                        .description
+                        .clone()
+                        .unwrap_or_else(|| "cipd CIP index server".into()),
+                    dsi = identity.dsi
+                )
+            }
+            _ => return None,
+        };
+        Some(text)
+    }
+}
+
+fn referral_address(r: &ReferralJson) -> Option<ServerToAsk> {
+    whois_address(&r.dsi, &r.base_uri)
+}
+
+/// A value in the routing query language: quoted, with `"` and `\` escaped.
+fn quoted(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// The local records matching any conjunction of `q`, each once, in store order.
+fn local_records(node: &Node, q: &WhoisQuery) -> Result<Found, String> {
+    let local = node.local();
+    let scan_max = node.config().limits.local_scan_max_objects as u64;
+    if local.len() > scan_max {
+        return Err(format!(
+            "this server holds {} records, more than limits.local_scan_max_objects ({scan_max}) \
+             a Whois++ query may read",
+            local.len()
+        ));
+    }
+    let mut found = Found::default();
+    let mut seen = HashSet::new();
+    for store in local.stores() {
+        store
+            .scan(&mut |_, o| {
+                if q.disjuncts.iter().any(|c| record_matches(&o, c)) && seen.insert(handle_of(&o)) {
+                    found.total += 1;
+                    if found.records.len() < q.globals.max_hits {
+                        found.records.push(o);
+                    }
+                }
+            })
+            .map_err(|e| format!("the local store cannot be read: {e}"))?;
+    }
+    Ok(found)
+}
+
+/// Appends the records in `format`.
+fn write_records(out: &mut String, server: &str, found: &Found, format: Format) {
+    match format {
+        Format::ServerToAsk => {}
+        Format::Summary => {
+            if found.total > 0 {
+                let mut templates: Vec<&str> = found
+                    .records
+                    .iter()
+                    .map(|o| o.template().as_str())
+                    .collect();
+                templates.sort_unstable();
+                templates.dedup();
+                out.push_str(&format!(
+                    "# SUMMARY {server}\r\n Matches: {}\r\n Templates: {}\r\n# END\r\n\r\n",
+                    found.total,
+                    templates.join(", ")
+                ));
+            }
+        }
+        Format::Handle => {
+            for o in &found.records {
+                out.push_str(&format!(
+                    "# HANDLE {} {server} {}\r\n",
+                    o.template().as_str(),
+                    handle_of(o)
+                ));
+            }
+        }
+        Format::Abridged | Format::Full => {
+            for o in &found.records {
+                let kind = if format == Format::Full {
+                    "FULL"
+                } else {
+                    "ABRIDGED"
+                };
+                out.push_str(&format!(
+                    "# {kind} {} {server} {}\r\n",
+                    o.template().as_str(),
+                    handle_of(o)
+                ));
+                if let Some(url) = o.url_str() {
+                    attribute_lines(out, "URI", url);
+                }
+                for a in &o.attributes {
+                    let name = a.name.base_name();
+                    if format == Format::Abridged && !name.eq_ignore_ascii_case("title") {
+                        continue;
+                    }
+                    attribute_lines(out, name, &String::from_utf8_lossy(&a.value));
+                }
+                out.push_str("# END\r\n\r\n");
+            }
+        }
+    }
+}
+
+/// ` Name: value`, lines of a value after the first as `-` continuations, lines longer
+/// than [`WRAP_AT`] continued with `+` (RFC 1835 §3.4; ROADS' client joins `+` lines
+/// directly and `-` lines with a space).
+fn attribute_lines(out: &mut String, name: &str, value: &str) {
+    for (i, line) in value.lines().enumerate() {
+        let mut rest = line.trim_end_matches('\r');
+        let mut lead = if i == 0 {
+            format!(" {name}: ")
+        } else {
+            "-".to_owned()
+        };
+        loop {
+            let room = WRAP_AT.saturating_sub(lead.len()).max(8);
+            let cut = if rest.len() <= room {
+                rest.len()
+            } else {
+                let mut c = room;
+                while !rest.is_char_boundary(c) {
+                    c -= 1;
+                }
+                c
+            };
+            out.push_str(&lead);
+            out.push_str(&rest[..cut]);
+            out.push_str("\r\n");
+            rest = &rest[cut..];
+            if rest.is_empty() {
+                break;
+            }
+            lead = "+".to_owned();
+        }
+    }
+}
+
+/// Reads one line (without its line end) into a string, with `idle` as the deadline.
+/// `Ok(None)` at end of input or shutdown.
+async fn read_line<S: AsyncRead + Unpin>(
+    io: &mut S,
+    buf: &mut BytesMut,
+    max: usize,
+    idle: Duration,
+    shutdown: &CancellationToken,
+) -> Result<Option<String>, TransportError> {
+    loop {
+        if let Some(i) = memchr::memchr(b'\n', buf) {
+            let line = buf.split_to(i + 1);
+            let text = String::from_utf8_lossy(&line[..i]);
+            return Ok(Some(text.trim_end_matches('\r').to_owned()));
+        }
+        if buf.len() > max {
+            return Err(TransportError::Stream(
+                cip_proto::cip::StreamError::LineTooLong { offset: 0, max },
+            ));
+        }
+        buf.reserve(4096);
+        let read = tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            r = timeout(idle, io.read_buf(buf)) => r,
+        };
+        match read {
+            Err(_) => return Err(TransportError::Timeout { phase: Phase::Idle }),
+            Ok(Err(e)) => return Err(e.into()),
+            Ok(Ok(0)) => return Ok(None),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+impl OtherProtocol for WhoisService {
+    async fn serve<S>(
+        &self,
+        first: String,
+        mut io: S,
+        mut buffered: BytesMut,
+        peer: &PeerContext,
+        shutdown: CancellationToken,
+    ) -> Result<(), TransportError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let config = self.node.config();
+        let (max_line, idle, write) = (
+            config.limits.max_line_length,
+            config.limits.idle_timeout,
+            config.limits.request_timeout,
+        );
+        let mut line = first;
+        loop {
+            tracing::debug!(remote = %peer.remote, query = %line, "whois++ query");
+            crate::sys::metrics::Metrics::inc(&self.node.metrics().whoispp_queries);
+            let (mut answer, hold) = self.answer(&line).await;
+            if !hold {
+                answer.push_str("% 203 Bye\r\n");
+            }
+            timeout(write, io.write_all(answer.as_bytes()))
+                .await
+                .map_err(|_| TransportError::Timeout {
+                    phase: Phase::Transfer,
+                })??;
+            if !hold {
+                let _ = timeout(write, io.shutdown()).await;
+                return Ok(());
+            }
+            match read_line(&mut io, &mut buffered, max_line, idle, &shutdown).await? {
+                Some(next) => line = next,
+                None => {
+                    let _ = timeout(write, io.write_all(b"% 203 Bye\r\n")).await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(line: &str) -> WhoisQuery {
+        parse(line, 100).unwrap()
+    }
+
+    fn term(attribute: Option<&str>, value: &str) -> Term {
+        Term {
+            attribute: attribute.map(str::to_owned),
+            value: value.to_owned(),
+            search: Search::Exact,
+        }
+    }
+
+    #[test]
+    fn queries_parse_to_conjunctions() {
+        let x = q("keywords=centroid");
+        assert_eq!(x.disjuncts.len(), 1);
+        assert_eq!(x.disjuncts[0].terms, [term(Some("keywords"), "centroid")]);
+        let x = q("template=document and title=gateway");
+        assert_eq!(x.disjuncts[0].template.as_deref(), Some("document"));
+        assert_eq!(x.disjuncts[0].terms, [term(Some("title"), "gateway")]);
+        let x = q("zebra or centroid");
+        assert_eq!(x.disjuncts.len(), 2);
+        assert_eq!(x.disjuncts[1].terms, [term(None, "centroid")]);
+        let x = q("(a or b) c not d");
+        assert_eq!(x.disjuncts.len(), 2);
+        assert_eq!(x.disjuncts[0].terms, [term(None, "a"), term(None, "c")]);
+        assert_eq!(x.disjuncts[0].excluded, [term(None, "d")]);
+        let x = q("template=document and template=user");
+        assert!(x.disjuncts.is_empty(), "two templates cannot both hold");
+    }
+
+    #[test]
+    fn globals_follow_the_last_colon() {
+        let x = q("keywords=centroid:format=handle;maxhits=2;hold");
+        assert_eq!(x.globals.format, Format::Handle);
+        assert_eq!(x.globals.max_hits, 2);
+        assert!(x.globals.hold);
+        let x = q("uri=http://example.org/x");
+        assert_eq!(x.disjuncts[0].terms[0].value, "http://example.org/x");
+        assert_eq!(q("a:maxhits=500").globals.max_hits, 100, "capped");
+        let x = q("a:language=en");
+        assert_eq!(x.globals.ignored, ["language=en"]);
+        let x = q("title=mesh;search=substring");
+        assert_eq!(x.disjuncts[0].terms[0].search, Search::Substring);
+        let x = q("title=me:search=lstring");
+        assert_eq!(x.disjuncts[0].terms[0].search, Search::Prefix);
+    }
+
+    #[test]
+    fn bad_queries_say_where() {
+        for (line, column) in [
+            ("", 1),
+            ("a and", 6),
+            ("(a or b", 1),
+            ("not (a or b)", 1),
+            ("a ) b", 3),
+            ("=x", 1),
+            ("a:maxhits=zero", 3),
+            ("a:search=regex", 3),
+        ] {
+            let e = parse(line, 100).unwrap_err();
+            assert_eq!(e.column, column, "{line:?}: {e}");
+        }
+        let wide = "(a or b) (c or d) (e or f) (g or h) (i or j) (k or l) (m or n)";
+        assert!(
+            parse(wide, 100)
+                .unwrap_err()
+                .message
+                .contains("alternatives")
+        );
+    }
+
+    #[test]
+    fn values_match_words_by_default() {
+        let t = |v: &str, s: Search| Term {
+            attribute: None,
+            value: v.into(),
+            search: s,
+        };
+        assert!(value_matches(
+            "Centroids, indexing",
+            &t("indexing", Search::Exact)
+        ));
+        assert!(!value_matches(
+            "Centroids, indexing",
+            &t("centroid", Search::Exact)
+        ));
+        assert!(value_matches(
+            "Centroids, indexing",
+            &t("centroid", Search::Prefix)
+        ));
+        assert!(value_matches(
+            "Centroids, indexing",
+            &t("troids", Search::Substring)
+        ));
+        assert!(value_matches("Jon KNIGHT", &t("knight", Search::Exact)));
+        assert!(value_matches("whois++", &t("whois++", Search::Exact)));
+    }
+
+    #[test]
+    fn whois_addresses_come_from_base_uris() {
+        let a = whois_address(
+            "1.2",
+            &["http://h/".into(), "whoispp://127.0.0.1:18237/".into()],
+        )
+        .unwrap();
+        assert_eq!((a.host.as_str(), a.port), ("127.0.0.1", 18237));
+        assert_eq!(
+            whois_address("1.2", &["whois://w.example/".into()])
+                .unwrap()
+                .port,
+            63
+        );
+        let v6 = whois_address("1.2", &["whoispp://[::1]:4343/".into()]).unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 4343));
+        assert!(whois_address("1.2", &["http://h:80/".into()]).is_none());
+    }
+
+    #[test]
+    fn long_and_multi_line_values_continue() {
+        let mut out = String::new();
+        attribute_lines(
+            &mut out,
+            "Description",
+            &format!("{}\nsecond", "x".repeat(100)),
+        );
+        let lines: Vec<&str> = out.split("\r\n").collect();
+        assert!(lines[0].starts_with(" Description: x"));
+        assert!(lines[0].len() <= WRAP_AT);
+        assert!(lines[1].starts_with('+'));
+        assert_eq!(lines[2], "-second");
+    }
+}
