@@ -46,7 +46,7 @@ pub const MAX_DISJUNCTS: usize = 64;
 
 /// Most routing-table queries one Whois++ query may cost (a bare value is looked up under
 /// every attribute that holds it).
-const MAX_TABLE_QUERIES: usize = 32;
+const MAX_TABLE_QUERIES: usize = 64;
 
 /// Longest line of an answer before `+` continuation lines (as ROADS' `wppd` wraps).
 const WRAP_AT: usize = 75;
@@ -176,10 +176,7 @@ pub fn parse(line: &str, default_max_hits: usize) -> Result<WhoisQuery, SyntaxEr
             message: format!("unexpected {:?}", t.text),
         });
     }
-    let disjuncts = dnf(&expr)?
-        .into_iter()
-        .filter_map(conjunction)
-        .collect();
+    let disjuncts = dnf(&expr)?.into_iter().filter_map(conjunction).collect();
     Ok(WhoisQuery { disjuncts, globals })
 }
 
@@ -686,8 +683,8 @@ impl WhoisService {
     }
 
     /// The routing-table queries (`Template:Attribute~value & ...`) that stand for `c`: a
-    /// term without attribute is looked up under each attribute holding a value that starts
-    /// with it, at most [`MAX_TABLE_QUERIES`] in all.
+    /// term without attribute is looked up under each attribute name the table holds, at
+    /// most [`MAX_TABLE_QUERIES`] queries in all.
     fn table_queries(&self, c: &Conjunction) -> Vec<String> {
         let template = c.template.as_deref().map(|t| format!("{t}:"));
         let mut alternatives: Vec<Vec<String>> = vec![Vec::new()];
@@ -698,9 +695,9 @@ impl WhoisService {
                     let mut names: Vec<String> = self
                         .node
                         .table()
-                        .entries(None, None, Some(t.value.as_bytes()), MAX_TABLE_QUERIES)
+                        .attributes()
                         .into_iter()
-                        .map(|row| row.attribute.attribute)
+                        .map(|a| a.attribute)
                         .collect();
                     names.sort_by_key(|n| n.to_ascii_lowercase());
                     names.dedup_by(|a, b| a.eq_ignore_ascii_case(b));

@@ -448,6 +448,18 @@ impl RoutingTable {
         self.current.load().generation
     }
 
+    /// Every `Template:Attribute` a hint in the table has held, as first spelled: what a
+    /// query naming no attribute (a Whois++ bare value) can be looked up under.
+    pub fn attributes(&self) -> Vec<AttrSpec> {
+        self.current
+            .load()
+            .attrs
+            .infos
+            .iter()
+            .map(|i| i.spelling.clone())
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
         // The guarded data is `()`: a panic in another writer leaves nothing inconsistent.
         self.writer

@@ -20,6 +20,7 @@ mod load;
 mod outbound;
 mod proxy;
 mod rdm;
+mod roads;
 mod scenarios;
 mod tls;
 mod trust;
