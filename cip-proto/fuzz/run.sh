@@ -4,7 +4,7 @@
 #   cip-proto/fuzz/run.sh [SECONDS] [TARGET...]
 #
 # SECONDS (default 60) is each target's -max_total_time; TARGETs default to all of
-# `cargo fuzz list` (stream, soif, mime, hint, query, config, hinadi, rdm, tagged).
+# `cargo fuzz list` (stream, soif, mime, hint, query, config, hinadi, rdm, tagged, whoispp).
 # Works from any directory. The targets are built once, up front (later edits to the
 # sources do not affect a run in progress); then each binary runs with
 # -rss_limit_mb=2048 on its working corpus (cip-proto/fuzz/corpus/<target>/, not committed)

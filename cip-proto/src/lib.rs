@@ -7,6 +7,7 @@
 //!   taxonomy descriptions, and their query languages.
 //! * [`tagged`]: RFC 2654's tagged index object: parser, canonical writer, incremental
 //!   updates, and conversions to per-template value counts and from records.
+//! * [`whoispp`]: Whois++ query lines (RFC 1835), parsed into conjunctions and constraints.
 //! * [`dsi`]: dataset identifiers (RFC 2652 §2.1.2), validated on construction.
 //!
 //! The daemon (`cipd`) and the hint model (`hints`) build on these types; nothing here
@@ -19,6 +20,7 @@ pub mod hinadi;
 pub mod rdm;
 pub mod soif;
 pub mod tagged;
+pub mod whoispp;
 
 pub use dsi::Dsi;
 pub use soif::{Attribute, Identifier, SoifError, SoifObject};

@@ -6,7 +6,7 @@
 
 #![no_main]
 
-use cipd::config::Config;
+use cipd::model::config::Config;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
