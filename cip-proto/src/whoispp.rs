@@ -7,7 +7,8 @@
 //! query       = disjunct *( "or" disjunct )
 //! disjunct    = unary *( [ "and" ] unary )                      ; juxtaposition is "and"
 //! unary       = "not" term / "(" query ")" / term
-//! term        = [ name "=" ] value *( ";" local )               ; local: search=...
+//! term        = [ name "=" ] value *( ";" local )   ; local: search=...; format=, maxhits=,
+//!                                                     ; maxfull= and hold count as globals
 //! name        = "template" / "handle" / "value" / attribute
 //! global      = "format=" ( "full" / "abridged" / "handle" / "summary" / "server-to-ask" )
 //!             / "maxhits=" N / "maxfull=" N / "search=" ( "exact" / "substring" / "lstring" )
@@ -144,6 +145,7 @@ pub fn parse(line: &str, default_max_hits: usize) -> Result<WhoisQuery, SyntaxEr
         tokens,
         at: 0,
         search,
+        globals: Vec::new(),
     };
     let expr = p.or_expr()?;
     if let Some(t) = p.tokens.get(p.at) {
@@ -151,6 +153,9 @@ pub fn parse(line: &str, default_max_hits: usize) -> Result<WhoisQuery, SyntaxEr
             column: t.column,
             message: format!("unexpected {:?}", t.text),
         });
+    }
+    for (c, column) in std::mem::take(&mut p.globals) {
+        apply_global(&c, column, &mut globals, &mut search, default_max_hits)?;
     }
     let disjuncts = dnf(&expr)?.into_iter().filter_map(conjunction).collect();
     Ok(WhoisQuery { disjuncts, globals })
@@ -301,7 +306,12 @@ struct Parser {
     tokens: Vec<Token>,
     at: usize,
     search: Search,
+    /// Global constraints written after a term (`;format=full`), with their columns.
+    globals: Vec<(String, usize)>,
 }
+
+/// The global constraints also taken when a client writes them after a term.
+const GLOBAL_NAMES: [&str; 4] = ["format", "maxhits", "maxfull", "hold"];
 
 impl Parser {
     fn peek_word(&self) -> Option<String> {
@@ -386,29 +396,22 @@ impl Parser {
         }
     }
 
-    fn item(&self, text: &str, column: usize) -> Result<Item, SyntaxError> {
+    fn item(&mut self, text: &str, column: usize) -> Result<Item, SyntaxError> {
         let mut pieces = text.split(';');
         let head = pieces.next().unwrap_or("");
         let mut search = self.search;
         for local in pieces {
-            if let Some(("search", v)) = local
-                .split_once('=')
-                .map(|(n, v)| (n.trim(), v.trim()))
-                .map(|(n, v)| {
-                    (
-                        if n.eq_ignore_ascii_case("search") {
-                            "search"
-                        } else {
-                            n
-                        },
-                        v,
-                    )
-                })
-            {
+            let name = local.split('=').next().unwrap_or("").trim();
+            if name.eq_ignore_ascii_case("search") {
+                let v = local.split_once('=').map_or("", |(_, v)| v.trim());
                 search = search_named(&v.to_ascii_lowercase()).ok_or_else(|| SyntaxError {
                     column,
                     message: format!("search={v:?}: this server does exact, substring and lstring"),
                 })?;
+            } else if GLOBAL_NAMES.iter().any(|g| g.eq_ignore_ascii_case(name)) {
+                // `keywords=centroid;format=full`: a global written as a local constraint,
+                // as clients do; ROADS drops it, we take it as meant.
+                self.globals.push((local.trim().to_owned(), column));
             }
         }
         let (name, value) = match head.split_once('=') {
@@ -563,6 +566,11 @@ mod tests {
         assert_eq!(x.globals.ignored, ["language=en"]);
         let x = q("title=mesh;search=substring");
         assert_eq!(x.disjuncts[0].terms[0].search, Search::Substring);
+        // Globals written after a term, as clients send them, are taken as globals.
+        let x = q("keywords=centroid;format=handle;maxhits=2");
+        assert_eq!(x.globals.format, Format::Handle);
+        assert_eq!(x.globals.max_hits, 2);
+        assert_eq!(x.disjuncts[0].terms[0].value, "centroid");
         let x = q("title=me:search=lstring");
         assert_eq!(x.disjuncts[0].terms[0].search, Search::Prefix);
     }
