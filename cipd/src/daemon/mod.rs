@@ -213,34 +213,21 @@ impl Daemon {
             config.limits.max_http_connections_per_address,
         );
         let service = Arc::new(CipService::new(node.clone()));
-        for l in cip {
-            let addr = l.local_addr().ok();
-            tracing::info!(
-                "listening for CIP on {}",
-                addr.map(display_addr).unwrap_or_default()
-            );
+        let whois = Arc::new(WhoisService::new(node.clone()));
+        let plain = cip.into_iter().map(|l| (l, None));
+        let shared = whoispp.into_iter().map(|l| (l, Some(whois.clone())));
+        for (l, whois) in plain.chain(shared) {
+            let addr = l.local_addr().ok().map(display_addr).unwrap_or_default();
+            match whois {
+                None => tracing::info!("listening for CIP on {addr}"),
+                Some(_) => tracing::info!("listening for Whois++ and CIP on {addr}"),
+            }
             node.tracker.spawn(accept_loop(
                 node.clone(),
                 l,
                 None,
                 service.clone(),
-                None,
-                permits.clone(),
-            ));
-        }
-        let whois = Arc::new(crate::front::whoispp::WhoisService::new(node.clone()));
-        for l in whoispp {
-            let addr = l.local_addr().ok();
-            tracing::info!(
-                "listening for Whois++ and CIP on {}",
-                addr.map(display_addr).unwrap_or_default()
-            );
-            node.tracker.spawn(accept_loop(
-                node.clone(),
-                l,
-                None,
-                service.clone(),
-                Some(whois.clone()),
+                whois,
                 permits.clone(),
             ));
         }
