@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 mod collection;
 mod console;
+mod document;
 mod limits;
 mod pipeline;
 mod trust;
@@ -541,9 +542,33 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] listing every problem.
     pub fn from_toml_relative(text: &str, base: &Path) -> Result<Self, ConfigError> {
-        let raw = RawConfig::from_toml(text)?;
-        raw.validate(base)
-            .map_err(|problems| ConfigError::Invalid { problems })
+        let read = document::read(text);
+        let Some(raw) = read.raw else {
+            return Err(ConfigError::Invalid {
+                problems: read.problems,
+            });
+        };
+        let mut problems = read.problems;
+        match raw.validate(base) {
+            Ok(config) if problems.is_empty() => return Ok(config),
+            Ok(_) => {}
+            Err(more) => {
+                // A key taken out for its type falls back to its default: what the checks
+                // then say of it (missing, say) is not news.
+                let under = |key: &str, removed: &str| {
+                    key == removed
+                        || key
+                            .strip_prefix(removed)
+                            .is_some_and(|rest| rest.starts_with(['.', '[']))
+                };
+                problems.extend(
+                    more.into_iter()
+                        .filter(|p| !read.removed.iter().any(|r| under(&p.key, r))),
+                );
+            }
+        }
+        document::locate(text, &mut problems);
+        Err(ConfigError::Invalid { problems })
     }
 
     /// Checks what the configuration refers to on this host: collection paths, TLS files,
@@ -629,26 +654,16 @@ impl RawConfig {
     /// their key path and position.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] with one problem (serde stops at the first).
+    /// [`ConfigError::Invalid`] with every syntax error, or every key of a wrong type or
+    /// unknown (each is taken out and the rest read again).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Invalid {
-            problems: vec![Problem {
-                key: String::new(),
-                message: e.message().to_owned(),
-                position: e.span().map(|s| line_col(text, s.start)),
-            }],
-        })?;
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            ConfigError::Invalid {
-                problems: vec![Problem {
-                    key: if path == "." { String::new() } else { path },
-                    message: inner.message().to_owned(),
-                    position: inner.span().map(|s| line_col(text, s.start)),
-                }],
-            }
-        })
+        let read = document::read(text);
+        match read.raw {
+            Some(raw) if read.problems.is_empty() => Ok(raw),
+            _ => Err(ConfigError::Invalid {
+                problems: read.problems,
+            }),
+        }
     }
 
     /// Checks every value and builds a [`Config`], resolving relative paths against `base`.
@@ -667,13 +682,6 @@ impl RawConfig {
             Err(v.problems)
         }
     }
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text.as_bytes()[..offset.min(text.len())];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let col = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
-    (line, col)
 }
 
 impl Validator<'_> {
@@ -1296,6 +1304,58 @@ level = "cipd=debug,info"
         assert!(p.message.contains("unknown field `prot`"), "{p}");
         assert!(p.key.starts_with("peer[0]"), "{p}");
         assert_eq!(p.position.map(|(l, _)| l), Some(7), "{p}");
+    }
+
+    #[test]
+    fn five_mistakes_give_five_problems_with_their_lines() {
+        let text = "data_dir = \"x\"\n\
+[node]\n\
+dsi = \"1.02.3\"\n\
+[listen]\n\
+cip = [\"127.0.0.1:0\"]\n\
+http = [\"127.0.0.1:0\"]\n\
+[limits]\n\
+max_connections = -3\n\
+[[peer]]\n\
+name = \"a\"\n\
+host = \"127.0.0.1\"\n\
+port = 99999\n\
+role = \"pol\"\n\
+poll_interval = \"5 fortnights\"\n";
+        let err = Config::from_toml(text).unwrap_err();
+        let mut lines: Vec<(usize, String)> = err
+            .problems()
+            .iter()
+            .map(|p| (p.position.map_or(0, |(l, _)| l), p.key.clone()))
+            .collect();
+        lines.sort();
+        let keys: Vec<&str> = lines.iter().map(|(_, k)| k.as_str()).collect();
+        assert_eq!(
+            lines.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+            [3, 8, 12, 13, 14],
+            "{keys:?}\n{err}"
+        );
+        assert_eq!(
+            keys,
+            [
+                "node.dsi",
+                "limits.max_connections",
+                "peer[0].port",
+                "peer[0].role",
+                "peer[0].poll_interval"
+            ],
+            "{err}"
+        );
+        // An unknown key names the nearest known one.
+        let err =
+            Config::from_toml("data_dir = \"x\"\n[node]\ndsi = \"1.2\"\ndescriptoin = \"d\"\n")
+                .unwrap_err();
+        assert!(
+            err.problems()[0]
+                .message
+                .contains("did you mean `description`?"),
+            "{err}"
+        );
     }
 
     #[test]
