@@ -390,9 +390,10 @@ impl CipConnection {
             result: None,
             explanation: None,
         };
-        if status.code == ResponseCode::Ok {
-            // A message the server sends with its 200 (ROADS names its own DSI this way),
-            // already here or arriving at once; a server that sends none costs this wait.
+        if status.code == ResponseCode::Ok && matches!(request, Request::Poll { .. }) {
+            // A message the server sends with its 200 to a poll (ROADS names its own DSI
+            // this way), already here or arriving at once; a server that sends none costs
+            // this wait, on polls answered 200 only.
             let explain = Wait {
                 first_byte: deadline.min(Instant::now() + EXPLANATION_FIRST_BYTE),
                 phase: Phase::Transfer,
