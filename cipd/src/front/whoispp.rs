@@ -158,9 +158,13 @@ impl WhoisService {
     pub async fn find(&self, q: &WhoisQuery) -> Result<Found, String> {
         let node = self.node.clone();
         let query = q.clone();
+        // A Whois++ search reads the stores: it waits its turn among the scanning queries
+        // (`limits.max_concurrent_scans`), as the HTTP API's do.
+        let permit = self.node.scan_permit().await;
         let mut found = tokio::task::spawn_blocking(move || local_records(&node, &query))
             .await
             .map_err(|e| format!("search failed: {e}"))??;
+        drop(permit);
         let own = self.node.identity().dsi.to_string();
         let mut seen = HashSet::new();
         for c in &q.disjuncts {
