@@ -3,29 +3,28 @@
 //! found by deserializing, then taken out of the document and deserializing again);
 //! and, for problems found later by key path, the line and column of that key.
 
-use serde::de::IntoDeserializer;
+use serde::de::{DeserializeOwned, IntoDeserializer};
 use serde_path_to_error::Segment;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use super::RawConfig;
 use super::validate::Problem;
 
 /// Most problems of type or name reported for one file; past them, the check stops.
 const MAX_TYPE_PROBLEMS: usize = 64;
 
-/// What reading the document gave: the raw configuration when every remaining key
-/// deserialized (the keys in `problems` left out, so their defaults apply), and the
+/// What reading the document gave: the value (the raw configuration) when every remaining
+/// key deserialized (the keys in `problems` left out, so their defaults apply), and the
 /// problems, each with its position. `removed` are the key paths taken out, so a later
 /// check can leave them alone.
-pub(super) struct Read {
-    pub raw: Option<RawConfig>,
+pub(super) struct Read<T> {
+    pub raw: Option<T>,
     pub problems: Vec<Problem>,
     pub removed: Vec<String>,
 }
 
 /// Reads `text` (see the module doc).
-pub(super) fn read(text: &str) -> Read {
+pub(super) fn read<T: DeserializeOwned>(text: &str) -> Read<T> {
     let (doc, errors) = DeTable::parse_recoverable(text);
     if !errors.is_empty() {
         return Read {
@@ -47,7 +46,7 @@ pub(super) fn read(text: &str) -> Read {
     let mut removed = Vec::new();
     while problems.len() < MAX_TYPE_PROBLEMS {
         let de = root.clone().into_deserializer();
-        match serde_path_to_error::deserialize::<_, RawConfig>(de) {
+        match serde_path_to_error::deserialize::<_, T>(de) {
             Ok(raw) => {
                 return Read {
                     raw: Some(raw),

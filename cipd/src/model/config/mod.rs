@@ -542,7 +542,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] listing every problem.
     pub fn from_toml_relative(text: &str, base: &Path) -> Result<Self, ConfigError> {
-        let read = document::read(text);
+        let read = document::read::<RawConfig>(text);
         let Some(raw) = read.raw else {
             return Err(ConfigError::Invalid {
                 problems: read.problems,
@@ -657,7 +657,7 @@ impl RawConfig {
     /// [`ConfigError::Invalid`] with every syntax error, or every key of a wrong type or
     /// unknown (each is taken out and the rest read again).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let read = document::read(text);
+        let read = document::read::<RawConfig>(text);
         match read.raw {
             Some(raw) if read.problems.is_empty() => Ok(raw),
             _ => Err(ConfigError::Invalid {
