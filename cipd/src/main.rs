@@ -33,7 +33,7 @@ const SAMPLE_HTTP: &str = "127.0.0.1:7080";
 
 /// The CIP referral-mesh daemon.
 #[derive(Debug, Parser)]
-#[command(name = "cipd", version, about)]
+#[command(name = "cipd", version)]
 struct Cli {
     /// Configuration file (TOML). Without one, cipd serves a sample node on loopback.
     #[arg(long, short, value_name = "FILE")]
@@ -49,12 +49,29 @@ enum Command {
         /// The file.
         file: PathBuf,
     },
+    /// Write the man page and shell completions into a directory (for packaging).
+    #[command(hide = true)]
+    GenerateDocs {
+        /// The directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::CheckConfig { file }) => check_config(&file),
+        Some(Command::GenerateDocs { out }) => {
+            use clap::CommandFactory;
+            match cipd::ctl::generate::write_docs(Cli::command(), &out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cipd: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         None => run(cli.config),
     }
 }

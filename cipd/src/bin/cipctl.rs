@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 /// Operate and inspect cipd nodes, and work with SOIF and CIP-HINT files.
 #[derive(Debug, Parser)]
-#[command(name = "cipctl", version, about)]
+#[command(name = "cipctl", version)]
 struct Cli {
     #[command(flatten)]
     admin: ctl::admin::AdminOptions,
@@ -38,6 +38,13 @@ enum Command {
     Tls(ctl::tls::TlsCommand),
     #[command(flatten)]
     Admin(ctl::admin::AdminCommand),
+    /// Write the man page and shell completions into a directory (for packaging).
+    #[command(hide = true)]
+    GenerateDocs {
+        /// The directory.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -51,6 +58,13 @@ fn main() -> ExitCode {
         Command::Keygen(args) => ctl::keys::keygen(&args),
         Command::Tls(cmd) => ctl::tls::run(cmd),
         Command::Admin(cmd) => ctl::admin::run(cmd, &cli.admin),
+        Command::GenerateDocs { out } => {
+            use clap::CommandFactory;
+            match ctl::generate::write_docs(Cli::command(), &out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => ctl::fail(&e),
+            }
+        }
     }
 }
 

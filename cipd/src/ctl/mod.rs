@@ -1,8 +1,9 @@
 //! `cipctl` subcommands. Each module holds one command group's clap arguments and its `run`.
 //!
-//! Offline tools (no daemon needed): [`soif`], [`hina`], [`hint`]. Commands for a running daemon: [`admin`]. Talking to other servers: [`query`], [`rdm`].
+//! Offline tools (no daemon needed): [`soif`], [`hina`], [`hint`]. Commands for a running daemon: [`admin`]. Talking to other servers: [`query`], [`rdm`]. Packaging: [`generate`].
 
 pub mod admin;
+pub mod generate;
 pub mod hina;
 pub mod hint;
 pub mod keys;
