@@ -8,6 +8,7 @@
 //! * [`tagged`]: RFC 2654's tagged index object: parser, canonical writer, incremental
 //!   updates, and conversions to per-template value counts and from records.
 //! * [`whoispp`]: Whois++ query lines (RFC 1835), parsed into conjunctions and constraints.
+//! * [`http_date`]: HTTP dates in header fields (GMT in all three forms).
 //! * [`dsi`]: dataset identifiers (RFC 2652 §2.1.2), validated on construction.
 //!
 //! The daemon (`cipd`) and the hint model (`hints`) build on these types; nothing here
@@ -17,6 +18,7 @@ pub mod base64;
 pub mod cip;
 pub mod dsi;
 pub mod hinadi;
+pub mod http_date;
 pub mod rdm;
 pub mod soif;
 pub mod tagged;

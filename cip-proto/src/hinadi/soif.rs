@@ -111,7 +111,9 @@ pub fn to_block(obj: &SoifObject) -> Option<Block> {
 pub fn one_line(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for word in value
-        .split(|c: char| c.is_whitespace() || c.is_control())
+        // ASCII blanks and controls only: U+3000 (the ideographic space) and other
+        // non-ASCII text stay byte for byte.
+        .split(|c: char| c.is_ascii_whitespace() || c.is_control())
         .filter(|w| !w.is_empty())
     {
         if !out.is_empty() {
@@ -185,6 +187,14 @@ pub fn from_summary(obj: &SoifObject) -> Option<Block> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_keeps_the_ideographic_space() {
+        assert_eq!(
+            one_line("太郎の日記\u{3000}第二部\r\n  続き\t"),
+            "太郎の日記\u{3000}第二部 続き"
+        );
+    }
 
     fn block(fields: &[(&str, &str)]) -> Block {
         Block {

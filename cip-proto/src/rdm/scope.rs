@@ -31,7 +31,10 @@ impl GathererScope {
         }
         let (word, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
         if word.eq_ignore_ascii_case("since") {
-            return date::parse(rest.trim())
+            // An HTTP date (asctime is GMT too); other forms as the Hina-Di reader reads them.
+            let rest = rest.trim();
+            return crate::http_date::parse(rest)
+                .or_else(|| date::parse(rest))
                 .map(Self::Since)
                 .ok_or_else(|| bad(scope, "expected `since` and an HTTP date"));
         }

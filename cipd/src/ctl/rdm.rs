@@ -198,7 +198,8 @@ async fn run_async(cmd: RdmCommand) -> anyhow::Result<ExitCode> {
                     q,
                 ),
                 (None, Some(d)) => {
-                    let t = cip_proto::hinadi::date::parse(&d)
+                    let t = cip_proto::http_date::parse(&d)
+                        .or_else(|| cip_proto::hinadi::date::parse(&d))
                         .with_context(|| format!("--since {d:?} is not an HTTP date"))?;
                     ("gatherer", GathererScope::Since(t).to_scope())
                 }

@@ -270,7 +270,7 @@ async fn serve(
     let fresh = headers
         .get(header::IF_MODIFIED_SINCE)
         .and_then(|v| v.to_str().ok())
-        .and_then(date::parse)
+        .and_then(cip_proto::http_date::parse)
         .is_some_and(|since| since >= doc.built);
     if fresh {
         return Ok((

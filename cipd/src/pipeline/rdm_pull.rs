@@ -344,7 +344,7 @@ pub async fn pull_once(
     let server_now = posted
         .date
         .as_deref()
-        .and_then(cip_proto::hinadi::date::parse)
+        .and_then(cip_proto::http_date::parse)
         .unwrap_or(started);
     let next = PullState {
         url: url.to_owned(),
