@@ -127,6 +127,17 @@ pub enum DiagnosticKind {
         /// Its value.
         value: String,
     },
+    /// A date field read as a date, but not in the spec's RFC 1123 form
+    /// (`Wed, 05 Dec 2001 21:30:00 GMT`): other writers may read it otherwise.
+    #[error("{field}: {value:?} is not an RFC 1123 date (e.g. {read_as:?}); read as that")]
+    NonStandardDate {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: String,
+        /// The date it was read as, in the spec's form.
+        read_as: String,
+    },
     /// `Image-Width`/`Image-Height` not a number.
     #[error("{field}: {value:?} is not a number of pixels; kept as text")]
     BadNumber {
@@ -154,6 +165,7 @@ impl DiagnosticKind {
             | Self::NotAHeaderField { .. }
             | Self::NoBlankAfterHeader
             | Self::BadDate { .. }
+            | Self::NonStandardDate { .. }
             | Self::BadNumber { .. }
             | Self::BadHinaVersion { .. } => Severity::Warning,
             _ => Severity::Error,
@@ -612,12 +624,20 @@ impl HinaParser {
             return;
         }
         let kind = if k.is_date() {
-            date::parse(value)
-                .is_none()
-                .then(|| DiagnosticKind::BadDate {
+            match date::parse(value) {
+                None => Some(DiagnosticKind::BadDate {
                     field: k.name(),
                     value: value.to_owned(),
-                })
+                }),
+                // The spec's form is RFC 1123's exactly: what reads as a date but does not
+                // write back the same was another form.
+                Some(t) if date::format(t) != value => Some(DiagnosticKind::NonStandardDate {
+                    field: k.name(),
+                    value: value.to_owned(),
+                    read_as: date::format(t),
+                }),
+                Some(_) => None,
+            }
         } else if matches!(k, KnownField::ImageWidth | KnownField::ImageHeight) {
             value
                 .parse::<u32>()
@@ -873,7 +893,21 @@ mod tests {
         ] {
             let bytes = every_field(charset, label, crlf);
             let p = parse_bytes(&bytes, HinaLimits::default()).unwrap();
-            assert!(p.diagnostics.is_empty(), "{label:?}: {:?}", p.diagnostics);
+            // The file uses the other HTTP date forms on purpose: each is read, and said
+            // not to be the spec's RFC 1123 form.
+            let odd: Vec<&str> = p
+                .diagnostics
+                .iter()
+                .map(|d| match &d.kind {
+                    DiagnosticKind::NonStandardDate { field, .. } => *field,
+                    other => panic!("{label:?}: unexpected {other:?}"),
+                })
+                .collect();
+            assert_eq!(
+                odd,
+                ["Date", "Last-Modified", "Last-Modified-Detected"],
+                "{label:?}"
+            );
             assert_eq!(p.header.charset, charset, "{label:?}");
             assert_eq!(p.header.version, "HINA/2.2beta");
             assert_eq!(

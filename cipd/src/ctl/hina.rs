@@ -1,7 +1,9 @@
 //! `cipctl hina`: offline tools for Hina-Di files.
 //!
 //! * `check FILE...`: reads each file; one `FILE:LINE: message` line per error (warnings as
-//!   `FILE:LINE: warning: message`), exit 1 if any error.
+//!   `FILE:LINE: warning: message`, among them every value the spec does not allow but the
+//!   reader keeps, such as a date not in RFC 1123 form), exit 1 if any error, or with
+//!   `--strict` any warning.
 //! * `soif [FILE|-]`: the `HINA` summary objects the daemon would index.
 //! * `json [FILE|-]`: one JSON object per block, the header first.
 //!
@@ -29,6 +31,10 @@ pub enum HinaCommand {
         /// Files to check (`-` for standard input).
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Exit 1 on warnings too: any value the spec does not allow, even one the reader
+        /// keeps.
+        #[arg(long)]
+        strict: bool,
         /// Reader options.
         #[command(flatten)]
         opts: ReadArgs,
@@ -82,9 +88,13 @@ impl ReadArgs {
 pub fn run(cmd: HinaCommand) -> ExitCode {
     let mut out = BufWriter::new(io::stdout().lock());
     let result = match cmd {
-        HinaCommand::Check { files, opts } => {
-            opts.limits().and_then(|l| check(&files, l, &mut out))
-        }
+        HinaCommand::Check {
+            files,
+            strict,
+            opts,
+        } => opts
+            .limits()
+            .and_then(|l| check(&files, l, strict, &mut out)),
         HinaCommand::Soif { file, opts } => opts
             .limits()
             .and_then(|l| each(&file, l, &mut out, write_soif)),
@@ -177,7 +187,12 @@ enum Item<'a> {
     Block(&'a Block),
 }
 
-fn check(files: &[PathBuf], limits: HinaLimits, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+fn check(
+    files: &[PathBuf],
+    limits: HinaLimits,
+    strict: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
     let mut bad = false;
     for file in files {
         let mut errors = false;
@@ -188,7 +203,7 @@ fn check(files: &[PathBuf], limits: HinaLimits, out: &mut impl Write) -> anyhow:
                 limits,
                 &mut |_| Ok(()),
                 &mut |d| {
-                    errors |= d.severity() == Severity::Error;
+                    errors |= strict || d.severity() == Severity::Error;
                     report(*out.borrow_mut(), file, d).context("writing report")
                 },
                 &mut |e| fatal(*out.borrow_mut(), file, e),
@@ -289,6 +304,30 @@ mod tests {
     }
 
     #[test]
+    fn values_the_spec_does_not_allow_are_warned_of_and_fail_under_strict() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("dated.di");
+        std::fs::write(
+            &file,
+            "HINA/2.2beta\nUser-Agent: t\n\nURL: http://a/\nLast-Modified: 2001/12/05 21:30:00\n",
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let lenient = check(std::slice::from_ref(&file), opts(), false, &mut out).unwrap();
+        assert_eq!(lenient, ExitCode::SUCCESS, "kept, so not an error");
+        let text = String::from_utf8(std::mem::take(&mut out)).unwrap();
+        let f = file.display().to_string();
+        assert!(
+            text.starts_with(&format!(
+                "{f}:5: warning: Last-Modified: \"2001/12/05 21:30:00\" is not an RFC 1123 date"
+            )),
+            "{text}"
+        );
+        let strict = check(std::slice::from_ref(&file), opts(), true, &mut out).unwrap();
+        assert_eq!(strict, ExitCode::from(EXIT_INVALID_INPUT));
+    }
+
+    #[test]
     fn check_reports_file_line_and_exits_1() {
         let dir = tempfile::tempdir().unwrap();
         let (good, bad, junk) = (
@@ -301,11 +340,11 @@ mod tests {
         std::fs::write(&junk, "<html>\n").unwrap();
         let mut out = Vec::new();
         assert_eq!(
-            check(std::slice::from_ref(&good), opts(), &mut out).unwrap(),
+            check(std::slice::from_ref(&good), opts(), false, &mut out).unwrap(),
             ExitCode::SUCCESS
         );
         assert!(out.is_empty());
-        let code = check(&[good, bad.clone(), junk.clone()], opts(), &mut out).unwrap();
+        let code = check(&[good, bad.clone(), junk.clone()], opts(), false, &mut out).unwrap();
         assert_eq!(code, ExitCode::from(EXIT_INVALID_INPUT));
         let text = String::from_utf8(out).unwrap();
         let b = bad.display().to_string();
