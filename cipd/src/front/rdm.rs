@@ -735,7 +735,10 @@ async fn rd_request(node: &Arc<Node>, msg: &Message) -> Result<Response, Failure
         let msg = Message::new(Header::new(RdmType::RdResponse), RdmBody::Objects(rds));
         return Ok(whole(node, StatusCode::OK, &msg));
     }
-    Ok(stream(node, None, header, move |c| {
+    // The RDs of a view or scope, written to any sink: run once to count the bytes (an
+    // HTTP/1.0 reader needs Content-Length to tell a cut answer from a whole one; the store
+    // is a snapshot, so both runs write the same), then to send them.
+    let write = move |sink: &mut dyn FnMut(&[u8]) -> io::Result<()>| -> io::Result<()> {
         let mut sent = 0usize;
         let mut result = Ok(());
         let scanned = store.scan(&mut |_, mut o| {
@@ -749,10 +752,24 @@ async fn rd_request(node: &Arc<Node>, msg: &Message) -> Result<Response, Failure
             }
             view.project(&mut o);
             sent += 1;
-            result = c.put(b"\n").and_then(|()| c.put(&o.to_bytes()));
+            result = sink(b"\n").and_then(|()| sink(&o.to_bytes()));
         });
         result?;
         scanned.map_err(|e| io::Error::other(e.to_string()))
+    };
+    let head = header.len() as u64;
+    let (length, write) = blocking(move || {
+        let mut n = head;
+        write(&mut |b| {
+            n += b.len() as u64;
+            Ok(())
+        })
+        .map(|()| (n, write))
+    })
+    .await?
+    .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(stream(node, Some(length), header, move |c| {
+        write(&mut |b| c.put(b))
     }))
 }
 

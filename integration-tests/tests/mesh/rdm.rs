@@ -40,6 +40,14 @@ async fn post(url: &str, m: &Message) -> (Posted, Message) {
     .unwrap();
     assert_eq!(p.content_type.as_deref(), Some(rdm::CONTENT_TYPE));
     assert!(p.headers.contains_key("expires"), "{:?}", p.headers);
+    // Every answer says its length: an HTTP/1.0 reader cannot otherwise tell a cut body
+    // from a whole one.
+    let length = p
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    assert_eq!(length, Some(p.body.len()), "{:?}", p.headers);
     let parsed = Message::parse(p.body.clone(), Limits::unlimited()).unwrap();
     (p, parsed)
 }
