@@ -519,24 +519,29 @@ async fn taxonomy(node: &Arc<Node>, msg: &Message) -> Result<Response, Failure> 
     need_ql(msg, &["taxonomy-basic"])?;
     let config = node.config();
     let c = catalog(&config, msg.header.csid.as_ref())?;
-    let path = c.catalog.taxonomy.clone().ok_or_else(|| {
-        fail(
-            StatusCode::NOT_FOUND,
-            format!("catalog {:?} has no taxonomy", c.name),
-        )
-    })?;
     let q = query_of(msg);
     let scope = TaxonomyScope::parse(q.scope.as_deref().unwrap_or("descendant ROOT"))
         .map_err(|e| fail(StatusCode::BAD_REQUEST, e.to_string()))?;
-    let t = blocking(move || -> Result<Taxonomy, Failure> {
-        Taxonomy::from_objects(&read_soif_file(&path)?).map_err(|e| {
-            fail(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: {e}", path.display()),
-            )
-        })
-    })
-    .await??;
+    let t = match c.catalog.taxonomy.clone() {
+        Some(path) => {
+            blocking(move || -> Result<Taxonomy, Failure> {
+                Taxonomy::from_objects(&read_soif_file(&path)?).map_err(|e| {
+                    fail(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("{}: {e}", path.display()),
+                    )
+                })
+            })
+            .await??
+        }
+        // The server description offers taxonomy-basic for every catalog: one without a
+        // taxonomy answers an empty one (ROOT and nothing under it), not 404.
+        None => Taxonomy {
+            id: c.name.clone(),
+            description: Some(format!("catalog {:?} has no classifications", c.name)),
+            classifications: Vec::new(),
+        },
+    };
     let picked = t
         .subtree(&scope.classification, scope.depth)
         .ok_or_else(|| {

@@ -225,6 +225,24 @@ async fn rdm_serves_every_type_tracks_changes_and_pulls() {
     .await;
     assert_eq!(p.status, 404);
     assert!(m.header.error_message.unwrap().contains("Nowhere"));
+    // A catalog without a taxonomy answers an empty one (the server description offers
+    // taxonomy-basic for every catalog), not 404.
+    let inbox = docs.replace("/docs", "/inbox");
+    let (p, m) = post(
+        &url,
+        &request(
+            RdmType::TaxonomyDescriptionRequest,
+            Some("taxonomy-basic"),
+            Some(&inbox),
+            None,
+        ),
+    )
+    .await;
+    assert_eq!(p.status, 200);
+    let [t] = objects(&m) else {
+        panic!("{:?}", objects(&m))
+    };
+    assert!(t.template().as_str().eq_ignore_ascii_case("TAXONOMY"));
 
     // RDs: the whole catalog (streamed with its length), views, and errors.
     let all = get(&url, "type=rd-request&ql=gatherer&scope=all").await;
