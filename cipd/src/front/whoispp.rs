@@ -33,7 +33,7 @@ use cip_proto::whoispp::{
 use crate::front::transport::{OtherProtocol, PeerContext, Phase, TransportError};
 use crate::model::answer::ReferralJson;
 use crate::node::Node;
-use crate::pipeline::tagged::stable_tag;
+use crate::pipeline::tagged::{stable_tag, words};
 
 /// Most routing-table queries one Whois++ query may cost (a bare value is looked up under
 /// every attribute that holds it).
@@ -45,14 +45,11 @@ const WRAP_AT: usize = 75;
 /// True when `value` matches `term`'s value under its search.
 fn value_matches(value: &str, term: &Term) -> bool {
     let (v, t) = (value.to_lowercase(), term.value.to_lowercase());
-    let words = || {
-        v.split(|c: char| !(c.is_alphanumeric() || "+-_.@'/".contains(c)))
-            .filter(|w| !w.is_empty())
-    };
+    let value_words = || words(&v);
     match term.search {
         Search::Substring => v.contains(&t),
-        Search::Exact => v.trim() == t || words().any(|w| w == t),
-        Search::Prefix => words().any(|w| w.starts_with(&t)),
+        Search::Exact => v.trim() == t || value_words().any(|w| w == t),
+        Search::Prefix => value_words().any(|w| w.starts_with(&t)),
     }
 }
 

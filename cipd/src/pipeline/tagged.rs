@@ -199,8 +199,10 @@ pub async fn local_object(
 }
 
 /// The words of a value as a Whois++ server indexes them: runs of characters between
-/// blanks and list punctuation, trailing sentence punctuation trimmed.
-fn words(value: &str) -> impl Iterator<Item = &str> {
+/// blanks and list punctuation, trailing sentence punctuation trimmed. The tagged index a
+/// legacy gatherer gets holds these, and the Whois++ front-end's `exact` and `lstring`
+/// searches match them, so what a ROADS server is told we hold is what we answer for.
+pub fn words(value: &str) -> impl Iterator<Item = &str> {
     value
         .split(|c: char| c.is_whitespace() || ",;()[]{}<>\"".contains(c))
         .map(|w| w.trim_end_matches(['.', ':', '!', '?']))

@@ -341,3 +341,35 @@ impl TestNode {
         self.dir
     }
 }
+
+/// A fake server on 127.0.0.1:0: each connection is counted and handed to `serve` on a task
+/// of its own, until the returned token is cancelled. Returns the address, the connection
+/// count and the token.
+pub async fn fake_server<F, Fut>(
+    serve: F,
+) -> (
+    SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio_util::sync::CancellationToken,
+)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = tokio_util::sync::CancellationToken::new();
+    let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (t, c) = (token.clone(), connections.clone());
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                r = listener.accept() => match r { Ok(x) => x, Err(_) => return },
+                () = t.cancelled() => return,
+            };
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(serve(stream));
+        }
+    });
+    (addr, connections, token)
+}

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// How the fake answers.
@@ -63,25 +62,16 @@ pub fn legacy_result(dsi: &str, base: &str, payload: &str) -> String {
 impl LegacyPeer {
     /// Serves `payload` (a tagged index object's text) for `dsi` to every poll.
     pub async fn start(mode: Mode, dsi: &str, payload: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let token = CancellationToken::new();
-        let (connections, polls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let polls = Arc::new(AtomicUsize::new(0));
         let answer = legacy_result(dsi, "whois://legacy.example:43/", &payload);
-        let (t, c, p) = (token.clone(), connections.clone(), polls.clone());
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = tokio::select! {
-                    r = listener.accept() => match r { Ok(x) => x, Err(_) => return },
-                    () = t.cancelled() => return,
-                };
-                c.fetch_add(1, Ordering::SeqCst);
-                let (answer, p) = (answer.clone(), p.clone());
-                tokio::spawn(async move {
-                    let _ = serve(stream, mode, &answer, &p).await;
-                });
+        let p = polls.clone();
+        let (addr, connections, token) = crate::harness::fake_server(move |stream| {
+            let (answer, p) = (answer.clone(), p.clone());
+            async move {
+                let _ = serve(stream, mode, &answer, &p).await;
             }
-        });
+        })
+        .await;
         Self {
             addr,
             connections,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::{NodeSpec, TestNode, WAIT, eventually};
@@ -57,10 +57,6 @@ impl Drop for RecordedWppd {
 
 impl RecordedWppd {
     async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let token = CancellationToken::new();
-        let connections = Arc::new(AtomicUsize::new(0));
         let full = fixture("wppd-poll-full-type.s2c");
         let banner = full[..full.iter().position(|b| *b == b'\n').unwrap() + 1].to_vec();
         // After the banner and `% 300  CIPv3 OK!`: the answer itself.
@@ -69,20 +65,13 @@ impl RecordedWppd {
             after_lines(&fixture("wppd-poll-short-type.s2c"), 2),
             after_lines(&fixture("wppd-poll-wrong-dsi.s2c"), 2),
         ]);
-        let (t, c) = (token.clone(), connections.clone());
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = tokio::select! {
-                    r = listener.accept() => match r { Ok(x) => x, Err(_) => return },
-                    () = t.cancelled() => return,
-                };
-                c.fetch_add(1, Ordering::SeqCst);
-                let (banner, answers) = (banner.clone(), answers.clone());
-                tokio::spawn(async move {
-                    let _ = serve_like_wppd(stream, &banner, &answers).await;
-                });
+        let (addr, connections, token) = crate::harness::fake_server(move |stream| {
+            let (banner, answers) = (banner.clone(), answers.clone());
+            async move {
+                let _ = serve_like_wppd(stream, &banner, &answers).await;
             }
-        });
+        })
+        .await;
         Self {
             addr,
             connections,
@@ -527,6 +516,31 @@ async fn whois_clients_follow_referrals_across_the_mesh() {
             if server == ROADS_DSI && host == "127.0.0.1" && *port == 18237)),
         "{roads:?}"
     );
+    // `hold` keeps the connection for the next query; the end of input ends it.
+    let s = TcpStream::connect(at).await.unwrap();
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    w.write_all(b"author=lindqvist:hold\r\n").await.unwrap();
+    let mut held = String::new();
+    loop {
+        let mut l = String::new();
+        assert!(
+            r.read_line(&mut l).await.unwrap() > 0,
+            "closed while held: {held}"
+        );
+        held.push_str(&l);
+        if l.starts_with("% 226") {
+            break;
+        }
+    }
+    assert!(held.contains("Author: Maria Lindqvist"), "{held}");
+    w.write_all(b"version\r\n").await.unwrap();
+    w.shutdown().await.unwrap();
+    let mut rest = String::new();
+    r.read_to_string(&mut rest).await.unwrap();
+    assert!(rest.contains("# FULL VERSION"), "{rest}");
+    assert!(rest.ends_with("% 203 Bye\r\n"), "{rest}");
+
     // A malformed query says where.
     let mut s = TcpStream::connect(at).await.unwrap();
     s.write_all(b"title=x and\r\n").await.unwrap();
