@@ -113,17 +113,16 @@ fn sample_node_answers_its_sample_query() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no catalog"));
     // And its Hina-Di file: the sample's documents have URLs and dates.
     let hina = rt
-        .block_on(cipd::pipeline::fetch::get(
+        .block_on(web().get(
             &format!("{url}/hina.di"),
             None,
-            "smoke",
-            cipd::pipeline::fetch::FetchLimits {
+            cipd::sys::http::FetchLimits {
                 timeout: Duration::from_secs(10),
                 max_bytes: 1 << 20,
             },
         ))
         .unwrap();
-    let cipd::pipeline::fetch::Fetched::Body { bytes, .. } = hina else {
+    let cipd::sys::http::Fetched::Body { bytes, .. } = hina else {
         panic!("a body")
     };
     let parsed = cip_proto::hinadi::parse_bytes(&bytes, Default::default()).unwrap();
@@ -253,21 +252,16 @@ fn systemd_hears_ready_and_stopping() {
         .enable_all()
         .build()
         .unwrap();
-    let limits = cipd::pipeline::fetch::FetchLimits {
+    let limits = cipd::sys::http::FetchLimits {
         timeout: Duration::from_secs(10),
         max_bytes: 1 << 10,
     };
     for path in ["/healthz", "/readyz"] {
         let got = rt
-            .block_on(cipd::pipeline::fetch::get(
-                &format!("{url}{path}"),
-                None,
-                "smoke",
-                limits,
-            ))
+            .block_on(web().get(&format!("{url}{path}"), None, limits))
             .unwrap();
         assert!(
-            matches!(got, cipd::pipeline::fetch::Fetched::Body { .. }),
+            matches!(got, cipd::sys::http::Fetched::Body { .. }),
             "{path}: {got:?}"
         );
     }
@@ -282,4 +276,10 @@ fn systemd_hears_ready_and_stopping() {
         "{}",
         String::from_utf8_lossy(&buf[..n])
     );
+}
+
+fn web() -> cipd::sys::http::HttpClient {
+    cipd::model::config::HttpClientConfig::default()
+        .client(None, None)
+        .unwrap()
 }

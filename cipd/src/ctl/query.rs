@@ -8,16 +8,13 @@
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use bytes::Bytes;
 use comfy_table::Table;
-use http_body_util::{BodyExt, Empty};
-use hyper::Request;
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
+
+use crate::sys::http::{FetchError, FetchLimits, HttpClient};
 
 use crate::node::{ObjectsAnswer, QueryAnswer};
 
@@ -27,7 +24,7 @@ pub const MAX_FOLLOW: usize = 64;
 /// `cipctl query` arguments.
 #[derive(Debug, clap::Args)]
 pub struct QueryArgs {
-    /// The node's HTTP front-end (`http://127.0.0.1:7080`, or `https://...` with `--ca`).
+    /// The node's HTTP front-end (`http://127.0.0.1:7080`, or `https://...`).
     #[arg(long, value_name = "URL")]
     pub server: String,
     /// The query (`DOCUMENT:Author=Garcia`, `Title~mesh & Author~garcia`).
@@ -53,11 +50,12 @@ pub struct QueryArgs {
     pub tls: ClientTlsArgs,
 }
 
-/// TLS settings for `https://` servers (a mesh's CA, and a client certificate for servers
-/// that require one).
+/// TLS for `https://` servers: a mesh's own CA (trusted besides the system's roots), and a
+/// client certificate for servers that require one. Proxies come from the environment
+/// (`HTTPS_PROXY`, `NO_PROXY`, ...).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ClientTlsArgs {
-    /// CA bundle (PEM) that signed the servers' certificates; needed for https://.
+    /// CA bundle (PEM) trusted besides the system's roots (a mesh's own CA).
     #[arg(long = "ca", value_name = "PEM")]
     pub ca: Option<PathBuf>,
     /// Client certificate chain (PEM), for servers that require client certificates.
@@ -69,19 +67,15 @@ pub struct ClientTlsArgs {
 }
 
 impl ClientTlsArgs {
-    /// The client configuration, when `--ca` is given.
+    /// The HTTP client these settings describe.
     ///
     /// # Errors
     /// When a file cannot be read, naming it.
-    pub fn config(&self) -> anyhow::Result<Option<Arc<rustls::ClientConfig>>> {
-        let Some(ca) = &self.ca else {
-            if self.cert.is_some() {
-                bail!("--cert needs --ca, the CA that signed the servers' certificates");
-            }
-            return Ok(None);
-        };
+    pub fn client(&self) -> anyhow::Result<HttpClient> {
         let pair = self.cert.as_deref().zip(self.key.as_deref());
-        Ok(Some(crate::front::transport::tls::client_config(ca, pair)?))
+        crate::model::config::HttpClientConfig::default()
+            .client(self.ca.as_deref(), pair)
+            .map_err(anyhow::Error::msg)
     }
 }
 
@@ -113,8 +107,8 @@ pub struct Visit {
 
 async fn run_async(args: &QueryArgs) -> anyhow::Result<()> {
     if !args.follow {
-        let tls = args.tls.config()?;
-        let answer = referrals(&args.server, args, tls.as_ref()).await?;
+        let client = args.tls.client()?;
+        let answer = referrals(&client, &args.server, args).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&answer)?);
         } else {
@@ -150,7 +144,7 @@ async fn run_async(args: &QueryArgs) -> anyhow::Result<()> {
 /// # Errors
 /// When the first node cannot be asked; later failures are reported and skipped.
 pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
-    let tls = args.tls.config()?;
+    let client = args.tls.client()?;
     let mut seen_dsi: HashSet<String> = HashSet::new();
     let mut seen_url: HashSet<String> = HashSet::new();
     let mut queue = VecDeque::from([args.server.trim_end_matches('/').to_owned()]);
@@ -159,7 +153,7 @@ pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
         if visits.len() >= MAX_FOLLOW || !seen_url.insert(server.clone()) {
             continue;
         }
-        let answer = match referrals(&server, args, tls.as_ref()).await {
+        let answer = match referrals(&client, &server, args).await {
             Ok(a) => a,
             Err(e) if !visits.is_empty() => {
                 eprintln!("cipctl: skipping {server}: {e:#}");
@@ -171,7 +165,7 @@ pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
             continue;
         }
         let objects = if answer.local > 0 {
-            match objects(&server, args, tls.as_ref()).await {
+            match objects(&client, &server, args).await {
                 Ok(o) => Some(o),
                 Err(e) => {
                     eprintln!("cipctl: cannot fetch objects from {server}: {e:#}");
@@ -185,13 +179,11 @@ pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
             if seen_dsi.contains(&r.dsi) {
                 continue;
             }
-            let followable = |u: &&String| {
-                u.starts_with("http://") || (tls.is_some() && u.starts_with("https://"))
-            };
+            let followable = |u: &&String| u.starts_with("http://") || u.starts_with("https://");
             match r.base_uri.iter().find(followable) {
                 Some(u) => queue.push_back(u.trim_end_matches('/').to_owned()),
                 None => eprintln!(
-                    "cipctl: cannot follow {} ({}): no http base-uri (https needs --ca)",
+                    "cipctl: cannot follow {} ({}): no http:// or https:// base-uri",
                     r.dsi,
                     r.base_uri.join(" ")
                 ),
@@ -207,9 +199,9 @@ pub async fn follow(args: &QueryArgs) -> anyhow::Result<Vec<Visit>> {
 }
 
 async fn referrals(
+    client: &HttpClient,
     server: &str,
     args: &QueryArgs,
-    tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<QueryAnswer> {
     let mut path = format!("/v1/referrals?q={}", percent_encode(&args.query));
     if args.possible {
@@ -218,19 +210,23 @@ async fn referrals(
     if let Some(n) = args.limit {
         path.push_str(&format!("&limit={n}"));
     }
-    get_json_tls(server, &path, args.timeout, tls).await
+    get_json_with(client, server, &path, args.timeout).await
 }
 
 async fn objects(
+    client: &HttpClient,
     server: &str,
     args: &QueryArgs,
-    tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<ObjectsAnswer> {
     let path = format!("/v1/objects?q={}", percent_encode(&args.query));
-    get_json_tls(server, &path, args.timeout, tls).await
+    get_json_with(client, server, &path, args.timeout).await
 }
 
-/// GETs `path` from `server` and parses the JSON answer; a JSON error body becomes the error.
+/// Largest JSON answer read.
+const MAX_ANSWER_BYTES: u64 = 256 << 20;
+
+/// GETs `path` from `server` with a client of default settings and parses the JSON answer;
+/// a JSON error body becomes the error.
 ///
 /// # Errors
 /// Connection failures, timeouts, non-2xx statuses and bodies that do not parse.
@@ -239,90 +235,49 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
     path: &str,
     timeout: Duration,
 ) -> anyhow::Result<T> {
-    get_json_tls(server, path, timeout, None).await
+    let client = ClientTlsArgs::default().client()?;
+    get_json_with(&client, server, path, timeout).await
 }
 
-/// As [`get_json`], with a TLS client configuration for `https://` servers.
+/// As [`get_json`], with `client`.
 ///
 /// # Errors
-/// As [`get_json`]; an `https://` server without `tls` is an error.
-pub async fn get_json_tls<T: serde::de::DeserializeOwned>(
+/// As [`get_json`].
+pub async fn get_json_with<T: serde::de::DeserializeOwned>(
+    client: &HttpClient,
     server: &str,
     path: &str,
     timeout: Duration,
-    tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<T> {
-    let (status, body) = tokio::time::timeout(timeout, get(server, path, tls))
+    let url = format!("{}{path}", server.trim_end_matches('/'));
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::ACCEPT,
+        reqwest::header::HeaderValue::from_static("application/json"),
+    );
+    let limits = FetchLimits {
+        timeout,
+        max_bytes: MAX_ANSWER_BYTES,
+    };
+    let answer = client
+        .get_any(&url, headers, limits)
         .await
-        .with_context(|| {
-            format!(
+        .map_err(|e| match e {
+            FetchError::Timeout { limit, .. } => anyhow::anyhow!(
                 "{server}: no answer within {}",
-                humantime::format_duration(timeout)
-            )
-        })??;
+                humantime::format_duration(limit)
+            ),
+            e => e.into(),
+        })?;
+    let status = answer.status.as_u16();
     if !(200..300).contains(&status) {
-        let msg = serde_json::from_slice::<crate::front::api::ErrorBody>(&body)
+        let msg = serde_json::from_slice::<crate::front::api::ErrorBody>(&answer.body)
             .map(|e| e.message)
-            .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+            .unwrap_or_else(|_| String::from_utf8_lossy(&answer.body).into_owned());
         bail!("{server}: HTTP {status}: {msg}");
     }
-    serde_json::from_slice(&body)
+    serde_json::from_slice(&answer.body)
         .with_context(|| format!("{server}: answer is not the expected JSON"))
-}
-
-/// What a request goes over: a TCP stream, or TLS over one.
-trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
-
-async fn get(
-    server: &str,
-    path: &str,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-) -> anyhow::Result<(u16, Bytes)> {
-    let uri: hyper::Uri = server
-        .parse()
-        .with_context(|| format!("{server}: not a URL"))?;
-    let https = match uri.scheme_str() {
-        Some("http") => false,
-        Some("https") => true,
-        _ => bail!("{server}: only http:// and https:// servers are supported"),
-    };
-    let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
-        bail!("{server}: no host");
-    };
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    // `host()` keeps an IPv6 address's brackets, which connect and TLS do not want.
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let stream = tokio::net::TcpStream::connect((bare, port))
-        .await
-        .with_context(|| format!("cannot connect to {authority}"))?;
-    let io: Box<dyn Io> = if https {
-        let Some(config) = tls else {
-            bail!("{server}: https:// needs --ca (the CA that signed its certificate)");
-        };
-        let name = crate::front::transport::tls::server_name(bare)?;
-        let stream = tokio_rustls::TlsConnector::from(config.clone())
-            .connect(name, stream)
-            .await
-            .with_context(|| format!("{server}: TLS handshake failed"))?;
-        Box::new(stream)
-    } else {
-        Box::new(stream)
-    };
-    let authority = authority.as_str();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
-    let driver = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let req = Request::get(path)
-        .header(hyper::header::HOST, authority)
-        .header(hyper::header::ACCEPT, "application/json")
-        .body(Empty::<Bytes>::new())?;
-    let resp = sender.send_request(req).await?;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await?.to_bytes();
-    driver.abort();
-    Ok((status, body))
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.

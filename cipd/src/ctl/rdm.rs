@@ -20,8 +20,8 @@ use cip_proto::rdm::{Body, Csid, GathererScope, Header, Message, Query, RdmType,
 use clap::{Args, Subcommand};
 
 use super::{EXIT_INVALID_INPUT, fail};
-use crate::pipeline::fetch::FetchLimits;
 use crate::pipeline::rdm_pull::{ClientError, exchange};
+use crate::sys::http::FetchLimits;
 
 /// The `cipctl rdm` subcommands.
 #[derive(Debug, Subcommand)]
@@ -80,7 +80,7 @@ pub enum RdmCommand {
 /// Where to send a request.
 #[derive(Debug, Clone, Args)]
 pub struct Target {
-    /// The server: `http://host:port/rdm/incoming` or `http://host:port`.
+    /// The server: `http://host:port/rdm/incoming` or `http://host:port` (or `https://`).
     pub url: String,
     /// The catalog (`x-catalog://host:port/name`); default: the server's.
     #[arg(long)]
@@ -91,6 +91,9 @@ pub struct Target {
     /// Largest answer accepted, in bytes.
     #[arg(long, default_value_t = 1 << 30)]
     pub max_bytes: u64,
+    /// TLS for `https://` servers.
+    #[command(flatten)]
+    pub tls: crate::ctl::query::ClientTlsArgs,
 }
 
 impl Target {
@@ -214,7 +217,8 @@ async fn run_async(cmd: RdmCommand) -> anyhow::Result<ExitCode> {
         max_bytes: target.max_bytes,
     };
     let url = target.endpoint();
-    let answer = match exchange(&url, &msg, limits).await {
+    let client = target.tls.client()?;
+    let answer = match exchange(&client, &url, &msg, limits).await {
         Ok((_, m)) => m,
         Err(ClientError::Refused {
             url,
@@ -273,6 +277,7 @@ mod tests {
             catalog: None,
             timeout: Duration::from_secs(1),
             max_bytes: 1,
+            tls: crate::ctl::query::ClientTlsArgs::default(),
         }
     }
 

@@ -61,6 +61,9 @@ pub enum StartError {
     /// The signing key (`[signing] key`) could not be loaded.
     #[error("signing key: {0}")]
     Key(#[from] crate::model::trust::keys::KeyError),
+    /// The HTTP client (`[http_client]`) could not be built.
+    #[error("http_client: {0}")]
+    HttpClient(String),
 }
 
 impl From<NodeError> for StartError {
@@ -69,6 +72,7 @@ impl From<NodeError> for StartError {
             NodeError::Spool(e) => Self::Spool(e),
             NodeError::Thread(e) => Self::Thread(e),
             NodeError::Key(e) => Self::Key(e),
+            NodeError::HttpClient(e) => Self::HttpClient(e),
         }
     }
 }

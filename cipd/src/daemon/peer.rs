@@ -20,7 +20,7 @@ use cip_proto::Dsi;
 use cip_proto::cip::{IndexType, Request, ResponseCode, TypeSpelling};
 use tokio_util::sync::CancellationToken;
 
-use crate::front::cip_http::{HttpClient, HttpError};
+use crate::front::cip_http::{CipHttpClient, HttpError};
 use crate::front::transport::{
     CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls, transport_config,
 };
@@ -43,6 +43,9 @@ pub enum PeerError {
     /// TLS settings could not be loaded.
     #[error("tls: {0}")]
     Tls(#[from] tls::TlsError),
+    /// The HTTP client (for an `https://` peer, its `[peer.tls]`) could not be built.
+    #[error("http client: {0}")]
+    HttpClient(String),
     /// The connection failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
@@ -378,9 +381,9 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
 /// on both, only the bytes on the wire differ.
 enum Session {
     /// The TCP stream (RFC 2653 §2.1), negotiated.
-    Stream(CipConnection),
+    Stream(Box<CipConnection>),
     /// HTTP POSTs to the peer's URL (RFC 2653 §2.3).
-    Http(HttpClient),
+    Http(CipHttpClient),
 }
 
 impl Session {
@@ -394,7 +397,7 @@ impl Session {
     /// Ends the session: the stream's half-close and `222`; HTTP just drops its connection.
     async fn close(self) -> Result<(), PeerError> {
         match self {
-            Self::Stream(c) => Ok(c.close().await?),
+            Self::Stream(c) => Ok((*c).close().await?),
             Self::Http(_) => Ok(()),
         }
     }
@@ -415,9 +418,18 @@ fn explained_dsi(reply: &ClientReply) -> Option<Dsi> {
 async fn connect(config: &Config, peer: &PeerConfig) -> Result<Session, PeerError> {
     if peer.transport == PeerTransport::Http {
         let url = peer.url.as_deref().ok_or(PeerError::NoUrl)?;
-        return Ok(Session::Http(
-            HttpClient::connect(url, &transport_config(config)).await?,
-        ));
+        let transport = transport_config(config);
+        // The CIP transport's connect timeout; trust from `[peer.tls]`, else `[http_client]`.
+        let mut settings = config.http_client.clone();
+        settings.connect_timeout = transport.connect_timeout;
+        let tls = peer.tls.as_ref();
+        let client = settings
+            .client(
+                tls.map(|t| t.ca.as_path()),
+                tls.and_then(|t| t.client_cert.as_deref().zip(t.client_key.as_deref())),
+            )
+            .map_err(PeerError::HttpClient)?;
+        return Ok(Session::Http(CipHttpClient::new(url, client, &transport)?));
     }
     let port = peer.port.ok_or(PeerError::NoPort)?;
     let tls = match &peer.tls {
@@ -433,9 +445,9 @@ async fn connect(config: &Config, peer: &PeerConfig) -> Result<Session, PeerErro
             ))
         }
     };
-    Ok(Session::Stream(
+    Ok(Session::Stream(Box::new(
         CipClient::connect((peer.host.as_str(), port), tls, &transport_config(config)).await?,
-    ))
+    )))
 }
 
 async fn push_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) {

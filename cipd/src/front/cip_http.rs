@@ -1,5 +1,5 @@
 //! CIP over HTTP (RFC 2653 §2.3): the receiver as a route on the node's HTTP listener
-//! ([`routes`]), and the sender's POST client ([`HttpClient`]).
+//! ([`routes`]), and the sender's POST client ([`CipHttpClient`]).
 //!
 //! RFC 2653 §2.3 says only that the sender POSTs an `application/index.cmd.*` entity and
 //! that the reply body is an `application/index.response` or an index object. It leaves
@@ -37,9 +37,7 @@ use cip_proto::cip::stream::CIP_VERSION;
 use cip_proto::cip::{
     IndexResponse, Limits, MessageError, MimeError, PollResult, Request, ResponseCode,
 };
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper_util::rt::TokioIo;
-use tokio::time::{Instant, timeout_at};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::{debug, warn};
 
 use crate::front::service::CipService;
@@ -48,6 +46,7 @@ use crate::front::transport::{
 };
 use crate::model::url::CipUrl;
 use crate::node::Node;
+use crate::sys::http::{FetchError, FetchLimits, HttpClient as WebClient};
 
 /// Seconds in the `Retry-After` of a `503` (CIP 400, "temporarily unable"). Pollers back off
 /// on their own; this is a hint for other senders.
@@ -366,74 +365,26 @@ pub enum HttpError {
     Answer(#[from] MessageError),
 }
 
-/// A sender-CIP's HTTP/1.1 connection to one peer's CIP URL. Requests go one at a time on
-/// a kept-alive connection; dropping the client closes it.
-pub struct HttpClient {
+/// A sender-CIP's client for one peer's CIP URL (`http://` or `https://`). Requests go one
+/// at a time over the shared [`WebClient`], which keeps the connection alive and reuses it.
+#[derive(Debug)]
+pub struct CipHttpClient {
     url: String,
-    target: CipUrl,
-    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    driver: tokio::task::JoinHandle<()>,
+    client: WebClient,
     config: TransportConfig,
 }
 
-impl std::fmt::Debug for HttpClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpClient")
-            .field("url", &self.url)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for HttpClient {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
-}
-
-impl HttpClient {
-    /// Connects to the server of `url` within `config.connect_timeout`.
+impl CipHttpClient {
+    /// A client for `url` over `client` (built with the peer's TLS settings); nothing is
+    /// sent until the first request.
     ///
     /// # Errors
-    /// [`HttpError::BadUrl`], [`HttpError::Connect`], [`HttpError::Timeout`] or
-    /// [`HttpError::Http`] when the HTTP handshake fails.
-    pub async fn connect(url: &str, config: &TransportConfig) -> Result<Self, HttpError> {
-        let target = CipUrl::parse(url).map_err(HttpError::BadUrl)?;
-        let deadline = Instant::now() + config.connect_timeout;
-        let timeout = || HttpError::Timeout {
-            url: url.to_owned(),
-            phase: Phase::Connect,
-        };
-        let tcp = timeout_at(
-            deadline,
-            tokio::net::TcpStream::connect((target.host.as_str(), target.port)),
-        )
-        .await
-        .map_err(|_| timeout())?
-        .map_err(|e| HttpError::Connect {
-            url: url.to_owned(),
-            message: e.to_string(),
-        })?;
-        let _ = tcp.set_nodelay(true);
-        let (sender, conn) = timeout_at(
-            deadline,
-            hyper::client::conn::http1::handshake(TokioIo::new(tcp)),
-        )
-        .await
-        .map_err(|_| timeout())?
-        .map_err(|e| HttpError::Http {
-            url: url.to_owned(),
-            message: e.to_string(),
-        })?;
-        let driver = tokio::spawn(async move {
-            if let Err(error) = conn.await {
-                debug!(%error, "cip http connection ended with an error");
-            }
-        });
+    /// [`HttpError::BadUrl`].
+    pub fn new(url: &str, client: WebClient, config: &TransportConfig) -> Result<Self, HttpError> {
+        CipUrl::parse(url).map_err(HttpError::BadUrl)?;
         Ok(Self {
             url: url.to_owned(),
-            target,
-            sender,
-            driver,
+            client,
             config: config.clone(),
         })
     }
@@ -447,17 +398,6 @@ impl HttpClient {
     /// [`HttpError`]: I/O, timeout, a request over the limits, an HTTP status that carries
     /// no CIP answer, or a poll result that does not parse.
     pub async fn request(&mut self, request: &Request) -> Result<ClientReply, HttpError> {
-        let deadline = Instant::now() + self.config.transfer_timeout;
-        match timeout_at(deadline, self.exchange(request)).await {
-            Ok(r) => r,
-            Err(_) => Err(HttpError::Timeout {
-                url: self.url.clone(),
-                phase: Phase::Transfer,
-            }),
-        }
-    }
-
-    async fn exchange(&mut self, request: &Request) -> Result<ClientReply, HttpError> {
         let limits = self.config.limits;
         let message = request.to_mime()?;
         let entity = Entity::parse(&message, &limits)?;
@@ -467,48 +407,59 @@ impl HttpClient {
                 limit: limits.max_message,
             });
         }
-        let http = |e: &dyn std::fmt::Display| HttpError::Http {
-            url: self.url.clone(),
-            message: e.to_string(),
-        };
-        let mut builder = axum::http::Request::post(self.target.path.as_str())
-            .header(header::HOST, self.target.authority.as_str())
-            .header(header::USER_AGENT, user_agent())
-            .header(header::ACCEPT_ENCODING, "identity");
+        let mut headers = HeaderMap::new();
         for (name, value) in entity.headers.iter() {
             if name.eq_ignore_ascii_case("mime-version") {
                 continue;
             }
-            builder = builder.header(
-                name,
-                HeaderValue::from_bytes(value.as_bytes()).map_err(|e| http(&e))?,
-            );
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(value.as_bytes()),
+            ) else {
+                return Err(HttpError::Http {
+                    url: self.url.clone(),
+                    message: format!("header {name:?} cannot be sent over HTTP"),
+                });
+            };
+            headers.append(name, value);
         }
-        let post = builder.body(Full::new(entity.body)).map_err(|e| http(&e))?;
-        self.sender.ready().await.map_err(|e| http(&e))?;
-        let response = self.sender.send_request(post).await.map_err(|e| http(&e))?;
-        let (parts, body) = response.into_parts();
-        let max = limits.max_message;
-        let too_large = HttpError::TooLarge {
-            what: "answer",
-            limit: max,
+        let fetch = FetchLimits {
+            timeout: self.config.transfer_timeout,
+            max_bytes: limits.max_message as u64,
         };
-        if declared_length(&parts.headers).is_some_and(|n| n > max as u64) {
-            return Err(too_large);
-        }
-        let body = match Limited::new(body, max).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) if e.is::<LengthLimitError>() => return Err(too_large),
-            Err(e) => return Err(http(&e)),
-        };
+        let answer = self
+            .client
+            .post(&self.url, headers, entity.body, fetch)
+            .await
+            .map_err(|e| self.fetch_error(e))?;
         interpret(
             &self.url,
-            parts.status,
-            &parts.headers,
-            &body,
+            answer.status,
+            &answer.headers,
+            &answer.body,
             request,
             &limits,
         )
+    }
+
+    fn fetch_error(&self, e: FetchError) -> HttpError {
+        let url = self.url.clone();
+        match e {
+            FetchError::Connect { message, .. } => HttpError::Connect { url, message },
+            FetchError::Timeout { .. } => HttpError::Timeout {
+                url,
+                phase: Phase::Transfer,
+            },
+            FetchError::TooLarge { .. } => HttpError::TooLarge {
+                what: "answer",
+                limit: self.config.limits.max_message,
+            },
+            FetchError::BadUrl { reason, .. } => HttpError::BadUrl(reason),
+            other => HttpError::Http {
+                url,
+                message: other.to_string(),
+            },
+        }
     }
 }
 
@@ -594,10 +545,6 @@ fn snippet(body: &[u8]) -> String {
         .collect::<String>()
         .trim()
         .to_owned()
-}
-
-fn user_agent() -> String {
-    format!("cipd/{}", env!("CARGO_PKG_VERSION"))
 }
 
 #[cfg(test)]
@@ -892,13 +839,18 @@ mod tests {
         tracker.wait().await;
     }
 
+    fn client_for(url: &str, config: &TransportConfig) -> CipHttpClient {
+        let web = crate::model::config::HttpClientConfig::default()
+            .client(None, None)
+            .unwrap();
+        CipHttpClient::new(url, web, config).unwrap()
+    }
+
     #[tokio::test]
     async fn the_client_reads_every_kind_of_answer() {
         let (addr, _stub, token, tracker) = server(Limits::default()).await;
         let config = TransportConfig::default();
-        let mut client = HttpClient::connect(&format!("http://{addr}/cip"), &config)
-            .await
-            .unwrap();
+        let mut client = client_for(&format!("http://{addr}/cip"), &config);
         let noop = client.request(&Request::Noop).await.unwrap();
         assert_eq!((noop.code, noop.result), (ResponseCode::Ok, None));
         let dsi = Dsi::new("1.2.3").unwrap();
@@ -935,9 +887,7 @@ mod tests {
         );
 
         // A path with no CIP endpoint is an HTTP error, not a CIP code.
-        let mut lost = HttpClient::connect(&format!("http://{addr}/nope"), &config)
-            .await
-            .unwrap();
+        let mut lost = client_for(&format!("http://{addr}/nope"), &config);
         let err = lost.request(&Request::Noop).await.unwrap_err();
         assert!(
             matches!(
@@ -954,9 +904,7 @@ mod tests {
             limits: SMALL,
             ..config
         };
-        let mut client = HttpClient::connect(&format!("http://{addr}/cip"), &small)
-            .await
-            .unwrap();
+        let mut client = client_for(&format!("http://{addr}/cip"), &small);
         let mut huge = object();
         huge.payload = Bytes::from(vec![b'a'; 8000]);
         let err = client
@@ -992,13 +940,9 @@ mod tests {
         );
         let u = CipUrl::parse("http://hub.example").unwrap();
         assert_eq!((u.port, u.path.as_str()), (80, "/"));
-        for bad in [
-            "https://hub.example/cip",
-            "ftp://x/",
-            "/cip",
-            "http://u@h/",
-            "nonsense",
-        ] {
+        let u = CipUrl::parse("https://hub.example/cip").unwrap();
+        assert_eq!((u.port, u.path.as_str()), (443, "/cip"));
+        for bad in ["ftp://x/", "/cip", "http://u@h/", "nonsense"] {
             assert!(CipUrl::parse(bad).is_err(), "{bad}");
         }
     }

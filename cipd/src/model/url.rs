@@ -2,12 +2,12 @@
 
 use axum::http::Uri;
 
-/// A peer's CIP URL, `http://host[:port]/path`.
+/// A peer's CIP URL, `http://host[:port]/path` or `https://...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CipUrl {
     /// Host name or address (IPv6 without brackets).
     pub host: String,
-    /// Port (default 80).
+    /// Port (default 80, or 443 for https).
     pub port: u16,
     /// `host[:port]` as written, for the `Host` header.
     pub authority: String,
@@ -19,20 +19,15 @@ impl CipUrl {
     /// Checks and splits a URL.
     ///
     /// # Errors
-    /// A message saying what is wrong: not a URL, not `http://` (TLS is the stream
-    /// transport's), no host, or user information.
+    /// A message saying what is wrong: not a URL, not `http://` or `https://`, no host, or
+    /// user information (credentials do not belong in a configuration's URLs).
     pub fn parse(url: &str) -> Result<Self, String> {
         let uri: Uri = url.parse().map_err(|_| format!("{url:?} is not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(format!(
-                    "{url:?}: https is not supported; use http://, or the stream transport \
-                     for TLS"
-                ));
-            }
-            _ => return Err(format!("{url:?}: expected an http:// URL")),
-        }
+        let default_port = match uri.scheme_str() {
+            Some("http") => 80,
+            Some("https") => 443,
+            _ => return Err(format!("{url:?}: expected an http:// or https:// URL")),
+        };
         let Some(authority) = uri.authority() else {
             return Err(format!("{url:?} has no host"));
         };
@@ -49,7 +44,7 @@ impl CipUrl {
         }
         Ok(Self {
             host,
-            port: authority.port_u16().unwrap_or(80),
+            port: authority.port_u16().unwrap_or(default_port),
             authority: authority.as_str().to_owned(),
             path: uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
         })

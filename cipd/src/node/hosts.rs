@@ -57,6 +57,10 @@ impl FeedHost for Node {
         self.token.child_token()
     }
 
+    fn http_client(&self) -> crate::sys::http::HttpClient {
+        Node::http_client(self)
+    }
+
     async fn reload_changed(&self) {
         self.rebuild_local(false).await;
     }

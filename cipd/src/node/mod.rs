@@ -72,6 +72,9 @@ pub enum NodeError {
     /// The signing key (`[signing] key`) could not be loaded.
     #[error("signing key: {0}")]
     Key(crate::model::trust::keys::KeyError),
+    /// The HTTP client (`[http_client]`) could not be built.
+    #[error("http_client: {0}")]
+    HttpClient(String),
 }
 
 /// Why a reload failed (the old configuration stays).
@@ -84,6 +87,9 @@ pub enum ReloadError {
     /// The new signing key cannot be loaded.
     #[error("signing key: {0}")]
     Key(crate::model::trust::keys::KeyError),
+    /// The new `[http_client]` settings do not give a client.
+    #[error("http_client: {0}")]
+    HttpClient(String),
 }
 
 /// What a reload changed.
@@ -157,6 +163,8 @@ pub struct Node {
     trust: crate::model::trust::Trust,
     /// Progress of a long start ([`crate::sys::startup`]).
     startup: Arc<crate::sys::startup::Startup>,
+    /// The HTTP client of feeds and RDM pulls (`[http_client]`), rebuilt on reload.
+    http: ArcSwap<crate::sys::http::HttpClient>,
 }
 
 impl std::fmt::Debug for Node {
@@ -219,7 +227,12 @@ impl Node {
             crate::model::trust::Trust::load_key(config.signing.key.as_deref())
                 .map_err(NodeError::Key)?,
         );
+        let http = config
+            .http_client
+            .client(None, None)
+            .map_err(NodeError::HttpClient)?;
         Ok(Self {
+            http: ArcSwap::from_pointee(http),
             bindings: Arc::new(Bindings::new(&config)),
             config: ArcSwap::from_pointee(config),
             config_path,
@@ -280,6 +293,11 @@ impl Node {
     /// The RDM catalogs' change journals.
     pub fn rdm_journals(&self) -> &crate::store::journal::Journals {
         &self.rdm
+    }
+
+    /// The HTTP client feeds and RDM pulls fetch with (clones share its connections).
+    pub fn http_client(&self) -> crate::sys::http::HttpClient {
+        (**self.http.load()).clone()
     }
 
     /// The node's metrics.

@@ -43,6 +43,21 @@ impl Node {
                     return Err(ReloadError::Key(e));
                 }
             };
+            let http = if new.http_client == old.http_client {
+                None
+            } else {
+                match new.http_client.client(None, None) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        tracing::error!(error = %e, "reload refused; keeping the running configuration");
+                        self.update_status(|s| s.reload_failures += 1);
+                        return Err(ReloadError::HttpClient(e));
+                    }
+                }
+            };
+            if let Some(client) = http {
+                self.http.store(Arc::new(client));
+            }
             let public =
                 |k: Option<&Arc<crate::model::trust::keys::NodeKey>>| k.map(|k| k.public().clone());
             if public(key.as_ref()) != public(self.trust.key().as_ref()) {

@@ -21,6 +21,8 @@ pub trait FeedHost: Send + Sync + 'static {
     fn metrics(&self) -> &Metrics;
     /// Cancelled when the node shuts down.
     fn shutdown_token(&self) -> CancellationToken;
+    /// The HTTP client to fetch with.
+    fn http_client(&self) -> crate::sys::http::HttpClient;
     /// Reloads the local collections whose copies changed.
     fn reload_changed(&self) -> impl Future<Output = ()> + Send;
 }

@@ -18,18 +18,12 @@ use crate::store::collection::{
     SourceContext,
 };
 use crate::sys::durable;
+use crate::sys::http::{FetchLimits, Fetched, HttpClient, gunzip_file};
 
 /// The directory under `data_dir` that holds fetched copies of URL collections.
 pub const FETCHED_DIR: &str = "fetched";
 
-/// The agent name this node gives in `User-Agent` (HTTP and Hina-Di).
-pub fn user_agent() -> String {
-    format!(
-        "cipd/{} (CIP mesh; {})",
-        env!("CARGO_PKG_VERSION"),
-        hinadi::VERSION
-    )
-}
+pub use crate::model::config::user_agent;
 
 /// The fetched copy of URL collection `name`, and its sidecar.
 pub fn fetched_paths(data_dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -253,7 +247,8 @@ pub async fn fetch_loop<H: FeedHost>(node: Arc<H>) {
             else {
                 return Ok(false);
             };
-            let result = fetch_one(&config.data_dir, &c.name, url, &config.hinadi).await;
+            let client = node.http_client();
+            let result = fetch_one(&client, &config.data_dir, &c.name, url, &config.hinadi).await;
             let counter = match &result {
                 Ok(_) => &node.metrics().hinadi_fetches,
                 Err(_) => &node.metrics().hinadi_fetch_errors,
@@ -270,6 +265,7 @@ pub async fn fetch_loop<H: FeedHost>(node: Arc<H>) {
 /// # Errors
 /// Why the fetch, or keeping its copy, failed.
 async fn fetch_one(
+    client: &HttpClient,
     data_dir: &Path,
     name: &str,
     url: &str,
@@ -284,14 +280,15 @@ async fn fetch_one(
     let ims = (state.url == url && copy.exists())
         .then_some(state.last_modified.as_deref())
         .flatten();
-    let limits = crate::pipeline::fetch::FetchLimits {
+    let limits = FetchLimits {
         timeout: cfg.fetch_timeout,
         max_bytes: cfg.max_fetch_bytes,
     };
-    let fetched = crate::pipeline::fetch::get(url, ims, &user_agent(), limits)
+    let fetched = client
+        .get(url, ims, limits)
         .await
         .map_err(|e| e.to_string())?;
-    let crate::pipeline::fetch::Fetched::Body {
+    let Fetched::Body {
         bytes,
         last_modified,
         ..
@@ -304,13 +301,18 @@ async fn fetch_one(
         url: url.to_owned(),
         last_modified,
     };
+    let max = cfg.max_fetch_bytes;
     tokio::task::spawn_blocking(move || {
-        durable::write(&copy, &bytes)?;
-        durable::write(&sidecar, &serde_json::to_vec(&state).unwrap_or_default())
+        // A `.di.gz` file (gzip as a file, not as a transfer encoding) is kept decoded.
+        let text = gunzip_file(bytes, max)?;
+        durable::write(&copy, &text)
+            .and_then(|()| {
+                durable::write(&sidecar, &serde_json::to_vec(&state).unwrap_or_default())
+            })
+            .map_err(|e| format!("cannot keep the fetched file: {e}"))
     })
     .await
-    .map_err(|e| format!("write task failed: {e}"))?
-    .map_err(|e| format!("cannot keep the fetched file: {e}"))?;
+    .map_err(|e| format!("write task failed: {e}"))??;
     tracing::info!(collection = name, url, "hina-di fetched");
     Ok(true)
 }

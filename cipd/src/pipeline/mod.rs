@@ -1,10 +1,9 @@
 //! What moves data: the import queue ([`import`]), the out-bound builder ([`outbound`]),
 //! pulled feeds on one schedule ([`feeds`]: Hina-Di URLs in [`hinadi`], RDM pulls in
-//! [`rdm_pull`], both over [`fetch`]), and the index-type registry ([`index_types`],
+//! [`rdm_pull`], both over [`crate::sys::http`]), and the index-type registry ([`index_types`],
 //! [`tagged`]). A pipeline that must drive the node takes a trait defined beside it.
 
 pub mod feeds;
-pub mod fetch;
 pub mod hinadi;
 pub mod import;
 pub mod inbound;

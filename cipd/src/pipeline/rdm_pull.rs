@@ -20,10 +20,10 @@ use serde::{Deserialize, Serialize};
 use crate::model::config::Config;
 use crate::model::config::SourceConfig;
 use crate::pipeline::feeds::FeedHost;
-use crate::pipeline::fetch::{self, FetchLimits, Posted};
 use crate::store::collection::{
     CollectionError, CollectionSource, FileSet, Fingerprint, LoadReport, Progress, SoifSource,
 };
+use crate::sys::http::{Answer, FetchError, FetchLimits, HttpClient};
 
 /// The copy and pull-state files of RDM collection `name`.
 pub fn copy_paths(data_dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -194,7 +194,7 @@ pub fn apply(
 pub enum ClientError {
     /// HTTP failed.
     #[error(transparent)]
-    Fetch(#[from] fetch::FetchError),
+    Fetch(#[from] FetchError),
     /// The answer is not an RDM message.
     #[error("{url}: the answer is not an RDM message: {error}")]
     NotRdm {
@@ -221,18 +221,19 @@ pub enum ClientError {
 /// # Errors
 /// [`ClientError`].
 pub async fn exchange(
+    client: &HttpClient,
     url: &str,
     msg: &Message,
     limits: FetchLimits,
-) -> Result<(Posted, Message), ClientError> {
-    let posted = fetch::post(
-        url,
-        rdm::CONTENT_TYPE,
-        Bytes::from(msg.write()),
-        &crate::pipeline::hinadi::user_agent(),
-        limits,
-    )
-    .await?;
+) -> Result<(Answer, Message), ClientError> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::CONTENT_TYPE,
+        reqwest::header::HeaderValue::from_static(rdm::CONTENT_TYPE),
+    );
+    let posted = client
+        .post(url, headers, Bytes::from(msg.write()), limits)
+        .await?;
     let parsed = Message::parse(posted.body.clone(), Limits::unlimited());
     match parsed {
         Ok(m) => {
@@ -299,6 +300,7 @@ fn objects(m: Message) -> Vec<SoifObject> {
 /// # Errors
 /// What failed, as text for the log and status.
 pub async fn pull_once(
+    client: &HttpClient,
     config: &Config,
     name: &str,
     url: &str,
@@ -317,12 +319,12 @@ pub async fn pull_once(
     };
     let started = crate::store::journal::now();
     let scope = since.map_or(GathererScope::All, GathererScope::Since);
-    let (posted, answer) = exchange(url, &rd_request(false, scope, catalog), limits)
+    let (posted, answer) = exchange(client, url, &rd_request(false, scope, catalog), limits)
         .await
         .map_err(|e| e.to_string())?;
     let mut deletions = Vec::new();
     if since.is_some() {
-        let (_, gone) = exchange(url, &rd_request(true, scope, catalog), limits)
+        let (_, gone) = exchange(client, url, &rd_request(true, scope, catalog), limits)
             .await
             .map_err(|e| e.to_string())?;
         deletions = objects(gone)
@@ -396,7 +398,8 @@ pub async fn pull_loop<H: FeedHost>(node: Arc<H>) {
             else {
                 return Ok(false);
             };
-            let result = pull_once(&config, &c.name, url, catalog.as_deref()).await;
+            let client = node.http_client();
+            let result = pull_once(&client, &config, &c.name, url, catalog.as_deref()).await;
             let counter = match &result {
                 Ok(_) => &node.metrics().rdm_pulls,
                 Err(_) => &node.metrics().rdm_pull_errors,

@@ -1,10 +1,12 @@
 //! The bottom layer: process facilities that know nothing of CIP or of the rest of the
 //! crate: the metrics registry ([`metrics`]), logging ([`telemetry`]), systemd
-//! notification ([`notify`]), start-up progress ([`startup`]) and durable file writes
-//! ([`durable`]). Imports nothing from the crate but its own modules.
+//! notification ([`notify`]), start-up progress ([`startup`]), durable file writes
+//! ([`durable`]), TLS configurations ([`tls`]) and the one HTTP client ([`http`]). Imports nothing from the crate but its own modules.
 
 pub mod durable;
+pub mod http;
 pub mod metrics;
 pub mod notify;
 pub mod startup;
 pub mod telemetry;
+pub mod tls;

@@ -5,16 +5,16 @@
 use std::time::Duration;
 
 use cip_proto::hinadi::{self, HinaLimits, KnownField};
-use cipd::pipeline::fetch::{self, FetchLimits, Fetched};
+use cipd::sys::http::{FetchLimits, Fetched, HttpClient};
 
 use crate::harness::{NodeSpec, TestNode};
 
 const PUBLISHER: &str = "1.3.6.1.4.1.99999.51";
 const PULLER: &str = "1.3.6.1.4.1.99999.52";
 const ROOT: &str = "1.3.6.1.4.1.99999.53";
-const AGENT: &str = "http://agent.example.jp/";
+pub const AGENT: &str = "http://agent.example.jp/";
 
-const ANTENNA: &str = "HINA/2.2beta\r\n\
+pub const ANTENNA: &str = "HINA/2.2beta\r\n\
 User-Agent: WDB/2.10 (Antenna; HINA/2.2beta)\r\n\
 Content-Type: text/plain; charset=EUC-JP\r\n\
 Date: Sun, 6 Nov 1994 08:49:37 GMT\r\n\
@@ -53,8 +53,14 @@ const LIMITS: FetchLimits = FetchLimits {
     max_bytes: 1 << 20,
 };
 
+fn web() -> HttpClient {
+    cipd::model::config::HttpClientConfig::default()
+        .client(None, None)
+        .unwrap()
+}
+
 async fn get(url: &str, ims: Option<&str>) -> Fetched {
-    fetch::get(url, ims, "test", LIMITS).await.unwrap()
+    web().get(url, ims, LIMITS).await.unwrap()
 }
 
 fn blocks(bytes: &[u8]) -> hinadi::Parsed {
@@ -154,7 +160,9 @@ async fn antenna_files_are_read_served_pulled_and_referred() {
         get(&url, last_modified.as_deref()).await,
         Fetched::NotModified
     );
-    let bad = fetch::get(&format!("{url}?charset=klingon"), None, "test", LIMITS).await;
+    let bad = web()
+        .get(&format!("{url}?charset=klingon"), None, LIMITS)
+        .await;
     assert!(bad.unwrap_err().to_string().contains("400"));
 
     // A second node pulls the file over HTTP and trusts both agents.

@@ -14,6 +14,7 @@ mod fake;
 mod faults;
 mod harness;
 mod hinadi;
+mod https_feeds;
 mod identity;
 mod legacy;
 mod load;

@@ -10,8 +10,8 @@ use cip_proto::rdm::{
     View,
 };
 use cip_proto::soif::{Limits, SoifObject};
-use cipd::pipeline::fetch::{self, FetchLimits, Fetched, Posted};
 use cipd::pipeline::rdm_pull::rd_request;
+use cipd::sys::http::{Answer, FetchLimits, Fetched, HttpClient};
 
 use crate::harness::{NodeSpec, TestNode};
 
@@ -28,16 +28,31 @@ const TAXONOMY: &str = "@TAXONOMY { -\nId{4}:\tdocs\n}\n\
 @CLASSIFICATION { -\nId{7}:\tReports\nParent-Id{4}:\tROOT\nTaxonomy-Id{4}:\tdocs\n}\n\
 @CLASSIFICATION { -\nId{14}:\tReports:Annual\nParent-Id{7}:\tReports\nTaxonomy-Id{4}:\tdocs\n}\n";
 
-async fn post(url: &str, m: &Message) -> (Posted, Message) {
-    let p = fetch::post(
-        url,
-        rdm::CONTENT_TYPE,
-        Bytes::from(m.write()),
-        "test",
-        LIMITS,
-    )
-    .await
-    .unwrap();
+fn web() -> HttpClient {
+    cipd::model::config::HttpClientConfig::default()
+        .client(None, None)
+        .unwrap()
+}
+
+fn typed(content_type: &'static str) -> cipd::sys::http::header::HeaderMap {
+    let mut h = cipd::sys::http::header::HeaderMap::new();
+    h.insert(
+        cipd::sys::http::header::CONTENT_TYPE,
+        cipd::sys::http::header::HeaderValue::from_static(content_type),
+    );
+    h
+}
+
+async fn post(url: &str, m: &Message) -> (Answer, Message) {
+    let p = web()
+        .post(
+            url,
+            typed(rdm::CONTENT_TYPE),
+            Bytes::from(m.write()),
+            LIMITS,
+        )
+        .await
+        .unwrap();
     assert_eq!(p.content_type.as_deref(), Some(rdm::CONTENT_TYPE));
     assert!(p.headers.contains_key("expires"), "{:?}", p.headers);
     // Every answer says its length: an HTTP/1.0 reader cannot otherwise tell a cut body
@@ -53,7 +68,7 @@ async fn post(url: &str, m: &Message) -> (Posted, Message) {
 }
 
 async fn get(url: &str, form: &str) -> Message {
-    match fetch::get(&format!("{url}?{form}"), None, "test", LIMITS).await {
+    match web().get(&format!("{url}?{form}"), None, LIMITS).await {
         Ok(Fetched::Body { bytes, .. }) => Message::parse(bytes, Limits::unlimited()).unwrap(),
         other => panic!("{form}: {other:?}"),
     }
@@ -313,11 +328,13 @@ async fn rdm_serves_every_type_tracks_changes_and_pulls() {
         let e = answer.header.error_message.unwrap();
         assert!(e.contains(needle), "{e}");
     }
-    let err = fetch::get(&format!("{url}?type=rd-gossip"), None, "t", LIMITS)
+    let err = web()
+        .get(&format!("{url}?type=rd-gossip"), None, LIMITS)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("400"), "{err}");
-    let wrong = fetch::post(&url, "text/plain", Bytes::from_static(b"x"), "t", LIMITS)
+    let wrong = web()
+        .post(&url, typed("text/plain"), Bytes::from_static(b"x"), LIMITS)
         .await
         .unwrap();
     assert_eq!(wrong.status, 415);

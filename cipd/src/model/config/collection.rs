@@ -284,22 +284,11 @@ impl Default for RdmConfig {
     }
 }
 
-/// Checks an `http://host[:port]/path` URL.
+/// Checks an `http://` or `https://` URL with a host.
 pub(super) fn check_http_url(u: &str) -> Result<(), String> {
-    let uri: axum::http::Uri = u.parse().map_err(|e| format!("{u:?} is not a URL ({e})"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(format!(
-                "{u:?}: https is not fetched yet; use http:// or a local copy (path)"
-            ));
-        }
-        _ => return Err(format!("{u:?} is not an http:// URL")),
-    }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("{u:?} has no host"));
-    }
-    Ok(())
+    crate::sys::http::check_url(u)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 impl Validator<'_> {
@@ -735,7 +724,7 @@ mod tests {
         let err = Config::from_toml(&format!(
             "{BASE}\
              [[collection]]\nname = \"a\"\ntype = \"hinadi\"\n\
-             [[collection]]\nname = \"b\"\ntype = \"hinadi\"\nurl = \"https://x.jp/hina.di\"\n\
+             [[collection]]\nname = \"b\"\ntype = \"hinadi\"\nurl = \"ftp://x.jp/hina.di\"\n\
              [[collection]]\nname = \"c\"\ntype = \"hinadi\"\npath = \"x\"\ncharset = \"klingon\"\n\
              [[collection]]\nname = \"d\"\ntype = \"soif\"\npath = \"x\"\nurl = \"http://x/\"\n\
              [[collection]]\nname = \"e\"\ntype = \"hinadi\"\npath = \"x\"\nurl = \"http://x/\"\n\
@@ -758,6 +747,10 @@ mod tests {
             ],
             "{err}"
         );
-        assert!(err.to_string().contains("https is not fetched"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("only http:// and https:// URLs are fetched"),
+            "{err}"
+        );
     }
 }

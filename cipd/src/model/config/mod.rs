@@ -23,6 +23,7 @@ use serde::Deserialize;
 mod collection;
 mod console;
 mod document;
+mod http_client;
 mod limits;
 mod pipeline;
 mod trust;
@@ -35,6 +36,7 @@ pub use collection::{
     RdmConfig, SourceConfig, Untrusted,
 };
 pub use console::{ConsoleConfig, RawConsole};
+pub use http_client::{HttpClientConfig, RawHttpClient, user_agent};
 pub use limits::{AdminLimits, DEFAULT_SCAN_MAX_OBJECTS, Limits, MAX_REQUEST_LINE, RawLimits};
 pub use pipeline::{ImportConfig, OutboundConfig};
 pub use pipeline::{RawImport, RawOutbound};
@@ -95,6 +97,9 @@ pub struct RawConfig {
     /// `[signing]`: the node's key for signing out-bound hints.
     #[serde(default)]
     pub signing: RawSigning,
+    /// `[http_client]`: how the node fetches over HTTP and https.
+    #[serde(default)]
+    pub http_client: RawHttpClient,
 }
 
 /// `[node]`.
@@ -295,6 +300,8 @@ pub struct Config {
     pub console: ConsoleConfig,
     /// The node's signing key and the allowed clock skew of signed hints.
     pub signing: SigningConfig,
+    /// The HTTP client's trust, proxies and timeouts.
+    pub http_client: HttpClientConfig,
 }
 
 /// This node's identity.
@@ -628,6 +635,13 @@ impl Config {
                 }
             }
         }
+        if let Some(ca) = &self.http_client.ca {
+            need("http_client.ca".into(), ca, "CA bundle");
+        }
+        if let Some((cert, key)) = &self.http_client.client_cert {
+            need("http_client.client_cert".into(), cert, "file");
+            need("http_client.client_key".into(), key, "file");
+        }
         if let Some(t) = &self.thesaurus {
             need("thesaurus.file".into(), t, "thesaurus");
         }
@@ -781,6 +795,7 @@ impl Validator<'_> {
             ],
         );
         let signing = self.signing(raw.signing);
+        let http_client = self.http_client(raw.http_client);
         let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             self.err(
@@ -807,6 +822,7 @@ impl Validator<'_> {
             rdm,
             console,
             signing,
+            http_client,
         }
     }
 
@@ -1070,12 +1086,20 @@ impl Validator<'_> {
                             "is not used with transport = \"http\": the url names the port",
                         );
                     }
-                    if p.tls.is_some() {
-                        self.err(
-                            format!("{key}.tls"),
-                            "is not supported with transport = \"http\" (plain http:// only); \
-                             use the stream transport for TLS",
-                        );
+                    if let Some(t) = &p.tls {
+                        if p.url.as_deref().is_some_and(|u| !u.starts_with("https://")) {
+                            self.err(
+                                format!("{key}.tls"),
+                                "applies to https:// URLs only; write the url as https://",
+                            );
+                        }
+                        if t.server_name.is_some() {
+                            self.err(
+                                format!("{key}.tls.server_name"),
+                                "is not used with transport = \"http\": the url's host is the \
+                                 name checked against the certificate",
+                            );
+                        }
                     }
                     match p.url.as_deref().map(crate::model::url::CipUrl::parse) {
                         Some(Ok(u)) if host.trim().is_empty() => host = u.host,
@@ -1603,7 +1627,11 @@ level = "=="
              tls = {{ ca = \"ca.pem\" }}\n\
              [[peer]]\nname = \"b\"\nhost = \"b.example\"\nport = 1\nurl = \"http://b/\"\nrole = \"poll\"\n\
              [[peer]]\nname = \"c\"\ntransport = \"pigeon\"\nhost = \"c\"\nport = 1\nrole = \"poll\"\n\
-             [[peer]]\nname = \"d\"\ntransport = \"http\"\nurl = \"https://d.example/cip\"\nrole = \"poll\"\n"
+             [[peer]]\nname = \"d\"\ntransport = \"http\"\nurl = \"ftp://d.example/cip\"\nrole = \"poll\"\n\
+             [[peer]]\nname = \"e\"\ntransport = \"http\"\nurl = \"http://e.example/cip\"\nrole = \"poll\"\n\
+             tls = {{ ca = \"ca.pem\" }}\n\
+             [[peer]]\nname = \"f\"\ntransport = \"http\"\nurl = \"https://f.example/cip\"\nrole = \"poll\"\n\
+             tls = {{ ca = \"ca.pem\", server_name = \"x\" }}\n"
         );
         let err = Config::from_toml(&bad).unwrap_err();
         let keys: Vec<&str> = err.problems().iter().map(|p| p.key.as_str()).collect();
@@ -1611,11 +1639,12 @@ level = "=="
             "listen.cip_http",
             "peer[0].url",
             "peer[0].port",
-            "peer[0].tls",
             "peer[0].host",
             "peer[1].url",
             "peer[2].transport",
             "peer[3].url",
+            "peer[4].tls",
+            "peer[5].tls.server_name",
         ] {
             assert!(keys.contains(&k), "missing {k} in {keys:?}");
         }
