@@ -152,6 +152,29 @@ pub enum DiagnosticKind {
         /// Its value.
         value: String,
     },
+    /// `Method` not `method-type *("/" method-type) "/" result-code`.
+    #[error(
+        "Method: {value:?} is not a chain of GET, HEAD, FILE or REMOTE ending in a result \
+         code (e.g. \"REMOTE/GET/200\"); kept as text"
+    )]
+    BadMethod {
+        /// Its value.
+        value: String,
+    },
+    /// `URL`, `Virtual` or `Authorized-url` not an absolute URI (RFC 2396).
+    #[error("{field}: {value:?} is not an absolute URL (scheme:...); kept as text")]
+    BadUrl {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// `Content-Type` not `type/subtype[; parameters]` (RFC 1521).
+    #[error("Content-Type: {value:?} is not type/subtype (RFC 1521); kept as text")]
+    BadContentType {
+        /// Its value.
+        value: String,
+    },
     /// A file with a header and no entity block.
     #[error("no entity blocks (at least one is required)")]
     NoBlocks,
@@ -167,7 +190,10 @@ impl DiagnosticKind {
             | Self::BadDate { .. }
             | Self::NonStandardDate { .. }
             | Self::BadNumber { .. }
-            | Self::BadHinaVersion { .. } => Severity::Warning,
+            | Self::BadHinaVersion { .. }
+            | Self::BadMethod { .. }
+            | Self::BadUrl { .. }
+            | Self::BadContentType { .. } => Severity::Warning,
             _ => Severity::Error,
         }
     }
@@ -616,7 +642,8 @@ impl HinaParser {
         self.pending.fields.push(field);
     }
 
-    /// Per-field checks that only warn: dates, pixel counts, `HINA-Version`.
+    /// Per-field checks that only warn: dates, pixel counts, `HINA-Version`, `Method`, URLs
+    /// and `Content-Type`.
     fn check_value(&mut self, line: u64, f: &Field) {
         let Some(k) = f.known() else { return };
         let value = f.value.trim();
@@ -656,6 +683,22 @@ impl HinaParser {
                 })
             });
             (!ok).then(|| DiagnosticKind::BadHinaVersion {
+                value: value.to_owned(),
+            })
+        } else if k == KnownField::Method {
+            (!method_ok(value)).then(|| DiagnosticKind::BadMethod {
+                value: value.to_owned(),
+            })
+        } else if matches!(
+            k,
+            KnownField::Url | KnownField::Virtual | KnownField::AuthorizedUrl
+        ) {
+            (!absolute_uri(value)).then(|| DiagnosticKind::BadUrl {
+                field: k.name(),
+                value: value.to_owned(),
+            })
+        } else if k == KnownField::ContentType {
+            (!content_type_ok(value)).then(|| DiagnosticKind::BadContentType {
                 value: value.to_owned(),
             })
         } else {
@@ -835,6 +878,52 @@ pub fn parse_bytes(input: &[u8], limits: HinaLimits) -> Result<Parsed, HinaError
     })
 }
 
+/// `method-type *("/" method-type) "/" result-code`, method types case-insensitive. The
+/// spec leaves `result-code` undefined (its grammar points at an unnamed part of RFC 2396);
+/// we take any non-empty word without blanks that is not itself a method type.
+fn method_ok(v: &str) -> bool {
+    let is_type = |p: &str| {
+        ["GET", "HEAD", "FILE", "REMOTE"]
+            .iter()
+            .any(|t| t.eq_ignore_ascii_case(p))
+    };
+    let parts: Vec<&str> = v.split('/').collect();
+    let Some((code, types)) = parts.split_last() else {
+        return false;
+    };
+    !types.is_empty()
+        && types.iter().all(|p| is_type(p))
+        && !code.is_empty()
+        && !is_type(code)
+        && !code.chars().any(char::is_whitespace)
+}
+
+/// An absolute URI: `scheme ":" rest`, the scheme `ALPHA *( ALPHA / DIGIT / "+" / "-" /
+/// "." )` (RFC 2396 §3.1), no blanks.
+fn absolute_uri(v: &str) -> bool {
+    let Some((scheme, rest)) = v.split_once(':') else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        && !rest.is_empty()
+        && !v.chars().any(char::is_whitespace)
+}
+
+/// `type "/" subtype *(";" parameter)` with RFC 1521 tokens in type and subtype.
+fn content_type_ok(v: &str) -> bool {
+    let media = v.split(';').next().unwrap_or("").trim();
+    let token = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?=".contains(&b))
+    };
+    media
+        .split_once('/')
+        .is_some_and(|(t, s)| token(t) && token(s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -879,6 +968,45 @@ mod tests {
         let (bytes, _, bad) = charset.encode(&text);
         assert!(!bad);
         bytes.into_owned()
+    }
+
+    #[test]
+    fn values_the_spec_does_not_allow_are_warned_of_with_their_line() {
+        let text = "HINA/2.2beta\nUser-Agent: t\n\n\
+                    URL: diary.example.jp/\nMethod: GET\nContent-Type: text\n\n\
+                    URL: http://ok.example/\nMethod: remote/Get/200\n\
+                    Content-Type: text/html; charset=EUC-JP\nAuthorized-url: http://a.example/\n\n\
+                    URL: http://b.example/\nMethod: REMOTE/PUSH/200\nAuthorized-url: a b\n";
+        let p = parse_bytes(text.as_bytes(), HinaLimits::default()).unwrap();
+        let got: Vec<(u64, String)> = p
+            .diagnostics
+            .iter()
+            .map(|d| (d.line, d.kind.to_string()))
+            .collect();
+        let lines: Vec<u64> = got.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [4, 5, 6, 14, 15], "{got:?}");
+        assert!(
+            got[0]
+                .1
+                .starts_with("URL: \"diary.example.jp/\" is not an absolute URL")
+        );
+        assert!(got[1].1.starts_with("Method: \"GET\" is not a chain"));
+        assert!(got[2].1.starts_with("Content-Type: \"text\""));
+        assert!(got[3].1.starts_with("Method: \"REMOTE/PUSH/200\""));
+        assert!(got[4].1.starts_with("Authorized-url: \"a b\""));
+        assert!(
+            p.diagnostics
+                .iter()
+                .all(|d| d.kind.severity() == Severity::Warning)
+        );
+        // Every block is kept: these are warnings.
+        assert_eq!(p.blocks.len(), 3);
+        for ok in ["GET/200", "REMOTE/REMOTE/HEAD/304", "FILE/200"] {
+            assert!(method_ok(ok), "{ok}");
+        }
+        for bad in ["", "200", "GET/", "GET/HEAD", "/200", "GET/2 00"] {
+            assert!(!method_ok(bad), "{bad}");
+        }
     }
 
     #[test]
@@ -1053,7 +1181,7 @@ mod tests {
         );
         // The same bytes in an EUC-JP file (no charset): EUC-JP is the default.
         let p = parse_bytes(
-            b"HINA/2.2beta\nUser-Agent: a\n\nURL: u\nTitle: \xa4\n",
+            b"HINA/2.2beta\nUser-Agent: a\n\nURL: http://u/\nTitle: \xa4\n",
             HinaLimits::default(),
         )
         .unwrap();
@@ -1071,7 +1199,7 @@ mod tests {
         assert_eq!(p.blocks[0].get(KnownField::Title), Some("no-space"));
         assert_eq!(p.blocks[0].get(KnownField::LastModified), Some("yesterday"));
         let lines: Vec<u64> = p.diagnostics.iter().map(|d| d.line).collect();
-        assert_eq!(lines, vec![5, 6, 7]);
+        assert_eq!(lines, vec![5, 6, 7, 8]);
         assert!(
             p.diagnostics
                 .iter()

@@ -43,13 +43,18 @@ pub struct Document {
     pub blocks: usize,
     /// Blocks left out because the charset cannot hold them or the block limit was hit.
     pub left_out: usize,
+    /// Rebuilt after this (Unix seconds), so the `Expires` of own entries served from the
+    /// cache stays at least half their expiry period ahead.
+    pub fresh_until: i64,
 }
 
 /// What goes into the file besides the local objects.
 #[derive(Debug, Clone)]
 pub struct Inputs<'a> {
-    /// Hina-Di settings (trust, what to serve, the block limit).
+    /// Hina-Di settings (trust, what to serve, the block limit, expiry).
     pub config: &'a crate::model::config::HinaDiConfig,
+    /// The collections' settings, for each one's expiry.
+    pub collections: &'a [crate::model::config::CollectionConfig],
     /// This node's URL, for `Authorized-url` on its own entries.
     pub authorized_url: Option<&'a str>,
     /// The charset.
@@ -75,7 +80,25 @@ pub fn build(local: &LocalIndex, inputs: &Inputs<'_>) -> Document {
     .expect("the header is plain ASCII");
     let mut seen: HashSet<String> = HashSet::new();
     let (mut blocks, mut left_out) = (0usize, 0usize);
-    for store in local.stores() {
+    let mut fresh_until = i64::MAX;
+    for (status, store) in local.collection_stores() {
+        // Own entries say when this node read them and how long a reader may trust them.
+        let expiry = inputs
+            .collections
+            .iter()
+            .find(|c| c.name == status.name)
+            .map_or(crate::model::config::DEFAULT_HINADI_EXPIRES, |c| {
+                cfg.expiry(c)
+            });
+        let expiry = i64::try_from(expiry.as_secs())
+            .unwrap_or(i64::MAX / 4)
+            .max(1);
+        let detected = status
+            .loaded
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(inputs.now, |d| d.as_secs() as i64)
+            .min(inputs.now);
+        let mut own = 0usize;
         let scanned = store.scan(&mut |_, obj| {
             let block = if let Some(b) = hinadi::soif::to_block(&obj) {
                 if !cfg.propagate || propagate::check(&b, &cfg.trusted).is_err() {
@@ -91,6 +114,13 @@ pub fn build(local: &LocalIndex, inputs: &Inputs<'_>) -> Document {
                     b.fields.push(Field::new("Authorized-url", u));
                 }
                 b.fields.push(Field::new("Method", "FILE/200"));
+                b.fields
+                    .push(Field::new("Last-Modified-Detected", date::format(detected)));
+                b.fields.push(Field::new(
+                    "Expires",
+                    date::format(inputs.now.saturating_add(expiry)),
+                ));
+                own += 1;
                 b
             } else {
                 return;
@@ -114,6 +144,10 @@ pub fn build(local: &LocalIndex, inputs: &Inputs<'_>) -> Document {
         if let Err(e) = scanned {
             tracing::warn!(error = %e, "a collection could not be read for the hina-di file");
         }
+        if own > 0 {
+            fresh_until =
+                fresh_until.min(inputs.now.saturating_add(expiry / 2).max(inputs.now + 1));
+        }
     }
     if left_out > 0 {
         tracing::info!(
@@ -128,6 +162,7 @@ pub fn build(local: &LocalIndex, inputs: &Inputs<'_>) -> Document {
         built: inputs.now,
         blocks,
         left_out,
+        fresh_until,
     }
 }
 
@@ -170,6 +205,7 @@ impl Server {
         (c.0 == key)
             .then(|| c.1.get(charset.name()).cloned())
             .flatten()
+            .filter(|d| unix_now() < d.fresh_until)
     }
 
     /// The file in `charset`, built if the cached one is out of date. One build at a time.
@@ -186,13 +222,11 @@ impl Server {
             return Ok(d);
         }
         let node = self.node.clone();
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        let now = unix_now();
         let previous = self.last_built.load(std::sync::atomic::Ordering::Relaxed);
         // Files of one generation in other charsets share its stamp.
         let now = match self.cache.lock().unwrap_or_else(|e| e.into_inner()) {
-            c if c.0 == key && !c.1.is_empty() => previous,
+            c if c.0 == key && c.1.values().any(|d| now < d.fresh_until) => previous,
             _ => now.max(previous.saturating_add(1)),
         };
         let doc = tokio::task::spawn_blocking(move || {
@@ -203,6 +237,7 @@ impl Server {
                 &local,
                 &Inputs {
                     config: &config.hinadi,
+                    collections: &config.collections,
                     authorized_url: identity.base_uris.first().map(String::as_str),
                     charset,
                     now,
@@ -225,6 +260,12 @@ impl Server {
         c.1.insert(charset.name(), doc.clone());
         Ok(doc)
     }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// Parameters of the Hina-Di route.

@@ -35,6 +35,11 @@ impl LocalIndex {
             .map(|c| c.store.clone())
     }
 
+    /// Every collection's status and store, in configuration order.
+    pub fn collection_stores(&self) -> impl Iterator<Item = (&CollectionStatus, &CollectionStore)> {
+        self.collections.iter().map(|c| (&c.status, &*c.store))
+    }
+
     /// Every collection's store, in configuration order.
     pub fn stores(&self) -> impl Iterator<Item = &CollectionStore> {
         self.collections.iter().map(|c| &*c.store)

@@ -148,6 +148,24 @@ async fn antenna_files_are_read_served_pulled_and_referred() {
         own.get(KnownField::AuthorizedUrl),
         Some(publisher_url.as_str())
     );
+    // When this node read the entry, and how long a reader may trust it (a file collection:
+    // a day by default).
+    let read_at = hinadi::date::parse(own.get(KnownField::LastModifiedDetected).unwrap()).unwrap();
+    let expires = hinadi::date::parse(own.get(KnownField::Expires).unwrap()).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (now - 600..=now + 1).contains(&read_at),
+        "{read_at} vs {now}"
+    );
+    assert!(
+        (now + 86_000..=now + 86_401).contains(&expires),
+        "{expires} vs {now}"
+    );
+    // Re-published blocks keep what their agent said (this one said neither).
+    assert_eq!(diary.get(KnownField::Expires), None);
 
     // The same file in EUC-JP, and revalidation.
     let Fetched::Body { bytes: euc, .. } = get(&format!("{url}?charset=euc-jp"), None).await else {
@@ -257,4 +275,115 @@ async fn unreachable_feeds_are_counted_and_retried() {
     // The node answers from what it has.
     assert_eq!(node.query("Author=Garcia").await.local, 1);
     node.stop().await;
+}
+
+/// The title and author of the round-trip entry: an ideographic space (U+3000) between
+/// words, kana, kanji and a long-vowel mark.
+const TITLE: &str = "太郎の日記\u{3000}第二部";
+const AUTHOR: &str = "山田\u{3000}太郎ー";
+
+fn charset_file(charset: &'static encoding_rs::Encoding, n: usize) -> Vec<u8> {
+    let text = format!(
+        "HINA/2.2beta\r\nUser-Agent: WDB/2.10 (Antenna; HINA/2.2beta)\r\n\
+         Content-Type: text/plain; charset={}\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n\
+         URL: http://diary.example.jp/{n}/\r\nTitle: {TITLE}\r\nAuthor-Name: {AUTHOR}\r\n\
+         Last-Modified: Sun, 06 Nov 1994 08:49:37 GMT\r\nKeyword: 日記\r\n\
+         Authorized: WDB/2.10\r\nAuthorized-url: {AGENT}\r\nMethod: GET/200\r\n",
+        charset.name()
+    );
+    let (bytes, _, unmappable) = charset.encode(&text);
+    assert!(!unmappable, "{}", charset.name());
+    bytes.into_owned()
+}
+
+/// U+3000 and the other Japanese text of an antenna entry stay byte-exact from a file in
+/// each charset, through the SOIF store, to the served file in each charset, and through a
+/// second node that pulls and re-publishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn japanese_text_survives_every_charset_both_ways() {
+    let charsets = [
+        encoding_rs::UTF_8,
+        encoding_rs::EUC_JP,
+        encoding_rs::SHIFT_JIS,
+        encoding_rs::ISO_2022_JP,
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("antennas");
+    std::fs::create_dir(&files).unwrap();
+    for (n, cs) in charsets.iter().enumerate() {
+        std::fs::write(files.join(format!("{n}.di")), charset_file(cs, n)).unwrap();
+    }
+    let mut spec = NodeSpec::new(PUBLISHER, &[]);
+    spec.export = vec!["HINA:Title", "HINA:Author-Name"];
+    spec.extra = format!(
+        "[[collection]]\nname = \"antennas\"\ntype = \"hinadi\"\npath = {:?}\n\
+         [hinadi]\ntrusted = [{AGENT:?}]\nexpires = \"2h\"\n",
+        files.display().to_string()
+    );
+    let publisher = TestNode::start_in(spec, dir).await;
+    publisher
+        .wait_for("four antenna files", |s| s.local_objects >= 4)
+        .await;
+    // In the store: the exact UTF-8 text, found by an exact query.
+    let a = publisher.query(&format!("HINA:Title={TITLE}")).await;
+    assert_eq!(a.local, 4, "{a:?}");
+    let a = publisher.query(&format!("HINA:Author-Name={AUTHOR}")).await;
+    assert_eq!(a.local, 4, "{a:?}");
+    let url = format!("{}/hina.di", publisher.http_url());
+    for cs in charsets {
+        let Fetched::Body { bytes, .. } = get(&format!("{url}?charset={}", cs.name()), None).await
+        else {
+            panic!("body")
+        };
+        // The served bytes hold the title encoded in that charset, and read back exactly.
+        let (title_bytes, _, _) = cs.encode(TITLE);
+        if cs != encoding_rs::ISO_2022_JP {
+            assert!(
+                bytes
+                    .windows(title_bytes.len())
+                    .any(|w| w == &title_bytes[..]),
+                "{}: the title's bytes",
+                cs.name()
+            );
+        }
+        let parsed = blocks(&bytes);
+        assert_eq!(parsed.header.charset, cs);
+        assert_eq!(parsed.blocks.len(), 4, "{}", cs.name());
+        for b in &parsed.blocks {
+            assert_eq!(b.get(KnownField::Title), Some(TITLE), "{}", cs.name());
+            assert_eq!(b.get(KnownField::AuthorName), Some(AUTHOR), "{}", cs.name());
+        }
+    }
+
+    // A second node pulls the EUC-JP file and re-publishes it: the text is still exact.
+    let mut spec = NodeSpec::new(PULLER, &[]);
+    spec.export = vec!["HINA:Title"];
+    spec.extra = format!(
+        "[[collection]]\nname = \"publisher\"\ntype = \"hinadi\"\n\
+         url = \"{url}?charset=euc-jp\"\ninterval = \"1h\"\n\
+         [hinadi]\ntrusted = [{AGENT:?}]\n"
+    );
+    let puller = TestNode::start(spec).await;
+    puller
+        .wait_for("the pulled file", |s| s.local_objects >= 4)
+        .await;
+    for cs in charsets {
+        let Fetched::Body { bytes, .. } = get(
+            &format!("{}/hina.di?charset={}", puller.http_url(), cs.name()),
+            None,
+        )
+        .await
+        else {
+            panic!("body")
+        };
+        let parsed = blocks(&bytes);
+        assert_eq!(parsed.blocks.len(), 4, "{}", cs.name());
+        for b in &parsed.blocks {
+            assert_eq!(b.get(KnownField::Title), Some(TITLE), "{}", cs.name());
+            assert_eq!(b.get(KnownField::Method), Some("REMOTE/REMOTE/GET/200"));
+        }
+    }
+    for n in [puller, publisher] {
+        n.stop().await;
+    }
 }

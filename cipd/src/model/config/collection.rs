@@ -163,6 +163,9 @@ pub struct RawHinaDi {
     pub fetch_timeout: Option<String>,
     /// Most entity blocks in the served file (default 100,000).
     pub max_blocks: Option<usize>,
+    /// How long readers may trust this node's own entries (`Expires` = the file's build
+    /// time plus this); default: the collection's fetch or pull interval, else `"1d"`.
+    pub expires: Option<String>,
 }
 
 /// How Hina-Di is read, trusted and served.
@@ -186,6 +189,8 @@ pub struct HinaDiConfig {
     pub fetch_timeout: Duration,
     /// Most entity blocks in the served file.
     pub max_blocks: usize,
+    /// How long readers may trust this node's own entries (see [`HinaDiConfig::expiry`]).
+    pub expires: Option<Duration>,
 }
 
 impl Default for HinaDiConfig {
@@ -200,11 +205,33 @@ impl Default for HinaDiConfig {
             max_fetch_bytes: 64 << 20,
             fetch_timeout: Duration::from_secs(60),
             max_blocks: 100_000,
+            expires: None,
         }
     }
 }
 
+/// How long own entries of a collection without a fetch or pull interval may be trusted.
+pub const DEFAULT_HINADI_EXPIRES: Duration = Duration::from_secs(24 * 3600);
+
 impl HinaDiConfig {
+    /// How long readers may trust this node's own entries from `collection`: `[hinadi]
+    /// expires` when set, else the collection's fetch or pull interval (its copy is no
+    /// fresher than that), else [`DEFAULT_HINADI_EXPIRES`].
+    pub fn expiry(&self, collection: &CollectionConfig) -> Duration {
+        self.expires.unwrap_or(match &collection.source {
+            SourceConfig::HinaDi {
+                location: HinaLocation::Url { interval, .. },
+                ..
+            } => *interval,
+            SourceConfig::Rdm {
+                url: Some(_),
+                interval,
+                ..
+            } => *interval,
+            _ => DEFAULT_HINADI_EXPIRES,
+        })
+    }
+
     /// The reader's limits with `charset` for files that declare none.
     pub fn limits(&self, charset: &'static Encoding) -> cip_proto::hinadi::HinaLimits {
         cip_proto::hinadi::HinaLimits {
@@ -602,6 +629,9 @@ impl Validator<'_> {
                 d.fetch_timeout,
             ),
             max_blocks: self.positive("hinadi.max_blocks", raw.max_blocks, d.max_blocks),
+            expires: raw
+                .expires
+                .map(|e| self.duration("hinadi.expires", Some(e), DEFAULT_HINADI_EXPIRES)),
         }
     }
 }
@@ -717,6 +747,32 @@ mod tests {
             ],
             "{err}"
         );
+    }
+
+    #[test]
+    fn own_hinadi_entries_expire_after_the_interval_or_the_setting() {
+        let text = format!(
+            "{BASE}\
+             [[collection]]\nname = \"a\"\ntype = \"hinadi\"\nurl = \"https://x.jp/hina.di\"\n\
+             interval = \"30m\"\n\
+             [[collection]]\nname = \"b\"\ntype = \"rdm\"\nurl = \"http://x/\"\ninterval = \"15m\"\n\
+             [[collection]]\nname = \"c\"\ntype = \"soif\"\npath = \"x\"\n"
+        );
+        let c = Config::from_toml(&text).unwrap();
+        let expiry: Vec<u64> = c
+            .collections
+            .iter()
+            .map(|k| c.hinadi.expiry(k).as_secs())
+            .collect();
+        assert_eq!(expiry, [1800, 900, 86_400]);
+        let c = Config::from_toml(&format!("{text}[hinadi]\nexpires = \"2h\"\n")).unwrap();
+        assert!(
+            c.collections
+                .iter()
+                .all(|k| c.hinadi.expiry(k).as_secs() == 7200)
+        );
+        let err = Config::from_toml(&format!("{text}[hinadi]\nexpires = \"soon\"\n")).unwrap_err();
+        assert!(err.to_string().contains("hinadi.expires"), "{err}");
     }
 
     #[test]

@@ -32,8 +32,8 @@ mod validate;
 pub use crate::sys::telemetry::LogFormat;
 
 pub use collection::{
-    CatalogConfig, CollectionConfig, HinaDiConfig, HinaLocation, RawCollection, RawHinaDi, RawRdm,
-    RdmConfig, SourceConfig, Untrusted,
+    CatalogConfig, CollectionConfig, DEFAULT_HINADI_EXPIRES, HinaDiConfig, HinaLocation,
+    RawCollection, RawHinaDi, RawRdm, RdmConfig, SourceConfig, Untrusted,
 };
 pub use console::{ConsoleConfig, RawConsole};
 pub use http_client::{HttpClientConfig, RawHttpClient, user_agent};
