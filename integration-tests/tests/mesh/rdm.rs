@@ -502,3 +502,114 @@ async fn a_restarted_puller_goes_on_incrementally() {
     puller.stop().await;
     server.stop().await;
 }
+
+/// One exchange as a strict HTTP/1.0 client makes it: the request, then everything until
+/// the server closes. Returns the status line, the `Content-Length` and the body.
+async fn http10(addr: &str, request: Vec<u8>) -> (String, Option<usize>, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(&request).await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut all))
+        .await
+        .expect("the server closes an HTTP/1.0 connection")
+        .unwrap();
+    let split = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header block");
+    let head = String::from_utf8_lossy(&all[..split]).into_owned();
+    let length = head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse().unwrap())
+    });
+    let status = head.lines().next().unwrap_or("").to_owned();
+    (status, length, all[split + 4..].to_vec())
+}
+
+/// Every RDM answer, of every request type, by GET and POST, errors included, carries a
+/// `Content-Length` that matches its body: an HTTP/1.0 reader cannot otherwise tell a cut
+/// answer from a whole one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_client_gets_a_content_length_on_every_answer() {
+    let server = TestNode::start(NodeSpec::new(SERVER, &["Garcia", "Okafor", "Becker"])).await;
+    let addr = server.http_url().trim_start_matches("http://").to_owned();
+    let docs = format!("x-catalog://{addr}/docs");
+    let forms = [
+        "type=status-request",
+        "type=server-description-request",
+        "type=schema-description-request&ql=schema-basic&scope=defined%20SOIF-Attribute",
+        "type=taxonomy-description-request&ql=taxonomy-basic&scope=anklebiter%20ROOT",
+        "type=rd-request&ql=gatherer&scope=all",
+        "type=rd-request&ql=gatherer&scope=all&view-attributes=title",
+        "type=rd-request&ql=gatherer&scope=since%20Sun,%2006%20Nov%201994%2008:49:37%20GMT",
+        "type=rd-request-deleted&ql=gatherer&scope=all",
+        "type=rd-request&ql=cip-query&scope=Author%3DGarcia",
+        "type=rd-gossip",
+        "type=rd-request&ql=gatherer&scope=all&csid=x-catalog://h/none",
+    ];
+    let mut checked = 0;
+    for form in forms {
+        let req = format!("GET /rdm/incoming?{form} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        let (status, length, body) = http10(&addr, req.into_bytes()).await;
+        assert!(status.starts_with("HTTP/1."), "{form}: {status}");
+        assert_eq!(length, Some(body.len()), "{form}: {status}");
+        checked += 1;
+    }
+    let messages = [
+        request(RdmType::StatusRequest, None, None, None),
+        request(RdmType::ServerDescriptionRequest, None, None, None),
+        request(
+            RdmType::SchemaDescriptionRequest,
+            Some("schema-basic"),
+            None,
+            scope("defined SOIF-Attribute"),
+        ),
+        request(
+            RdmType::TaxonomyDescriptionRequest,
+            Some("taxonomy-basic"),
+            Some(&docs),
+            scope("anklebiter ROOT"),
+        ),
+        rd_request(false, GathererScope::All, None),
+        rd_request(true, GathererScope::All, None),
+        rd_request(false, GathererScope::Since(0), Some(&docs)),
+        request(
+            RdmType::RdRequest,
+            Some("gatherer"),
+            Some("x-catalog://h/none"),
+            scope("all"),
+        ),
+    ];
+    for m in messages {
+        let body = m.write();
+        let mut req = format!(
+            "POST /rdm/incoming HTTP/1.0\r\nHost: {addr}\r\nContent-Type: {}\r\n\
+             Content-Length: {}\r\n\r\n",
+            rdm::CONTENT_TYPE,
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(&body);
+        let (status, length, answer) = http10(&addr, req).await;
+        assert!(status.starts_with("HTTP/1."), "{m:?}: {status}");
+        assert_eq!(length, Some(answer.len()), "{m:?}: {status}");
+        Message::parse(Bytes::from(answer), Limits::unlimited()).unwrap();
+        checked += 1;
+    }
+    // A body of the wrong type is refused, with its length too.
+    let (status, length, body) = http10(
+        &addr,
+        format!(
+            "POST /rdm/incoming HTTP/1.0\r\nHost: {addr}\r\nContent-Type: text/plain\r\n\
+             Content-Length: 1\r\n\r\nx"
+        )
+        .into_bytes(),
+    )
+    .await;
+    assert!(status.contains("415"), "{status}");
+    assert_eq!(length, Some(body.len()));
+    assert_eq!(checked, forms.len() + 8);
+    server.stop().await;
+}
