@@ -116,10 +116,11 @@ pub fn build(local: &LocalIndex, inputs: &Inputs<'_>) -> Document {
                 b.fields.push(Field::new("Method", "FILE/200"));
                 b.fields
                     .push(Field::new("Last-Modified-Detected", date::format(detected)));
-                b.fields.push(Field::new(
-                    "Expires",
-                    date::format(inputs.now.saturating_add(expiry)),
-                ));
+                // Both spellings: WDB 2.10 trusts `Expires` only when it is at least six
+                // hours ahead, and falls back to the older `Expire` (PROTOCOL.md).
+                let expires = date::format(inputs.now.saturating_add(expiry));
+                b.fields.push(Field::new("Expires", expires.clone()));
+                b.fields.push(Field::new("Expire", expires));
                 own += 1;
                 b
             } else {

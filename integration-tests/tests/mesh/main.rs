@@ -14,6 +14,7 @@ mod fake;
 mod faults;
 mod harness;
 mod hinadi;
+mod hinadi_readers;
 mod https_feeds;
 mod identity;
 mod legacy;
