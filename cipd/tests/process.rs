@@ -235,3 +235,61 @@ fn sighup_reloads_and_sigterm_drains_and_exits_0() {
     };
     assert_eq!(status.code(), Some(0), "SIGTERM drains and exits 0");
 }
+
+/// `cipctl` reads its proxy from the environment, as curl does: with `HTTP_PROXY` set, a
+/// query for a server the machine cannot resolve goes to the proxy as an absolute-form
+/// request, and the proxy's answer is what `cipctl` reports. `NO_PROXY` sends it direct.
+#[test]
+fn cipctl_goes_through_the_proxy_the_environment_names() {
+    use std::io::{Read as _, Write as _};
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = proxy.local_addr().unwrap();
+    let seen = std::thread::spawn(move || {
+        let (mut s, _) = proxy.accept().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
+            head.push(byte[0]);
+        }
+        let body = r#"{"status":404,"error":"not-found","message":"answered by the proxy"}"#;
+        write!(
+            s,
+            "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        String::from_utf8_lossy(&head).into_owned()
+    });
+    let run = |no_proxy: &str| {
+        Command::new(env!("CARGO_BIN_EXE_cipctl"))
+            .args([
+                "query",
+                "--server",
+                "http://cipd.invalid:7080",
+                "--timeout",
+                "5s",
+                "Author=Garcia",
+            ])
+            .env("HTTP_PROXY", format!("http://{addr}"))
+            .env("NO_PROXY", no_proxy)
+            .env_remove("http_proxy")
+            .env_remove("no_proxy")
+            .output()
+            .unwrap()
+    };
+    let out = run("");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("answered by the proxy"), "{stderr}");
+    let head = seen.join().unwrap();
+    assert!(
+        head.starts_with("GET http://cipd.invalid:7080/v1/referrals?q=Author%3DGarcia "),
+        "{head}"
+    );
+    // Excluded by NO_PROXY, the name is looked up directly, and fails.
+    let direct = run("cipd.invalid");
+    let stderr = String::from_utf8_lossy(&direct.stderr);
+    assert!(!stderr.contains("answered by the proxy"), "{stderr}");
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+}

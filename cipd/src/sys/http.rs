@@ -51,6 +51,9 @@ pub struct ClientSettings {
     pub proxy: ProxySetting,
     /// TLS for `https://` URLs.
     pub tls: rustls::ClientConfig,
+    /// Fixed addresses for host names, instead of asking the resolver (as curl's
+    /// `--resolve`); a port of 0 keeps the URL's.
+    pub resolve: Vec<(String, Vec<std::net::SocketAddr>)>,
 }
 
 /// Bounds on one request.
@@ -217,6 +220,9 @@ impl HttpClient {
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60))
             .tls_backend_preconfigured(tls);
+        for (name, addrs) in &settings.resolve {
+            builder = builder.resolve_to_addrs(name, addrs);
+        }
         builder = match settings.proxy {
             ProxySetting::Environment => builder,
             ProxySetting::Direct => builder.no_proxy(),

@@ -90,6 +90,7 @@ impl HttpClientConfig {
             max_redirects: self.max_redirects,
             proxy: self.proxy.clone(),
             tls,
+            resolve: Vec::new(),
         })
         .map_err(|e| e.to_string())
     }

@@ -88,6 +88,7 @@ fn client_with(ca: Option<&Path>, cert: Option<(&Path, &Path)>, proxy: ProxySett
         max_redirects: 3,
         proxy,
         tls: tls::web_client_config(ca, cert).unwrap(),
+        resolve: Vec::new(),
     })
     .unwrap()
 }
@@ -487,4 +488,70 @@ async fn requests_go_through_a_proxy() {
             .any(|l| l.starts_with(&format!("CONNECT {secure_authority} "))),
         "{seen:?}"
     );
+}
+
+/// A listener that takes no more connections: its accept queue is full and never drained,
+/// so the kernel drops further SYNs and a connect to it hangs (a dead address, on loopback).
+fn dead_address() -> (SocketAddr, Vec<std::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+        match s {
+            Ok(s) => fillers.push(s),
+            Err(_) => break,
+        }
+    }
+    std::mem::forget(listener);
+    (addr, fillers)
+}
+
+/// A name whose first address is dead: the connect timeout is split across the addresses,
+/// so the second is tried in time and the fetch succeeds well within its own deadline.
+#[tokio::test]
+async fn a_dead_first_address_does_not_use_up_the_fetch() {
+    let (dead, _fillers) = dead_address();
+    let (base, _) = serve_plain(app(None)).await;
+    let live: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let c = HttpClient::new(ClientSettings {
+        user_agent: "cipd-test".into(),
+        connect_timeout: Duration::from_secs(2),
+        max_redirects: 3,
+        proxy: ProxySetting::Direct,
+        tls: tls::web_client_config(None, None).unwrap(),
+        resolve: vec![("feed.test".into(), vec![dead, live])],
+    })
+    .unwrap();
+    let limits = FetchLimits {
+        timeout: Duration::from_secs(8),
+        ..LIMITS
+    };
+    let got = c
+        .get(
+            &format!("http://feed.test:{}/plain", live.port()),
+            None,
+            limits,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(got, Fetched::Body { .. }));
+    // The dead address alone: the connect times out (it is dead, not refusing).
+    let alone = HttpClient::new(ClientSettings {
+        user_agent: "cipd-test".into(),
+        connect_timeout: Duration::from_millis(500),
+        max_redirects: 3,
+        proxy: ProxySetting::Direct,
+        tls: tls::web_client_config(None, None).unwrap(),
+        resolve: vec![("feed.test".into(), vec![dead])],
+    })
+    .unwrap();
+    let err = alone
+        .get("http://feed.test/plain", None, limits)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FetchError::Connect { .. }), "{err}");
+    assert!(err.to_string().contains("deadline has elapsed"), "{err}");
 }
