@@ -492,7 +492,11 @@ async fn requests_go_through_a_proxy() {
 
 /// A listener that takes no more connections: its accept queue is full and never drained,
 /// so the kernel drops further SYNs and a connect to it hangs (a dead address, on loopback).
-fn dead_address() -> (SocketAddr, Vec<std::net::TcpStream>) {
+fn dead_address() -> (
+    SocketAddr,
+    tokio::net::TcpListener,
+    Vec<std::net::TcpStream>,
+) {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let listener = socket.listen(0).unwrap();
@@ -505,15 +509,14 @@ fn dead_address() -> (SocketAddr, Vec<std::net::TcpStream>) {
             Err(_) => break,
         }
     }
-    std::mem::forget(listener);
-    (addr, fillers)
+    (addr, listener, fillers)
 }
 
 /// A name whose first address is dead: the connect timeout is split across the addresses,
 /// so the second is tried in time and the fetch succeeds well within its own deadline.
 #[tokio::test]
 async fn a_dead_first_address_does_not_use_up_the_fetch() {
-    let (dead, _fillers) = dead_address();
+    let (dead, _listener, _fillers) = dead_address();
     let (base, _) = serve_plain(app(None)).await;
     let live: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
     let c = HttpClient::new(ClientSettings {
