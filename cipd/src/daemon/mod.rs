@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::front::conn_limit::{CIP_BUSY, ConnLimiter};
 use crate::front::service::CipService;
 use crate::front::transport::{
-    PeerContext, serve_connection, serve_shared_connection, tls, transport_config,
+    PeerContext, serve_shared_connection, serve_tracked_connection, tls, transport_config,
 };
 use crate::front::whoispp::WhoisService;
 use crate::model::config::Config;
@@ -174,6 +174,7 @@ impl Daemon {
                 node.config().limits.admin,
                 node.token.child_token(),
                 node.tracker.clone(),
+                node.metrics().listener("admin"),
             ));
         }
         {
@@ -210,11 +211,13 @@ impl Daemon {
             "cip",
             config.limits.max_connections,
             config.limits.max_connections_per_address,
+            node.metrics().listener("cip"),
         );
         let http_permits = ConnLimiter::new(
             "http",
             config.limits.max_http_connections,
             config.limits.max_http_connections_per_address,
+            node.metrics().listener("http"),
         );
         let service = Arc::new(CipService::new(node.clone()));
         let whois = Arc::new(WhoisService::new(node.clone()));
@@ -429,6 +432,11 @@ async fn accept_loop(
             },
             () = token.cancelled() => break,
         };
+        // Closed by its peer already (a connect/close flood): not worth a slot or a task.
+        if crate::front::conn_limit::peer_gone(&stream) {
+            permits.note_gone();
+            continue;
+        }
         // Never wait for a slot: refuse at once and go on accepting. Plain CIP gets the
         // temporary-failure line; TLS is closed without an answer (no handshake spent).
         let permit = match permits.try_acquire(Some(remote.ip())) {
@@ -440,9 +448,13 @@ async fn accept_loop(
                 continue;
             }
         };
-        let (service, transport, token, tls_config, whois) = (
+        // The first request's deadlines shrink as the slots fill (see conn_limit).
+        let mut transport = transport.clone();
+        transport.banner_timeout = permits.deadline(transport.banner_timeout);
+        transport.negotiation_timeout = permits.deadline(transport.negotiation_timeout);
+        let handshake = permits.deadline(transport.connect_timeout);
+        let (service, token, tls_config, whois) = (
             service.clone(),
-            transport.clone(),
             token.clone(),
             tls_config.clone(),
             whois.clone(),
@@ -452,45 +464,71 @@ async fn accept_loop(
         let open = OpenConnection::new(node.clone());
         node.tracker.spawn(tracing::Instrument::instrument(
             async move {
-                let _permit = permit;
                 let _open = open;
                 let _ = stream.set_nodelay(true);
-                let result = match tls_config {
-                    None => {
-                        let ctx = PeerContext {
-                            remote,
-                            tls_peer_certificates: None,
-                        };
-                        match &whois {
-                            Some(w) => {
-                                serve_shared_connection(
-                                    stream,
+                let activity = permit.activity();
+                let serve = async {
+                    match tls_config {
+                        None => {
+                            let ctx = PeerContext {
+                                remote,
+                                tls_peer_certificates: None,
+                            };
+                            match &whois {
+                                Some(w) => {
+                                    serve_shared_connection(
+                                        stream,
+                                        ctx,
+                                        service.as_ref(),
+                                        w.as_ref(),
+                                        &transport,
+                                        token,
+                                        &activity,
+                                    )
+                                    .await
+                                }
+                                None => {
+                                    serve_tracked_connection(
+                                        stream,
+                                        ctx,
+                                        service.as_ref(),
+                                        &transport,
+                                        token,
+                                        &activity,
+                                    )
+                                    .await
+                                }
+                            }
+                        }
+                        Some(cfg) => match tls::accept(cfg, stream, handshake).await {
+                            Ok((tls_stream, certs)) => {
+                                let ctx = PeerContext {
+                                    remote,
+                                    tls_peer_certificates: certs,
+                                };
+                                serve_tracked_connection(
+                                    tls_stream,
                                     ctx,
                                     service.as_ref(),
-                                    w.as_ref(),
                                     &transport,
                                     token,
+                                    &activity,
                                 )
                                 .await
                             }
-                            None => {
-                                serve_connection(stream, ctx, service.as_ref(), &transport, token)
-                                    .await
-                            }
-                        }
+                            Err(e) => Err(e),
+                        },
                     }
-                    Some(cfg) => match tls::accept(cfg, stream, transport.connect_timeout).await {
-                        Ok((tls_stream, certs)) => {
-                            let ctx = PeerContext {
-                                remote,
-                                tls_peer_certificates: certs,
-                            };
-                            serve_connection(tls_stream, ctx, service.as_ref(), &transport, token)
-                                .await
-                        }
-                        Err(e) => Err(e),
-                    },
                 };
+                // Evicted for a new connection: the connection is dropped (closed) at once.
+                let result = tokio::select! {
+                    r = serve => r,
+                    () = permit.evicted() => {
+                        tracing::debug!("cip connection evicted for a new one");
+                        Ok(())
+                    }
+                };
+                drop(permit);
                 if let Err(e) = result {
                     tracing::debug!(error = %e, "cip connection ended with an error");
                 }

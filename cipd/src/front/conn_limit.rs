@@ -5,6 +5,17 @@
 //! address live in a [`DashMap`]; an address whose count drops to zero is removed, so the
 //! map never holds more entries than there are open connections.
 //!
+//! When every slot is taken, a new connection does not simply lose (a slow-drip attacker
+//! from many addresses would otherwise keep every slot): it takes the slot of a connection
+//! that is worth least, as HAProxy and Envoy do under overload. Each slot knows what its
+//! connection is doing: *fresh* (no request completed yet: in the TLS handshake, the CIP
+//! negotiation or the first HTTP headers), *busy* (a request being answered) or *idle*
+//! (between requests). A handful of slots is sampled at random, and the oldest fresh one
+//! (at least [`MIN_EVICT_AGE`] old) is closed, else the longest idle one (idle at least
+//! [`MIN_EVICT_IDLE`]); busy connections are never closed. Only when the sample holds
+//! neither is the new connection refused. Listeners also shorten the deadline of the first
+//! request as the slots fill ([`ConnLimiter::deadline`]).
+//!
 //! What happens over a limit (decided here, applied by each listener):
 //!
 //! * The accept loop never waits for a slot: it keeps taking connections from the kernel and
@@ -29,7 +40,7 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -39,6 +50,8 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::sys::metrics::{ListenerCounters, Metrics};
+
 /// Refused connections that may linger (answered, half-closed, drained) at once per limiter.
 pub const MAX_LINGERING: usize = 128;
 /// How long a refused connection may linger before it is closed.
@@ -47,6 +60,28 @@ pub const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 64 * 1024;
 /// Refusals are logged as a warning at most this often per limiter (each at debug level).
 const WARN_EVERY: Duration = Duration::from_secs(10);
+/// A connection that has not completed a request is not evicted younger than this (a good
+/// client's request takes far less; a slow-drip attacker's connections are older).
+pub const MIN_EVICT_AGE: Duration = Duration::from_millis(100);
+/// An idle connection is not evicted before it has been idle this long.
+pub const MIN_EVICT_IDLE: Duration = Duration::from_secs(1);
+/// Slots looked at to choose whom to evict (all of them when there are at most
+/// [`SCAN_ALL_BELOW`]).
+const EVICTION_SAMPLE: usize = 16;
+/// Below this many slots, eviction looks at every slot.
+const SCAN_ALL_BELOW: usize = 64;
+/// After one of its connections was evicted having sent no whole request in
+/// [`COOLDOWN_AGE`], an address's new connections may not evict others for this long: an
+/// attacker that reconnects at once cannot chase its own tail through every slot (and make
+/// every slot too young to evict for a good client).
+pub const EVICTION_COOLDOWN: Duration = Duration::from_secs(10);
+/// A fresh connection evicted at least this old marks its address as cooling down (a good
+/// client's request takes far less; an idle keep-alive connection never does).
+pub const COOLDOWN_AGE: Duration = Duration::from_millis(400);
+/// Most addresses remembered as recently evicted; past it, the oldest are forgotten.
+const MAX_COOLING: usize = 65_536;
+/// The shortest first-request deadline [`ConnLimiter::deadline`] gives under pressure.
+pub const MIN_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The answer a refused plain CIP connection gets (RFC 2652 code 400, temporary failure).
 pub const CIP_BUSY: &[u8] =
@@ -78,6 +113,44 @@ pub enum Refusal {
     },
 }
 
+/// What a connection is doing, for choosing whom to evict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Stage {
+    /// No request completed yet.
+    Fresh = 0,
+    /// A request is being answered: never evicted.
+    Busy = 1,
+    /// Between requests.
+    Idle = 2,
+    /// Evicted: the connection is being closed.
+    Evicted = 3,
+}
+
+/// One connection's state, shared by its guard and the limiter's registry.
+#[derive(Debug)]
+struct Slot {
+    accepted: Instant,
+    /// The address it is counted under.
+    key: Option<IpAddr>,
+    stage: AtomicU8,
+    /// Milliseconds after `accepted` when it last became idle.
+    idle_since: AtomicU64,
+    /// Cancelled when the connection is evicted.
+    evict: CancellationToken,
+    /// The slot was handed to a new connection: its guard gives no total slot back.
+    handed_over: AtomicBool,
+    /// Position in the registry, valid under its lock.
+    index: AtomicUsize,
+}
+
+impl Slot {
+    fn idle_for(&self, now: Instant) -> Duration {
+        let since = Duration::from_millis(self.idle_since.load(Ordering::Acquire));
+        now.saturating_duration_since(self.accepted + since)
+    }
+}
+
 /// An overall and a per-source-address connection limit (see the module doc).
 #[derive(Debug)]
 pub struct ConnLimiter {
@@ -86,48 +159,69 @@ pub struct ConnLimiter {
     max_per_address: usize,
     total: AtomicUsize,
     per_address: DashMap<IpAddr, usize>,
+    /// Every open connection's slot, for eviction.
+    registry: Mutex<Vec<Arc<Slot>>>,
+    /// Addresses whose connection was evicted lately, and when (see [`EVICTION_COOLDOWN`]).
+    cooling: DashMap<IpAddr, Instant>,
     lingering: AtomicUsize,
     refused: AtomicU64,
+    counters: Arc<ListenerCounters>,
+    /// [`MIN_EVICT_AGE`] and [`MIN_EVICT_IDLE`] (shorter in tests).
+    evict_after: (Duration, Duration),
     warned: Mutex<Option<(Instant, u64)>>,
 }
 
 impl ConnLimiter {
     /// A limiter named `name` (for logs) allowing `max_total` connections in all and
-    /// `max_per_address` from one source address (both at least 1).
-    pub fn new(name: &'static str, max_total: usize, max_per_address: usize) -> Arc<Self> {
+    /// `max_per_address` from one source address (both at least 1), counting into
+    /// `counters`.
+    pub fn new(
+        name: &'static str,
+        max_total: usize,
+        max_per_address: usize,
+        counters: Arc<ListenerCounters>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             name,
             max_total: max_total.max(1),
             max_per_address: max_per_address.max(1),
             total: AtomicUsize::new(0),
             per_address: DashMap::new(),
+            registry: Mutex::new(Vec::new()),
+            cooling: DashMap::new(),
             lingering: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
+            counters,
+            evict_after: (MIN_EVICT_AGE, MIN_EVICT_IDLE),
             warned: Mutex::new(None),
         })
     }
 
+    /// The same limiter with other eviction ages (a fresh connection's, an idle one's).
+    #[cfg(test)]
+    fn evicting_after(self: Arc<Self>, fresh: Duration, idle: Duration) -> Arc<Self> {
+        let mut l = Arc::into_inner(self).expect("not shared yet");
+        l.evict_after = (fresh, idle);
+        Arc::new(l)
+    }
+
     /// A limiter with the overall limit only.
-    pub fn total_only(name: &'static str, max_total: usize) -> Arc<Self> {
-        Self::new(name, max_total, usize::MAX)
+    pub fn total_only(
+        name: &'static str,
+        max_total: usize,
+        counters: Arc<ListenerCounters>,
+    ) -> Arc<Self> {
+        Self::new(name, max_total, usize::MAX, counters)
     }
 
     /// Takes a slot for a connection from `remote` (`None`: no address, e.g. a Unix socket;
-    /// only the overall limit applies).
+    /// only the overall limit applies). When every slot is taken, the slot of a connection
+    /// that is worth least is taken over (see the module doc).
     ///
     /// # Errors
-    /// [`Refusal`] when the overall limit or the address's limit is reached.
+    /// [`Refusal`] when the address's limit is reached, or every slot is taken and none
+    /// may be evicted.
     pub fn try_acquire(self: &Arc<Self>, remote: Option<IpAddr>) -> Result<ConnGuard, Refusal> {
-        let max = self.max_total;
-        if self
-            .total
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .is_err()
-        {
-            return Err(Refusal::Total { max });
-        }
         let key = remote.map(address_key);
         if let Some(key) = key {
             // The entry holds its shard's lock: check and increment are one step.
@@ -135,17 +229,159 @@ impl ConnLimiter {
             if *count >= self.max_per_address {
                 // Never zero here (max_per_address >= 1), so no empty entry stays behind.
                 drop(count);
-                self.total.fetch_sub(1, Ordering::AcqRel);
+                Metrics::inc(&self.counters.refused_address);
                 return Err(Refusal::PerAddress {
                     max: self.max_per_address,
                 });
             }
             *count += 1;
         }
+        let max = self.max_total;
+        let fresh_slot = self
+            .total
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok();
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        if !fresh_slot && (self.cooling_down(key) || !self.evict_one(&mut registry)) {
+            drop(registry);
+            if let Some(key) = key {
+                release_address(&self.per_address, key);
+            }
+            Metrics::inc(&self.counters.refused_total);
+            return Err(Refusal::Total { max });
+        }
+        let slot = Arc::new(Slot {
+            accepted: Instant::now(),
+            key,
+            stage: AtomicU8::new(Stage::Fresh as u8),
+            idle_since: AtomicU64::new(0),
+            evict: CancellationToken::new(),
+            handed_over: AtomicBool::new(false),
+            index: AtomicUsize::new(registry.len()),
+        });
+        registry.push(slot.clone());
+        drop(registry);
+        Metrics::inc(&self.counters.accepted);
+        Metrics::inc(&self.counters.open);
         Ok(ConnGuard {
             limiter: self.clone(),
             key,
+            slot,
         })
+    }
+
+    /// Closes the connection worth least among a sample of slots, handing its slot over;
+    /// false when the sample holds no connection that may be evicted.
+    fn evict_one(&self, registry: &mut Vec<Arc<Slot>>) -> bool {
+        let now = Instant::now();
+        let n = registry.len();
+        let sample: Vec<usize> = if n <= SCAN_ALL_BELOW {
+            (0..n).collect()
+        } else {
+            (0..EVICTION_SAMPLE).map(|_| fastrand::usize(..n)).collect()
+        };
+        // The oldest fresh connection, else the longest idle one.
+        let mut best: Option<(usize, Stage, Duration)> = None;
+        for i in sample {
+            let slot = &registry[i];
+            let (stage, score) = match slot.stage.load(Ordering::Acquire) {
+                s if s == Stage::Fresh as u8 => {
+                    let age = now.saturating_duration_since(slot.accepted);
+                    if age < self.evict_after.0 {
+                        continue;
+                    }
+                    (Stage::Fresh, age)
+                }
+                s if s == Stage::Idle as u8 => {
+                    let idle = slot.idle_for(now);
+                    if idle < self.evict_after.1 {
+                        continue;
+                    }
+                    (Stage::Idle, idle)
+                }
+                _ => continue,
+            };
+            let better = match best {
+                None => true,
+                Some((_, Stage::Idle, _)) if stage == Stage::Fresh => true,
+                Some((_, b, s)) => b == stage && score > s,
+            };
+            if better {
+                best = Some((i, stage, score));
+            }
+        }
+        let Some((i, stage, _)) = best else {
+            return false;
+        };
+        let victim = registry[i].clone();
+        let slow = stage == Stage::Fresh
+            && now.saturating_duration_since(victim.accepted)
+                >= COOLDOWN_AGE.min(self.evict_after.0 * 4);
+        if let Some(key) = victim.key.filter(|_| slow) {
+            if self.cooling.len() >= MAX_COOLING {
+                let now = Instant::now();
+                self.cooling
+                    .retain(|_, at| now.saturating_duration_since(*at) < EVICTION_COOLDOWN);
+            }
+            if self.cooling.len() < MAX_COOLING {
+                self.cooling.insert(key, Instant::now());
+            }
+        }
+        // It may have started a request since it was looked at: then it stays.
+        if victim
+            .stage
+            .compare_exchange(
+                stage as u8,
+                Stage::Evicted as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        victim.handed_over.store(true, Ordering::Release);
+        remove_slot(registry, &victim);
+        victim.evict.cancel();
+        Metrics::inc(match stage {
+            Stage::Fresh => &self.counters.evicted_fresh,
+            _ => &self.counters.evicted_idle,
+        });
+        tracing::debug!(
+            listener = self.name,
+            ?stage,
+            "connection evicted for a new one"
+        );
+        true
+    }
+
+    /// Whether connections from `key` may not evict others now (one of its own was evicted
+    /// less than [`EVICTION_COOLDOWN`] ago).
+    fn cooling_down(&self, key: Option<IpAddr>) -> bool {
+        let Some(key) = key else { return false };
+        let Some(at) = self.cooling.get(&key).map(|a| *a) else {
+            return false;
+        };
+        if at.elapsed() < EVICTION_COOLDOWN {
+            return true;
+        }
+        self.cooling.remove_if(&key, |_, a| *a == at);
+        false
+    }
+
+    /// The deadline for a new connection's first request: `base` while at most half the
+    /// slots are taken, then shorter as they fill, down to [`MIN_DEADLINE`] (or `base`,
+    /// when that is shorter) when all are.
+    pub fn deadline(&self, base: Duration) -> Duration {
+        let taken = self.total.load(Ordering::Acquire) as f64 / self.max_total as f64;
+        if taken <= 0.5 {
+            return base;
+        }
+        let floor = MIN_DEADLINE.min(base);
+        base.mul_f64(((1.0 - taken) * 2.0).clamp(0.0, 1.0))
+            .max(floor)
     }
 
     /// Connections open now.
@@ -269,20 +505,148 @@ impl Drop for LingerSlot {
 pub struct ConnGuard {
     limiter: Arc<ConnLimiter>,
     key: Option<IpAddr>,
+    slot: Arc<Slot>,
+}
+
+impl ConnGuard {
+    /// Resolves when the connection is evicted for a new one: the connection task should
+    /// then end at once.
+    pub fn evicted(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.slot.evict.clone().cancelled_owned()
+    }
+
+    /// The handle a connection's request loop reports its stage through.
+    pub fn activity(&self) -> Activity {
+        Activity(self.slot.clone())
+    }
+}
+
+/// A connection's stage, reported by its request loop ([`Activity::begin`] when a request
+/// has been read, [`Activity::end`] when it has been answered).
+#[derive(Debug, Clone)]
+pub struct Activity(Arc<Slot>);
+
+impl Activity {
+    /// A request was read and is being answered: the connection may not be evicted until
+    /// [`Activity::end`]. False when it was evicted already (the caller should stop).
+    pub fn begin(&self) -> bool {
+        let stage = &self.0.stage;
+        let mut current = stage.load(Ordering::Acquire);
+        loop {
+            if current == Stage::Evicted as u8 {
+                return false;
+            }
+            match stage.compare_exchange(
+                current,
+                Stage::Busy as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// The request was answered: the connection is idle until its next one.
+    pub fn end(&self) {
+        let since = self.0.accepted.elapsed().as_millis();
+        self.0
+            .idle_since
+            .store(u64::try_from(since).unwrap_or(u64::MAX), Ordering::Release);
+        let _ = self.0.stage.compare_exchange(
+            Stage::Busy as u8,
+            Stage::Idle as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// What the connection is doing.
+    pub fn stage(&self) -> Stage {
+        match self.0.stage.load(Ordering::Acquire) {
+            0 => Stage::Fresh,
+            1 => Stage::Busy,
+            2 => Stage::Idle,
+            _ => Stage::Evicted,
+        }
+    }
+}
+
+impl crate::front::transport::RequestActivity for Activity {
+    fn begin(&self) -> bool {
+        Activity::begin(self)
+    }
+
+    fn end(&self) {
+        Activity::end(self);
+    }
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
-        if let Some(key) = self.key
-            && let Entry::Occupied(mut e) = self.limiter.per_address.entry(key)
-        {
-            if *e.get() <= 1 {
-                e.remove();
-            } else {
-                *e.get_mut() -= 1;
-            }
+        if let Some(key) = self.key {
+            release_address(&self.limiter.per_address, key);
         }
-        self.limiter.total.fetch_sub(1, Ordering::AcqRel);
+        self.limiter.counters.open.fetch_sub(1, Ordering::Relaxed);
+        // An evicted connection's total slot went to the connection that evicted it. Read
+        // under the registry's lock, which eviction holds while it hands the slot over.
+        let mut registry = self
+            .limiter
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !self.slot.handed_over.load(Ordering::Acquire) {
+            remove_slot(&mut registry, &self.slot);
+            drop(registry);
+            self.limiter.total.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Removes `slot` from the registry (swapping the last one into its place).
+fn remove_slot(registry: &mut Vec<Arc<Slot>>, slot: &Arc<Slot>) {
+    let i = slot.index.load(Ordering::Acquire);
+    if registry.get(i).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+        registry.swap_remove(i);
+        if let Some(moved) = registry.get(i) {
+            moved.index.store(i, Ordering::Release);
+        }
+    }
+}
+
+/// Gives one per-address count back, removing the entry at zero.
+fn release_address(map: &DashMap<IpAddr, usize>, key: IpAddr) {
+    if let Entry::Occupied(mut e) = map.entry(key) {
+        if *e.get() <= 1 {
+            e.remove();
+        } else {
+            *e.get_mut() -= 1;
+        }
+    }
+}
+
+/// Whether the peer of a just-accepted connection has closed it already (it sent FIN or
+/// RST before we took it off the backlog, as a connect/close flood does): such a
+/// connection is dropped at once, without a slot, a task or an answer. One non-blocking
+/// `recv(MSG_PEEK)`; data waiting (a client that speaks first) leaves it untouched.
+pub fn peer_gone(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match rustix::net::recv(
+        stream,
+        &mut byte[..],
+        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+    ) {
+        Ok((0, _)) => true,
+        Ok(_) => false,
+        Err(e) => e != rustix::io::Errno::AGAIN && e != rustix::io::Errno::INTR,
+    }
+}
+
+impl ConnLimiter {
+    /// Counts a connection dropped at accept because its peer had closed it.
+    pub fn note_gone(&self) {
+        Metrics::inc(&self.counters.gone_at_accept);
     }
 }
 
@@ -308,7 +672,7 @@ mod tests {
 
     #[test]
     fn per_address_and_total_limits() {
-        let l = ConnLimiter::new("test", 5, 2);
+        let l = ConnLimiter::new("test", 5, 2, Arc::default());
         let a1 = l.try_acquire(Some(ip("192.0.2.1"))).unwrap();
         let a2 = l.try_acquire(Some(ip("192.0.2.1"))).unwrap();
         assert_eq!(
@@ -339,9 +703,74 @@ mod tests {
         assert_eq!(l.addresses(), 0);
     }
 
+    #[tokio::test]
+    async fn a_full_limiter_evicts_the_oldest_fresh_then_the_longest_idle_never_a_busy_one() {
+        let counters = Arc::new(ListenerCounters::default());
+        let l = ConnLimiter::new("test", 3, 10, counters.clone())
+            .evicting_after(Duration::ZERO, Duration::ZERO);
+        let old_fresh = l.try_acquire(Some(ip("192.0.2.1"))).unwrap();
+        let busy = l.try_acquire(Some(ip("192.0.2.2"))).unwrap();
+        assert!(busy.activity().begin());
+        let idle = l.try_acquire(Some(ip("192.0.2.3"))).unwrap();
+        assert!(idle.activity().begin());
+        idle.activity().end();
+        assert_eq!(idle.activity().stage(), Stage::Idle);
+        // Full: the fresh one goes first, though the idle one is younger.
+        let a = l.try_acquire(Some(ip("192.0.2.4"))).unwrap();
+        old_fresh.evicted().await;
+        assert_eq!(old_fresh.activity().stage(), Stage::Evicted);
+        assert!(!old_fresh.activity().begin(), "an evicted connection stops");
+        assert_eq!(l.open(), 3);
+        drop(old_fresh);
+        assert_eq!(l.open(), 3, "its slot went to the new connection");
+        // Then the new fresh one (now the only fresh one), then the idle one.
+        let b = l.try_acquire(Some(ip("192.0.2.5"))).unwrap();
+        a.evicted().await;
+        drop(a);
+        assert!(b.activity().begin());
+        let c = l.try_acquire(Some(ip("192.0.2.6"))).unwrap();
+        idle.evicted().await;
+        drop(idle);
+        // Busy ones stay: with every slot busy or too young, a new one is refused.
+        assert!(c.activity().begin());
+        assert_eq!(
+            l.try_acquire(Some(ip("192.0.2.7"))).unwrap_err(),
+            Refusal::Total { max: 3 }
+        );
+        assert_eq!(l.addresses(), 3, "the refused address left no entry");
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(load(&counters.evicted_fresh), 2);
+        assert_eq!(load(&counters.evicted_idle), 1);
+        assert_eq!(load(&counters.refused_total), 1);
+        assert_eq!(load(&counters.accepted), 6);
+        assert_eq!(load(&counters.open), 3);
+        drop((busy, b, c));
+        assert_eq!((l.open(), l.addresses(), load(&counters.open)), (0, 0, 0));
+        assert!(l.registry.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn young_connections_are_not_evicted_and_deadlines_shrink_as_slots_fill() {
+        let l = ConnLimiter::new("test", 4, 10, Arc::default());
+        let base = Duration::from_secs(60);
+        assert_eq!(l.deadline(base), base);
+        let g: Vec<_> = (0..3).map(|_| l.try_acquire(None).unwrap()).collect();
+        assert_eq!(l.deadline(base), Duration::from_secs(30));
+        let last = l.try_acquire(None).unwrap();
+        assert_eq!(l.deadline(base), MIN_DEADLINE);
+        assert_eq!(l.deadline(Duration::from_secs(1)), Duration::from_secs(1));
+        // All younger than MIN_EVICT_AGE: refused, nobody evicted.
+        assert_eq!(l.try_acquire(None).unwrap_err(), Refusal::Total { max: 4 });
+        assert!(
+            g.iter()
+                .chain([&last])
+                .all(|g| g.activity().stage() == Stage::Fresh)
+        );
+    }
+
     #[test]
     fn limits_of_zero_mean_one() {
-        let l = ConnLimiter::new("test", 0, 0);
+        let l = ConnLimiter::new("test", 0, 0, Arc::default());
         let g = l.try_acquire(Some(ip("127.0.0.1"))).unwrap();
         assert!(l.try_acquire(Some(ip("127.0.0.2"))).is_err());
         drop(g);
@@ -350,7 +779,7 @@ mod tests {
 
     #[test]
     fn total_only_ignores_addresses() {
-        let l = ConnLimiter::total_only("test", 3);
+        let l = ConnLimiter::total_only("test", 3, Arc::default());
         let g: Vec<_> = (0..3)
             .map(|_| l.try_acquire(Some(ip("127.0.0.1"))).unwrap())
             .collect();
@@ -371,7 +800,7 @@ mod tests {
             ip("2001:db8:1:2::")
         );
         // One /64 shares one count.
-        let l = ConnLimiter::new("test", 10, 1);
+        let l = ConnLimiter::new("test", 10, 1, Arc::default());
         let _g = l.try_acquire(Some(ip("2001:db8::1"))).unwrap();
         assert!(l.try_acquire(Some(ip("2001:db8::2"))).is_err());
         assert!(l.try_acquire(Some(ip("2001:db8:0:1::2"))).is_ok());
@@ -379,7 +808,7 @@ mod tests {
 
     #[test]
     fn concurrent_acquire_and_release_keep_counts_exact() {
-        let l = ConnLimiter::new("test", 64, 8);
+        let l = ConnLimiter::new("test", 64, 8, Arc::default());
         std::thread::scope(|s| {
             for t in 0..8u8 {
                 let l = &l;
@@ -420,7 +849,7 @@ mod tests {
     async fn refused_clients_read_the_answer() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let l = ConnLimiter::new("test", 1, 1);
+        let l = ConnLimiter::new("test", 1, 1, Arc::default());
         let (tracker, token) = (TaskTracker::new(), CancellationToken::new());
         let mut held = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (first, remote) = listener.accept().await.unwrap();

@@ -281,7 +281,7 @@ pub async fn serve(
     token: CancellationToken,
     tracker: TaskTracker,
 ) -> std::io::Result<()> {
-    let limiter = ConnLimiter::total_only("http", limits.max_connections);
+    let limiter = ConnLimiter::total_only("http", limits.max_connections, Arc::default());
     serve_limited(listener, limits, limiter, None, app, token, tracker).await
 }
 
@@ -335,6 +335,11 @@ pub async fn serve_limited(
             },
             () = token.cancelled() => break,
         };
+        // Closed by its peer already (a connect/close flood): not worth a slot or a task.
+        if crate::front::conn_limit::peer_gone(&stream) {
+            limiter.note_gone();
+            continue;
+        }
         let permit = match limiter.try_acquire(Some(remote.ip())) {
             Ok(p) => p,
             Err(why) => {
@@ -346,50 +351,113 @@ pub async fn serve_limited(
         let _ = stream.set_nodelay(true);
         let stream = StallGuard::new(stream, limits.idle_timeout);
         // Handlers that recognise peers by address (CIP over HTTP) find it as axum's
-        // `ConnectInfo` request extension.
+        // `ConnectInfo` request extension. Each request is reported to the connection's slot:
+        // busy from its headers to the end of its answer's body, idle in between.
         let service = TowerToHyperService::new(app.clone());
+        let activity = permit.activity();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
             req.extensions_mut()
                 .insert(axum::extract::ConnectInfo(remote));
-            hyper::service::Service::call(&service, req)
+            let activity = activity.clone();
+            let started = activity.begin();
+            let call = hyper::service::Service::call(&service, req);
+            async move {
+                let response = call.await?;
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    if started {
+                        axum::body::Body::new(Tracked {
+                            inner: body,
+                            activity: Some(activity),
+                        })
+                    } else {
+                        body
+                    }
+                }))
+            }
         });
         let token = token.clone();
-        let (builder, tls) = (builder.clone(), tls.clone());
-        let handshake = limits.idle_timeout;
+        // Headers and the TLS handshake get less time as the slots fill (see conn_limit).
+        let deadline = limiter.deadline(limits.idle_timeout);
+        let mut builder = builder.clone();
+        builder.header_read_timeout(deadline);
+        let tls = tls.clone();
         tracker.spawn(async move {
-            let _permit = permit;
-            let io: Box<dyn Io> = match tls {
-                None => Box::new(stream),
-                Some(config) => {
-                    let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
-                    match tokio::time::timeout(handshake, accept).await {
-                        Ok(Ok(s)) => Box::new(s),
-                        Ok(Err(error)) => {
-                            tracing::debug!(%remote, %error, "https handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%remote, "https handshake timed out");
-                            return;
+            let evicted = permit.evicted();
+            let serve = async {
+                let io: Box<dyn Io> = match tls {
+                    None => Box::new(stream),
+                    Some(config) => {
+                        let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
+                        match tokio::time::timeout(deadline, accept).await {
+                            Ok(Ok(s)) => Box::new(s),
+                            Ok(Err(error)) => {
+                                tracing::debug!(%remote, %error, "https handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%remote, "https handshake timed out");
+                                return;
+                            }
                         }
                     }
+                };
+                let conn = builder.serve_connection(TokioIo::new(io), service);
+                let mut conn = std::pin::pin!(conn);
+                let result = tokio::select! {
+                    r = conn.as_mut() => r,
+                    () = token.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                if let Err(error) = result {
+                    tracing::debug!(%remote, %error, "http connection ended with an error");
                 }
             };
-            let conn = builder.serve_connection(TokioIo::new(io), service);
-            let mut conn = std::pin::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                () = token.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(error) = result {
-                tracing::debug!(%remote, %error, "http connection ended with an error");
+            // Evicted for a new connection: dropped (closed) at once.
+            tokio::select! {
+                () = serve => {}
+                () = evicted => tracing::debug!(%remote, "http connection evicted for a new one"),
             }
+            drop(permit);
         });
     }
     Ok(())
+}
+
+/// A response body that reports the end of its request to the connection's slot when it
+/// has been sent (or dropped).
+struct Tracked {
+    inner: axum::body::Body,
+    activity: Option<crate::front::conn_limit::Activity>,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(a) = self.activity.take() {
+            a.end();
+        }
+    }
 }
 
 /// A stream whose writes fail with `TimedOut` once they make no progress for `limit`, so a
@@ -629,7 +697,7 @@ mod tests {
             max_connections: 100,
             idle_timeout: Duration::from_secs(30),
         };
-        let limiter = ConnLimiter::new("http", 100, 2);
+        let limiter = ConnLimiter::new("http", 100, 2, Arc::default());
         tracker.spawn(serve_limited(
             listener,
             limits,
@@ -725,7 +793,7 @@ mod tests {
             max_connections: 4,
             idle_timeout: Duration::from_millis(300),
         };
-        let limiter = ConnLimiter::total_only("http", 4);
+        let limiter = ConnLimiter::total_only("http", 4, Arc::default());
         tracker.spawn(serve_limited(
             listener,
             limits,

@@ -51,6 +51,27 @@ pub struct PollCounts {
     pub failed: u64,
 }
 
+/// Connection counters of one listener group (`cip`, `http`, `admin`), kept by its
+/// connection limiter and rendered with a `listener` label.
+#[derive(Debug, Default)]
+pub struct ListenerCounters {
+    /// Connections accepted (given a slot).
+    pub accepted: AtomicU64,
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Refused because every slot was taken by connections that may not be evicted.
+    pub refused_total: AtomicU64,
+    /// Refused because their source address had all its slots.
+    pub refused_address: AtomicU64,
+    /// Evicted for a new connection before completing a request (handshake, headers).
+    pub evicted_fresh: AtomicU64,
+    /// Evicted for a new connection while idle between requests.
+    pub evicted_idle: AtomicU64,
+    /// Closed by their peer before they were accepted (a connect/close flood): dropped
+    /// without a slot.
+    pub gone_at_accept: AtomicU64,
+}
+
 /// The daemon's metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -78,6 +99,8 @@ pub struct Metrics {
     /// In-bound hints refused for their signature: missing under `require`, invalid,
     /// replayed, undated, or uncheckable (also counted in `index_objects_rejected`).
     pub hint_signatures_refused: AtomicU64,
+    /// Connection counters per listener group.
+    listeners: Mutex<BTreeMap<&'static str, std::sync::Arc<ListenerCounters>>>,
     /// CIP connections accepted.
     pub cip_connections: AtomicU64,
     /// CIP connections open now.
@@ -172,6 +195,12 @@ impl Metrics {
     /// Poll counters per peer.
     pub fn polls(&self) -> BTreeMap<String, PollCounts> {
         self.polls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The connection counters of listener group `name`, created on first use.
+    pub fn listener(&self, name: &'static str) -> std::sync::Arc<ListenerCounters> {
+        let mut l = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+        l.entry(name).or_default().clone()
     }
 
     /// Adds 1 to a counter.
@@ -351,6 +380,88 @@ impl Metrics {
             "CIP connections open now.",
             load(&self.cip_connections_open) as f64,
         );
+
+        let listeners: Vec<(&'static str, std::sync::Arc<ListenerCounters>)> = self
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        // Name, help (empty: same series as the line before), type, extra label, counter.
+        type Pick = fn(&ListenerCounters) -> &AtomicU64;
+        type Series<'a> = (&'a str, &'a str, &'a str, Option<(&'a str, &'a str)>, Pick);
+        let series: [Series<'_>; 7] = [
+            (
+                "cipd_connections_open",
+                "Connections open now, by listener group.",
+                "gauge",
+                None,
+                |c| &c.open,
+            ),
+            (
+                "cipd_connections_accepted_total",
+                "Connections given a slot, by listener group.",
+                "counter",
+                None,
+                |c| &c.accepted,
+            ),
+            (
+                "cipd_connections_refused_total",
+                "Connections refused, by listener group and reason (total: no slot could be \
+                 freed; address: the source address had all its slots).",
+                "counter",
+                Some(("reason", "total")),
+                |c| &c.refused_total,
+            ),
+            (
+                "cipd_connections_refused_total",
+                "",
+                "counter",
+                Some(("reason", "address")),
+                |c| &c.refused_address,
+            ),
+            (
+                "cipd_connections_evicted_total",
+                "Connections closed to give their slot to a new one, by listener group and \
+                 what they were doing (fresh: no request completed yet; idle: between requests).",
+                "counter",
+                Some(("stage", "fresh")),
+                |c| &c.evicted_fresh,
+            ),
+            (
+                "cipd_connections_evicted_total",
+                "",
+                "counter",
+                Some(("stage", "idle")),
+                |c| &c.evicted_idle,
+            ),
+            (
+                "cipd_connections_gone_at_accept_total",
+                "Connections their peer had closed before they were accepted (dropped at once, \
+                 without a slot), by listener group.",
+                "counter",
+                None,
+                |c| &c.gone_at_accept,
+            ),
+        ];
+        for (name, help, kind, extra, pick) in series {
+            if !help.is_empty() {
+                header(&mut out, name, help, kind);
+            }
+            for (listener, c) in &listeners {
+                let v = load(pick(c));
+                match extra {
+                    None => {
+                        let _ = writeln!(out, "{name}{{listener=\"{listener}\"}} {v}");
+                    }
+                    Some((k, val)) => {
+                        let _ =
+                            writeln!(out, "{name}{{listener=\"{listener}\",{k}=\"{val}\"}} {v}");
+                    }
+                }
+            }
+        }
 
         let polls = self.polls();
         header(

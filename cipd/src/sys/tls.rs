@@ -171,22 +171,49 @@ pub fn web_client_config(
     extra_ca: Option<&Path>,
     client_cert_key: Option<(&Path, &Path)>,
 ) -> Result<rustls::ClientConfig, TlsError> {
+    // The plain configuration (the system's roots only) is built once: reading the system's
+    // certificate store takes milliseconds, and every cipctl request would pay it.
+    static PLAIN: std::sync::OnceLock<rustls::ClientConfig> = std::sync::OnceLock::new();
+    if extra_ca.is_none() && client_cert_key.is_none() {
+        if let Some(c) = PLAIN.get() {
+            return Ok(c.clone());
+        }
+        let built = build_web_client_config(None, None)?;
+        return Ok(PLAIN.get_or_init(|| built).clone());
+    }
+    build_web_client_config(extra_ca, client_cert_key)
+}
+
+fn build_web_client_config(
+    extra_ca: Option<&Path>,
+    client_cert_key: Option<(&Path, &Path)>,
+) -> Result<rustls::ClientConfig, TlsError> {
     let provider = provider();
     let extra = match extra_ca {
         Some(ca) => load_certs(ca)?,
         None => Vec::new(),
     };
-    let verifier = if extra.is_empty() {
-        rustls_platform_verifier::Verifier::new(provider.clone())
+    let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> = if extra.is_empty() {
+        match rustls_platform_verifier::Verifier::new(provider.clone()) {
+            Ok(v) => Arc::new(v),
+            // No system roots (a minimal container): plain http still works, and every https
+            // request fails saying why, instead of the daemon not starting.
+            Err(e) => {
+                tracing::warn!(error = %e, "no system CA certificates: https will fail");
+                Arc::new(NoRoots(provider.clone()))
+            }
+        }
     } else {
-        rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider.clone())
-    }
-    .map_err(TlsError::Config)?;
+        Arc::new(
+            rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider.clone())
+                .map_err(TlsError::Config)?,
+        )
+    };
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Config)?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier));
+        .with_custom_certificate_verifier(verifier);
     match client_cert_key {
         None => Ok(builder.with_no_client_auth()),
         Some((cert, key)) => builder
@@ -196,6 +223,59 @@ pub fn web_client_config(
                 key: key.to_owned(),
                 source,
             }),
+    }
+}
+
+/// The verifier of a web client with no trusted roots at all: refuses every server.
+#[derive(Debug)]
+struct NoRoots(Arc<CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoRoots {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Err(rustls::Error::General(
+            "no trusted CA certificates: the system has none (install ca-certificates) and \
+             no CA file is configured"
+                .into(),
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

@@ -123,10 +123,16 @@ pub async fn serve<B: AdminBackend>(
     limits: AdminLimits,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    counters: Arc<crate::sys::metrics::ListenerCounters>,
 ) {
-    // A Unix socket has no source address: the overall limit only. Over it, a connection
-    // is closed at once, so the loop keeps draining the backlog.
-    let slots = crate::front::conn_limit::ConnLimiter::total_only("admin", limits.max_connections);
+    // A Unix socket has no source address: the overall limit only. Over it, the oldest
+    // connection that has sent no whole request is closed for the new one (see conn_limit),
+    // else the new one is closed at once, so the loop keeps draining the backlog.
+    let slots = crate::front::conn_limit::ConnLimiter::total_only(
+        "admin",
+        limits.max_connections,
+        counters,
+    );
     loop {
         let stream = tokio::select! {
             res = listener.accept() => match res {
@@ -151,8 +157,14 @@ pub async fn serve<B: AdminBackend>(
         let backend = backend.clone();
         let token = shutdown.clone();
         tracker.spawn(async move {
-            if let Err(error) = connection(stream, &*backend, limits, token).await {
-                tracing::debug!(%error, "admin connection ended");
+            let activity = permit.activity();
+            tokio::select! {
+                r = connection(stream, &*backend, limits, token, &activity) => {
+                    if let Err(error) = r {
+                        tracing::debug!(%error, "admin connection ended");
+                    }
+                }
+                () = permit.evicted() => tracing::debug!("admin connection evicted for a new one"),
             }
             drop(permit);
         });
@@ -165,6 +177,7 @@ async fn connection<B: AdminBackend>(
     backend: &B,
     limits: AdminLimits,
     shutdown: CancellationToken,
+    activity: &crate::front::conn_limit::Activity,
 ) -> io::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
@@ -186,6 +199,9 @@ async fn connection<B: AdminBackend>(
         if n == 0 {
             return Ok(());
         }
+        if !activity.begin() {
+            return Ok(());
+        }
         let response = match parse_request(&line) {
             Ok(request) => match backend.handle(request).await {
                 Ok(result) => Response::ok(result),
@@ -200,6 +216,7 @@ async fn connection<B: AdminBackend>(
         tokio::time::timeout(limits.idle_timeout, write.write_all(&out))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "admin answer not read"))??;
+        activity.end();
     }
 }
 
@@ -313,6 +330,7 @@ mod tests {
             AdminLimits::default(),
             token.clone(),
             tracker.clone(),
+            Arc::default(),
         ));
         let r = request(&path, &AdminRequest::Status).await.unwrap();
         assert!(r.ok);
@@ -368,6 +386,7 @@ mod tests {
             limits,
             token.clone(),
             tracker.clone(),
+            Arc::default(),
         ));
         // Within the limit: answered.
         assert!(request(&path, &AdminRequest::Status).await.unwrap().ok);
@@ -409,6 +428,7 @@ mod tests {
             limits,
             token.clone(),
             tracker.clone(),
+            Arc::default(),
         ));
         // Two clients drip half a line each and hold both slots.
         let mut drips = Vec::new();

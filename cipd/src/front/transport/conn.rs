@@ -17,7 +17,9 @@ use tokio_util::codec::{Decoder, Encoder};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::handler::{PeerContext, Phase, Reply, RequestHandler, TransportConfig, TransportError};
+use super::handler::{
+    PeerContext, Phase, Reply, RequestActivity, RequestHandler, TransportConfig, TransportError,
+};
 
 /// Read-buffer growth step.
 const READ_CHUNK: usize = 64 * 1024;
@@ -48,7 +50,44 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send,
     H: RequestHandler,
 {
-    serve_inner(stream, peer, handler, None::<&CipOnly>, config, shutdown).await
+    serve_inner(
+        stream,
+        peer,
+        handler,
+        None::<&CipOnly>,
+        config,
+        shutdown,
+        None,
+    )
+    .await
+}
+
+/// As [`serve_connection`], reporting each request to `activity` (the listener's slot).
+///
+/// # Errors
+/// As [`serve_connection`].
+pub async fn serve_tracked_connection<S, H>(
+    stream: S,
+    peer: PeerContext,
+    handler: &H,
+    config: &TransportConfig,
+    shutdown: CancellationToken,
+    activity: &dyn RequestActivity,
+) -> Result<(), TransportError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+    H: RequestHandler,
+{
+    serve_inner(
+        stream,
+        peer,
+        handler,
+        None::<&CipOnly>,
+        config,
+        shutdown,
+        Some(activity),
+    )
+    .await
 }
 
 /// A second protocol on a CIP port, the way ROADS' `wppd` answers Whois++ queries and CIPv3
@@ -87,8 +126,8 @@ impl OtherProtocol for CipOnly {
     }
 }
 
-/// As [`serve_connection`], except that a connection whose first line is not a CIP version
-/// line (a Whois++ query) is handed to `other` with that line, instead of refused.
+/// As [`serve_tracked_connection`], except that a connection whose first line is not a CIP
+/// version line (a Whois++ query) is handed to `other` with that line, instead of refused.
 ///
 /// # Errors
 /// As [`serve_connection`], and what `other` returns.
@@ -99,13 +138,23 @@ pub async fn serve_shared_connection<S, H, O>(
     other: &O,
     config: &TransportConfig,
     shutdown: CancellationToken,
+    activity: &dyn RequestActivity,
 ) -> Result<(), TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
     H: RequestHandler,
     O: OtherProtocol,
 {
-    serve_inner(stream, peer, handler, Some(other), config, shutdown).await
+    serve_inner(
+        stream,
+        peer,
+        handler,
+        Some(other),
+        config,
+        shutdown,
+        Some(activity),
+    )
+    .await
 }
 
 async fn serve_inner<S, H, O>(
@@ -115,6 +164,7 @@ async fn serve_inner<S, H, O>(
     other: Option<&O>,
     config: &TransportConfig,
     shutdown: CancellationToken,
+    activity: Option<&dyn RequestActivity>,
 ) -> Result<(), TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -149,6 +199,10 @@ where
             version: None,
             line,
         })) if other.is_some() => {
+            // A Whois++ query: one request, answered to the end of the connection.
+            if activity.is_some_and(|a| !a.begin()) {
+                return Ok(());
+            }
             let Conn { io, rbuf, .. } = conn;
             return match other {
                 Some(o) => o.serve(line, io, rbuf, &peer, shutdown).await,
@@ -189,6 +243,9 @@ where
             Ok(Read::Cancelled) => return conn.finish_shutdown(config).await,
             Err(e) => return conn.fail(e, config).await,
         };
+        if activity.is_some_and(|a| !a.begin()) {
+            return Ok(());
+        }
         match Request::from_mime(&message, &config.limits) {
             Err(e) => {
                 debug!(remote = %peer.remote, error = %e, "refusing request");
@@ -202,6 +259,9 @@ where
         }
         conn.send(Instant::now() + config.transfer_timeout, Phase::Transfer)
             .await?;
+        if let Some(a) = activity {
+            a.end();
+        }
     }
 }
 

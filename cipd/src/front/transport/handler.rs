@@ -140,6 +140,16 @@ pub enum TransportError {
     Encode(#[from] MimeError),
 }
 
+/// What a served connection's request loop reports to its listener, which chooses whom to
+/// evict when every slot is wanted ([`crate::front::conn_limit`]).
+pub trait RequestActivity: Send + Sync {
+    /// A whole request was read and is being answered. False when the connection was
+    /// evicted already: it should stop.
+    fn begin(&self) -> bool;
+    /// The request was answered; the connection waits for the next one.
+    fn end(&self);
+}
+
 /// Who is on the other end of a served connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerContext {

@@ -93,7 +93,7 @@ pub struct RawLimits {
 /// Sizes, counts and timeouts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Most simultaneous CIP connections, plain and TLS listeners together (default 256).
+    /// Most simultaneous CIP connections, plain and TLS listeners together (default 1024).
     /// Takes effect at restart.
     pub max_connections: usize,
     /// Most simultaneous CIP connections from one source address (an IPv6 /64) (default
@@ -172,7 +172,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_connections: 256,
+            max_connections: 1024,
             max_connections_per_address: 64,
             max_http_connections: 1024,
             max_http_connections_per_address: 256,
