@@ -206,6 +206,18 @@ impl Daemon {
         node.begin_cold_start();
 
         let config = node.config();
+        let caps = config.limits.max_connections
+            + config.limits.max_http_connections
+            + config.limits.admin.max_connections;
+        let fds = crate::sys::fds::ensure(caps as u64);
+        if !fds.enough() {
+            tracing::warn!(
+                needed = fds.needed,
+                limit = ?fds.limit,
+                "the open-files limit is below what the connection caps need; connections \
+                 past it fail to be accepted (raise LimitNOFILE / ulimit -n, or lower the caps)"
+            );
+        }
         // One limiter for the CIP listeners (plain and TLS), one for the HTTP listeners.
         let permits = ConnLimiter::new(
             "cip",
