@@ -19,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 use crate::front::conn_limit::{CIP_BUSY, ConnLimiter};
 use crate::front::service::CipService;
 use crate::front::transport::{
-    PeerContext, serve_shared_connection, serve_tracked_connection, tls, transport_config,
+    ConnHooks, PeerContext, serve_shared_connection, serve_tracked_connection, tls,
+    transport_config,
 };
 use crate::front::whoispp::WhoisService;
 use crate::model::config::Config;
@@ -465,6 +466,7 @@ async fn accept_loop(
         transport.banner_timeout = permits.deadline(transport.banner_timeout);
         transport.negotiation_timeout = permits.deadline(transport.negotiation_timeout);
         let handshake = permits.deadline(transport.connect_timeout);
+        let node_budget = node.inflight().clone();
         let (service, token, tls_config, whois) = (
             service.clone(),
             token.clone(),
@@ -479,6 +481,10 @@ async fn accept_loop(
                 let _open = open;
                 let _ = stream.set_nodelay(true);
                 let activity = permit.activity();
+                let hooks = ConnHooks {
+                    activity: Some(&activity),
+                    budget: Some(&node_budget),
+                };
                 let serve = async {
                     match tls_config {
                         None => {
@@ -495,7 +501,7 @@ async fn accept_loop(
                                         w.as_ref(),
                                         &transport,
                                         token,
-                                        &activity,
+                                        hooks,
                                     )
                                     .await
                                 }
@@ -506,7 +512,7 @@ async fn accept_loop(
                                         service.as_ref(),
                                         &transport,
                                         token,
-                                        &activity,
+                                        hooks,
                                     )
                                     .await
                                 }
@@ -524,7 +530,7 @@ async fn accept_loop(
                                     service.as_ref(),
                                     &transport,
                                     token,
-                                    &activity,
+                                    hooks,
                                 )
                                 .await
                             }

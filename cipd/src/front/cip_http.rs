@@ -37,9 +37,9 @@ use cip_proto::cip::stream::CIP_VERSION;
 use cip_proto::cip::{
     IndexResponse, Limits, MessageError, MimeError, PollResult, Request, ResponseCode,
 };
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::{debug, warn};
 
+use crate::front::body::BodyError;
 use crate::front::service::CipService;
 use crate::front::transport::{
     ClientReply, PeerContext, Phase, Reply, RequestHandler, TransportConfig,
@@ -71,13 +71,27 @@ const UNKNOWN_REMOTE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr
 /// The peer's address comes from the `ConnectInfo<SocketAddr>` request extension that
 /// [`crate::front::http::serve`] sets. Other methods on `path` get `405`.
 pub fn routes(node: Arc<Node>, path: &str) -> Router {
-    let limits = crate::front::transport::transport_config(&node.config()).limits;
-    routes_with(Arc::new(CipService::new(node)), limits, path)
+    let transport = crate::front::transport::transport_config(&node.config());
+    let budget = node.inflight().clone();
+    let endpoint = Arc::new(Endpoint {
+        handler: Arc::new(CipService::new(node)),
+        limits: transport.limits,
+        budget: Some(budget),
+        read_within: transport.transfer_timeout,
+    });
+    Router::new()
+        .route(path, post(receive::<CipService>))
+        .with_state(endpoint)
 }
 
-/// As [`routes`], with any handler and limits.
+/// As [`routes`], with any handler and limits (and no shared budget).
 pub fn routes_with<H: RequestHandler>(handler: Arc<H>, limits: Limits, path: &str) -> Router {
-    let endpoint = Arc::new(Endpoint { handler, limits });
+    let endpoint = Arc::new(Endpoint {
+        handler,
+        limits,
+        budget: None,
+        read_within: TransportConfig::default().transfer_timeout,
+    });
     Router::new()
         .route(path, post(receive::<H>))
         .with_state(endpoint)
@@ -87,6 +101,10 @@ pub fn routes_with<H: RequestHandler>(handler: Arc<H>, limits: Limits, path: &st
 struct Endpoint<H> {
     handler: Arc<H>,
     limits: Limits,
+    /// The in-flight byte budget bodies grow into.
+    budget: Option<Arc<crate::sys::budget::ByteBudget>>,
+    /// How long a body may wait for the budget.
+    read_within: std::time::Duration,
 }
 
 async fn receive<H: RequestHandler>(
@@ -111,18 +129,26 @@ async fn receive<H: RequestHandler>(
         );
     }
     let max = limits.max_message;
-    if declared_length(&parts.headers).is_some_and(|n| n > max as u64) {
-        return too_large(max);
-    }
-    let body = match Limited::new(body, max).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => return too_large(max),
+    let deadline = tokio::time::Instant::now() + endpoint.read_within;
+    let read = crate::front::body::read(
+        body,
+        declared_length(&parts.headers),
+        max,
+        endpoint.budget.as_ref(),
+        deadline,
+    )
+    .await;
+    let (body, _reservation) = match read {
+        Ok(b) => b,
+        Err(BodyError::TooLarge { .. }) => return too_large(max),
+        Err(BodyError::Budget(e)) => {
+            // CIP 400, "temporarily unable": the sender retries later.
+            let reply = Reply::status(ResponseCode::TemporarilyUnable, e.to_string());
+            return reply_response(reply, &limits);
+        }
         Err(e) => {
             debug!(%remote, error = %e, "cannot read a cip request body");
-            return plain(
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the request body: {e}"),
-            );
+            return plain(StatusCode::BAD_REQUEST, e.to_string());
         }
     };
     let reply = if let Some(refusal) = version_refusal(&parts.headers) {

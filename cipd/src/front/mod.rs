@@ -2,10 +2,12 @@
 //! ([`transport`]), the HTTP router ([`http`]) and its routes (CIP over HTTP in
 //! [`cip_http`], RDM in [`rdm`], `/hina.di` in [`hinadi`], the console in [`console`]),
 //! the admin socket ([`admin`]), Whois++ queries on the CIP port that serves them too
-//! ([`whoispp`]), and the per-address connection limits they share ([`conn_limit`]).
+//! ([`whoispp`]), the per-address connection limits they share ([`conn_limit`]), and budgeted request-body
+//! reading ([`body`]).
 
 pub mod admin;
 pub mod api;
+pub mod body;
 pub mod cip_http;
 pub mod conn_limit;
 pub mod console;

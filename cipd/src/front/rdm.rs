@@ -181,16 +181,36 @@ async fn by_post(State(node): State<Arc<Node>>, req: Request) -> Response {
         );
         return failure(&node, &f);
     }
-    let max = node.config().rdm.max_request_bytes;
-    let bytes = match axum::body::to_bytes(req.into_body(), max).await {
+    let config = node.config();
+    let max = config.rdm.max_request_bytes;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    let deadline = tokio::time::Instant::now() + config.limits.http_timeout;
+    let read = crate::front::body::read(
+        req.into_body(),
+        declared,
+        max,
+        Some(node.inflight()),
+        deadline,
+    )
+    .await;
+    let (bytes, _reservation) = match read {
         Ok(b) => b,
-        Err(_) => {
+        Err(crate::front::body::BodyError::TooLarge { .. }) => {
             let f = fail(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the request is larger than {max} bytes (rdm.max_request_bytes)"),
             );
             return failure(&node, &f);
         }
+        Err(e @ crate::front::body::BodyError::Budget(_)) => {
+            let f = fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            return failure(&node, &f);
+        }
+        Err(e) => return failure(&node, &fail(StatusCode::BAD_REQUEST, e.to_string())),
     };
     let limits = crate::node::soif_limits(&node.config());
     match Message::parse(bytes, limits) {

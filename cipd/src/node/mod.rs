@@ -165,6 +165,8 @@ pub struct Node {
     startup: Arc<crate::sys::startup::Startup>,
     /// The HTTP client of feeds and RDM pulls (`[http_client]`), rebuilt on reload.
     http: ArcSwap<crate::sys::http::HttpClient>,
+    /// The byte budget request bodies share (`limits.max_inflight_bytes`).
+    inflight: Arc<crate::sys::budget::ByteBudget>,
 }
 
 impl std::fmt::Debug for Node {
@@ -231,8 +233,10 @@ impl Node {
             .http_client
             .client(None, None)
             .map_err(NodeError::HttpClient)?;
+        let inflight = crate::sys::budget::ByteBudget::new(config.limits.max_inflight_bytes);
         Ok(Self {
             http: ArcSwap::from_pointee(http),
+            inflight,
             bindings: Arc::new(Bindings::new(&config)),
             config: ArcSwap::from_pointee(config),
             config_path,
@@ -295,6 +299,11 @@ impl Node {
         &self.rdm
     }
 
+    /// The byte budget request bodies share across connections.
+    pub fn inflight(&self) -> &Arc<crate::sys::budget::ByteBudget> {
+        &self.inflight
+    }
+
     /// The HTTP client feeds and RDM pulls fetch with (clones share its connections).
     pub fn http_client(&self) -> crate::sys::http::HttpClient {
         (**self.http.load()).clone()
@@ -335,6 +344,16 @@ impl Node {
             peers_expected: expected,
             peers_imported: imported,
             cold_start: self.cold_starting(),
+            inflight_bytes: self.inflight.in_use(),
+            inflight_budget_bytes: self.inflight.limit(),
+            inflight_waited: self
+                .inflight
+                .waited
+                .load(std::sync::atomic::Ordering::Relaxed),
+            inflight_refused: self
+                .inflight
+                .refused
+                .load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 

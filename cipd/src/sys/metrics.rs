@@ -177,6 +177,14 @@ pub struct Gauges {
     pub peers_imported: u64,
     /// A cold start (bulk load and its final merge) is under way.
     pub cold_start: bool,
+    /// Bytes of request bodies reserved from the in-flight budget now.
+    pub inflight_bytes: u64,
+    /// The in-flight budget.
+    pub inflight_budget_bytes: u64,
+    /// Body reads that waited for the budget.
+    pub inflight_waited: u64,
+    /// Body reads refused because the budget stayed in use past their deadline.
+    pub inflight_refused: u64,
 }
 
 impl Metrics {
@@ -361,6 +369,30 @@ impl Metrics {
             "cipd_peers_imported",
             "Configured peers whose hint the routing table holds.",
             gauges.peers_imported as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_inflight_bytes",
+            "Bytes of request bodies reserved from the in-flight budget now.",
+            gauges.inflight_bytes as f64,
+        );
+        gauge(
+            &mut out,
+            "cipd_inflight_budget_bytes",
+            "The in-flight budget request bodies share (limits.max_inflight_bytes).",
+            gauges.inflight_budget_bytes as f64,
+        );
+        counter(
+            &mut out,
+            "cipd_inflight_waits_total",
+            "Request bodies that waited for the in-flight budget.",
+            gauges.inflight_waited,
+        );
+        counter(
+            &mut out,
+            "cipd_inflight_refused_total",
+            "Requests refused because the in-flight budget stayed in use past their deadline.",
+            gauges.inflight_refused,
         );
         counter(
             &mut out,

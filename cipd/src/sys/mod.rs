@@ -1,8 +1,11 @@
 //! The bottom layer: process facilities that know nothing of CIP or of the rest of the
 //! crate: the metrics registry ([`metrics`]), logging ([`telemetry`]), systemd
 //! notification ([`notify`]), start-up progress ([`startup`]), durable file writes
-//! ([`durable`]), file-descriptor limits ([`fds`]), TLS configurations ([`tls`]) and the one HTTP client ([`http`]). Imports nothing from the crate but its own modules.
+//! ([`durable`]), the in-flight byte budget ([`budget`]), file-descriptor limits
+//! ([`fds`]), TLS configurations ([`tls`]) and the one HTTP client ([`http`]). Imports
+//! nothing from the crate but its own modules.
 
+pub mod budget;
 pub mod durable;
 pub mod fds;
 pub mod http;

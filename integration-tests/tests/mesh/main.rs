@@ -7,6 +7,7 @@
 
 mod abuse;
 mod admin;
+mod budget;
 mod cip_http;
 mod console;
 mod depth;

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::handler::{
-    PeerContext, Phase, Reply, RequestActivity, RequestHandler, TransportConfig, TransportError,
+    ConnHooks, PeerContext, Phase, Reply, RequestHandler, TransportConfig, TransportError,
 };
 
 /// Read-buffer growth step.
@@ -57,12 +57,13 @@ where
         None::<&CipOnly>,
         config,
         shutdown,
-        None,
+        ConnHooks::default(),
     )
     .await
 }
 
-/// As [`serve_connection`], reporting each request to `activity` (the listener's slot).
+/// As [`serve_connection`], reporting each request to `hooks.activity` (the listener's
+/// slot) and growing its read buffer into `hooks.budget`.
 ///
 /// # Errors
 /// As [`serve_connection`].
@@ -72,7 +73,7 @@ pub async fn serve_tracked_connection<S, H>(
     handler: &H,
     config: &TransportConfig,
     shutdown: CancellationToken,
-    activity: &dyn RequestActivity,
+    hooks: ConnHooks<'_>,
 ) -> Result<(), TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -85,7 +86,7 @@ where
         None::<&CipOnly>,
         config,
         shutdown,
-        Some(activity),
+        hooks,
     )
     .await
 }
@@ -138,23 +139,14 @@ pub async fn serve_shared_connection<S, H, O>(
     other: &O,
     config: &TransportConfig,
     shutdown: CancellationToken,
-    activity: &dyn RequestActivity,
+    hooks: ConnHooks<'_>,
 ) -> Result<(), TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
     H: RequestHandler,
     O: OtherProtocol,
 {
-    serve_inner(
-        stream,
-        peer,
-        handler,
-        Some(other),
-        config,
-        shutdown,
-        Some(activity),
-    )
-    .await
+    serve_inner(stream, peer, handler, Some(other), config, shutdown, hooks).await
 }
 
 async fn serve_inner<S, H, O>(
@@ -164,14 +156,16 @@ async fn serve_inner<S, H, O>(
     other: Option<&O>,
     config: &TransportConfig,
     shutdown: CancellationToken,
-    activity: Option<&dyn RequestActivity>,
+    hooks: ConnHooks<'_>,
 ) -> Result<(), TransportError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
     H: RequestHandler,
     O: OtherProtocol,
 {
+    let activity = hooks.activity;
     let mut conn = Conn::new(stream, config.limits, Expect::Version);
+    conn.reservation = hooks.budget.map(|b| b.reservation());
     conn.queue_status(&Status::with_comment(
         ResponseCode::Banner,
         config.banner.clone(),
@@ -262,6 +256,7 @@ where
         if let Some(a) = activity {
             a.end();
         }
+        conn.shed_buffer();
     }
 }
 
@@ -555,6 +550,8 @@ struct Conn<S> {
     codec: CipCodec,
     rbuf: BytesMut,
     wbuf: BytesMut,
+    /// What the read buffer holds of the shared in-flight budget (served connections).
+    reservation: Option<crate::sys::budget::Reservation>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
@@ -564,6 +561,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             codec: CipCodec::new(limits, expect),
             rbuf: BytesMut::new(),
             wbuf: BytesMut::new(),
+            reservation: None,
+        }
+    }
+
+    /// After a request: an emptied read buffer is dropped (a large one would otherwise stay
+    /// allocated for the connection's life) and its share of the budget given back.
+    fn shed_buffer(&mut self) {
+        if self.rbuf.is_empty() && self.rbuf.capacity() > crate::sys::budget::FREE_PER_BUFFER {
+            self.rbuf = BytesMut::new();
+        }
+        if self.rbuf.is_empty()
+            && let Some(r) = &mut self.reservation
+        {
+            r.release();
         }
     }
 
@@ -591,8 +602,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             let room = self.max_buffered().saturating_sub(self.rbuf.len()).max(1);
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
                 // Grow geometrically so a large message is not copied once per chunk; the
-                // codec's limits bound the size.
-                self.rbuf.reserve(READ_CHUNK.max(self.rbuf.len()).min(room));
+                // codec's limits bound the size, the shared budget the sum over connections.
+                let more = READ_CHUNK.max(self.rbuf.len()).min(room);
+                if let Some(r) = &mut self.reservation {
+                    r.cover(self.rbuf.len() + more, deadline).await?;
+                }
+                self.rbuf.reserve(more);
             }
             let mut rbuf = (&mut self.rbuf).limit(room);
             let read = timeout_at(deadline, self.io.read_buf(&mut rbuf));
@@ -732,6 +747,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         match &error {
             TransportError::Stream(StreamError::Truncated { .. }) => {
                 return self.finish_closing(config).await;
+            }
+            TransportError::Budget(e) => {
+                self.abort(
+                    ResponseCode::TemporarilyUnable,
+                    format!("{}: {e}", ResponseCode::TemporarilyUnable.text()),
+                    config,
+                )
+                .await;
             }
             TransportError::Timeout { phase } => {
                 self.abort(

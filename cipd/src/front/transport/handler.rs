@@ -93,6 +93,9 @@ pub enum TransportError {
     /// The peer broke the framing or a limit.
     #[error("protocol error: {0}")]
     Stream(#[from] StreamError),
+    /// The shared in-flight memory budget was not available within the request's deadline.
+    #[error(transparent)]
+    Budget(#[from] crate::sys::budget::Exhausted),
     /// A deadline passed.
     #[error("timed out during {phase}")]
     Timeout {
@@ -148,6 +151,24 @@ pub trait RequestActivity: Send + Sync {
     fn begin(&self) -> bool;
     /// The request was answered; the connection waits for the next one.
     fn end(&self);
+}
+
+/// What a served connection reports to, and draws on, besides its handler.
+#[derive(Clone, Copy, Default)]
+pub struct ConnHooks<'a> {
+    /// Where each request's start and end are reported.
+    pub activity: Option<&'a dyn RequestActivity>,
+    /// The shared byte budget its read buffer grows into past the free allowance.
+    pub budget: Option<&'a std::sync::Arc<crate::sys::budget::ByteBudget>>,
+}
+
+impl std::fmt::Debug for ConnHooks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnHooks")
+            .field("activity", &self.activity.is_some())
+            .field("budget", &self.budget)
+            .finish()
+    }
 }
 
 /// Who is on the other end of a served connection.

@@ -22,6 +22,9 @@ pub struct RawLimits {
     pub listen_backlog: Option<usize>,
     /// Largest CIP message (one dot-terminated frame), bytes.
     pub max_frame_size: Option<usize>,
+    /// Bytes of request bodies all connections together may hold beyond a small free
+    /// allowance each (CIP frames, CIP-over-HTTP and RDM bodies).
+    pub max_inflight_bytes: Option<u64>,
     /// Largest single SOIF value, bytes.
     pub max_value_size: Option<usize>,
     /// Longest line on the CIP stream, bytes.
@@ -112,6 +115,10 @@ pub struct Limits {
     pub listen_backlog: usize,
     /// Largest CIP frame (default 64 MiB).
     pub max_frame_size: usize,
+    /// Bytes of request bodies all connections together may hold beyond 64 KiB each
+    /// (default 256 MiB): a request that would pass it waits within its deadline, then is
+    /// refused as temporary (CIP 400, HTTP 503). Takes effect at restart.
+    pub max_inflight_bytes: u64,
     /// Largest SOIF value (default 16 MiB).
     pub max_value_size: usize,
     /// Longest CIP line (default 64 KiB).
@@ -178,6 +185,7 @@ impl Default for Limits {
             max_http_connections_per_address: 256,
             listen_backlog: 4096,
             max_frame_size: 64 << 20,
+            max_inflight_bytes: 256 << 20,
             max_value_size: 16 << 20,
             max_line_length: 64 << 10,
             handshake_timeout: Duration::from_secs(60),
@@ -252,6 +260,11 @@ impl Validator<'_> {
                 "limits.max_frame_size",
                 raw.max_frame_size,
                 d.max_frame_size,
+            ),
+            max_inflight_bytes: self.positive_u64(
+                "limits.max_inflight_bytes",
+                raw.max_inflight_bytes,
+                d.max_inflight_bytes,
             ),
             max_value_size: self.positive(
                 "limits.max_value_size",
