@@ -44,4 +44,13 @@ grep -q 'cipd ready' "$work/log" || fail "the daemon did not get ready: $(cat "$
 "$root/usr/bin/cipctl" --socket "$work/admin.sock" status >/dev/null || fail "cipctl status"
 kill "$pid"
 wait "$pid" || true
+# The container recipe installs this package: what it names must be what the package has.
+cf=deploy/Containerfile
+grep -q 'deploy/debian/build.sh' "$cf" || fail "$cf does not build the package"
+for f in $(grep -oE '/usr/bin/[a-z]+' "$cf" | sort -u); do
+  [ -x "$root$f" ] || fail "$cf runs $f, which the package does not install"
+done
+sock=$(grep -oE '"/run/cipd/[a-z.]+"' "$cf" | tr -d '"' | head -n 1)
+grep -q "^admin_socket = \"$sock\"" "$root/etc/cipd/cipd.toml" \
+  || fail "$cf checks $sock, which the packaged configuration does not use"
 echo "package check: ok ($(grep -c . "$work/contents") entries)"
