@@ -21,4 +21,5 @@ pub const CONSOLE_ENDPOINTS: &[&str] = &[
     "/v1/explain",
     "/v1/mesh",
     "/v1/counters",
+    "/v1/counters/history",
 ];

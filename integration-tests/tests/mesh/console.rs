@@ -306,3 +306,94 @@ async fn console_in_a_browser_follows_referrals_down_the_mesh() {
         n.stop().await;
     }
 }
+
+/// A hub whose routing table holds a leaf's 1,000 values (one of them 4 KB long, held by five
+/// documents so it ranks first): the console shows the table a page of 25 rows at a time,
+/// pages and searches through the URL fragment, cuts the long value to one line, keeps DSIs
+/// whole, and draws the activity lines on the first load from the history the daemon keeps.
+/// A screenshot at each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_pages_a_thousand_value_table() {
+    if !chromium_path().exists() {
+        println!(
+            "skipped: chromium not installed (apt-get install chromium), looked for {}",
+            chromium_path().display()
+        );
+        return;
+    }
+    const HUB: &str = "1.3.6.1.4.1.99999.174";
+    const BIG_LEAF: &str = "1.3.6.1.4.1.99999.175";
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-table-screenshots");
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).unwrap();
+    let work = tempfile::tempdir().unwrap();
+
+    // Just under the 4 KiB a weightlist value may be.
+    let long = format!("Long{}", "x".repeat(4000));
+    let mut authors: Vec<String> = (0..1000).map(|i| format!("Author{i:04}")).collect();
+    authors.extend(std::iter::repeat_n(long.clone(), 5));
+    let mut spec = NodeSpec::new(BIG_LEAF, &[]);
+    spec.soif = Some(crate::harness::collection(&authors));
+    let leaf = TestNode::start(spec).await;
+    let hub = TestNode::start(NodeSpec::new(HUB, &[]).peer("leaf", &leaf, &["poll"])).await;
+    hub.wait_query("Author=Author0999", |a| !a.referrals.is_empty())
+        .await;
+    // Three samples of history (the first activity rates) before the page opens.
+    let deadline = Instant::now() + crate::harness::WAIT;
+    loop {
+        let history: Vec<serde_json::Value> = cipd::ctl::query::get_json(
+            &hub.http_url(),
+            "/v1/counters/history",
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        if history.len() >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no history samples");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let base = format!("{}/", hub.http_url());
+    let dom = page(work.path(), &base).await;
+    let rows = dom.matches("<tr class=\"table-row\">").count();
+    assert_eq!(rows, 25, "one page of rows");
+    assert!(dom.contains("rows 1–25 of more"), "pager: {dom}");
+    // The long value first, cut to one line (the whole of it on a click).
+    assert!(dom.contains("<td class=\"value cut\""), "cut value: {dom}");
+    assert!(!dom.contains(&long), "the 4 KB value is not shown whole");
+    assert!(
+        dom.contains(&format!("<code class=\"dsi\">{BIG_LEAF}</code>")),
+        "DSIs: {dom}"
+    );
+    // The activity lines are drawn from the daemon's history on the first load.
+    let spark = &dom[dom.find("data-series=\"polls\"").unwrap()..];
+    let spark = &spark[..spark.find("</figure>").unwrap()];
+    assert!(
+        spark.contains("<polyline"),
+        "sparkline drawn at once: {spark}"
+    );
+    screenshot(work.path(), &base, shots.join("1-first-screen.png"), 900).await;
+    screenshot(work.path(), &base, shots.join("2-table-page-1.png"), 2200).await;
+
+    // Page 2, and a search, by the fragment (as the pager and the form set it).
+    let page2 = format!("{base}#tpage=2");
+    let dom = page(work.path(), &page2).await;
+    assert_eq!(dom.matches("<tr class=\"table-row\">").count(), 25);
+    assert!(dom.contains("rows 26–50 of more"), "{dom}");
+    screenshot(work.path(), &page2, shots.join("3-table-page-2.png"), 2200).await;
+    let search = format!("{base}#tprefix=Author099&trows=50");
+    let dom = page(work.path(), &search).await;
+    assert_eq!(
+        dom.matches("<tr class=\"table-row\">").count(),
+        10,
+        "Author0990-0999"
+    );
+    assert!(dom.contains("rows 1–10 of 10"), "{dom}");
+    screenshot(work.path(), &search, shots.join("4-table-search.png"), 1400).await;
+
+    for n in [hub, leaf] {
+        n.stop().await;
+    }
+}

@@ -57,6 +57,11 @@ pub const MAX_TOP: usize = 1000;
 /// The console's routes for a page at `path` (validated by the configuration: a literal
 /// path that overlaps no other route).
 pub fn routes(node: Arc<Node>, path: &str) -> Router {
+    // The counters are sampled here from the start, so the page's activity lines have a
+    // few minutes of history the moment it opens.
+    let history = Arc::new(History::default());
+    node.tracker
+        .spawn(sample_history(node.clone(), history.clone()));
     let assets = format!("{}/console/", path.trim_end_matches('/'));
     let page: Arc<str> = render_page(path, &assets).into();
     let guard = Guard {
@@ -82,6 +87,13 @@ pub fn routes(node: Arc<Node>, path: &str) -> Router {
         .route("/v1/explain", get(explain))
         .route("/v1/mesh", get(mesh))
         .route("/v1/counters", get(counters))
+        .route(
+            "/v1/counters/history",
+            get(move || {
+                let history = history.clone();
+                async move { Json(history.samples()) }
+            }),
+        )
         .route_layer(middleware::from_fn_with_state(guard, require_token))
         .with_state(node);
     let public = Router::new()
@@ -201,6 +213,45 @@ pub struct Counters {
     pub rejected: u64,
     /// Referral queries answered (`cipd_queries_total`).
     pub queries: u64,
+}
+
+/// How often the counters are sampled for `/v1/counters/history`.
+pub const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+/// Samples kept: three minutes.
+pub const HISTORY_SAMPLES: usize = 90;
+
+/// The last [`HISTORY_SAMPLES`] counter samples, oldest first.
+#[derive(Debug, Default)]
+pub struct History(std::sync::Mutex<std::collections::VecDeque<Counters>>);
+
+impl History {
+    /// Adds a sample, dropping the oldest past [`HISTORY_SAMPLES`].
+    pub fn push(&self, c: Counters) {
+        let mut h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        h.push_back(c);
+        while h.len() > HISTORY_SAMPLES {
+            h.pop_front();
+        }
+    }
+
+    /// Every sample kept, oldest first.
+    pub fn samples(&self) -> Vec<Counters> {
+        let h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        h.iter().copied().collect()
+    }
+}
+
+/// Samples the counters every [`HISTORY_EVERY`] until the node shuts down.
+async fn sample_history(node: Arc<Node>, history: Arc<History>) {
+    let token = node.token.child_token();
+    let mut every = tokio::time::interval(HISTORY_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return,
+            _ = every.tick() => history.push(counters_now(&node)),
+        }
+    }
 }
 
 /// What the token check needs.
@@ -748,6 +799,26 @@ mod tests {
         assert_eq!(counters.imports, 1);
         assert!(counters.uptime_seconds > 0.0 && counters.unix_ms > 0);
         assert!(daemon.shutdown().await);
+    }
+
+    #[test]
+    fn history_keeps_the_last_samples_oldest_first() {
+        let h = History::default();
+        for i in 0..(HISTORY_SAMPLES as u64 + 10) {
+            h.push(Counters {
+                unix_ms: i,
+                uptime_seconds: i as f64,
+                polls: i,
+                polls_failed: 0,
+                imports: 0,
+                rejected: 0,
+                queries: 0,
+            });
+        }
+        let s = h.samples();
+        assert_eq!(s.len(), HISTORY_SAMPLES);
+        assert_eq!(s[0].polls, 10);
+        assert_eq!(s.last().unwrap().polls, HISTORY_SAMPLES as u64 + 9);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

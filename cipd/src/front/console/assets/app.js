@@ -453,6 +453,15 @@
     drawSparklines();
   }
 
+  // The daemon keeps the last minutes of samples: the lines are drawn at once.
+  async function loadHistory() {
+    const past = await api('/v1/counters/history');
+    if (Array.isArray(past)) {
+      samples.splice(0, samples.length, ...past.slice(-MAX_SAMPLES));
+      drawSparklines();
+    }
+  }
+
   // ---- query ----------------------------------------------------------------------------
 
   function queryFromLocation() {
@@ -537,12 +546,64 @@
   }
 
   // ---- routing table --------------------------------------------------------------------
+  //
+  // A page of rows at a time; the filter and the page live in the URL fragment (tattr,
+  // tprefix, tpeer, tpage, trows) so a view can be linked. The server gives the first N
+  // rows by total (at most MAX_TABLE_ROWS): page k asks for k pages and one row more, to
+  // know whether a next page exists. Values longer than VALUE_CUT are cut; a click shows
+  // the whole value.
+
+  const MAX_TABLE_ROWS = 1000;
+  const VALUE_CUT = 120;
+  const table = { page: 1 };
+
+  function tableFromLocation() {
+    const frag = new URLSearchParams(window.location.hash.replace(/^#/, ''));
+    byId('table-attr').value = frag.get('tattr') || '';
+    byId('table-prefix').value = frag.get('tprefix') || '';
+    const rows = frag.get('trows');
+    if (rows && ['25', '50', '100'].includes(rows)) byId('table-rows-per-page').value = rows;
+    table.peer = frag.get('tpeer') || '';
+    table.page = Math.max(1, parseInt(frag.get('tpage') || '1', 10) || 1);
+  }
+
+  function tableToLocation() {
+    const frag = new URLSearchParams(window.location.hash.replace(/^#/, ''));
+    const set = (k, v) => (v && v !== '1' && !(k === 'trows' && v === '25') ? frag.set(k, v) : frag.delete(k));
+    set('tattr', byId('table-attr').value.trim());
+    set('tprefix', byId('table-prefix').value);
+    set('tpeer', byId('table-peer').value);
+    set('tpage', String(table.page));
+    set('trows', byId('table-rows-per-page').value);
+    const hash = frag.toString();
+    window.history.replaceState(null, '', hash ? '#' + hash : window.location.pathname + window.location.search);
+  }
+
+  function valueCell(value) {
+    const text = String(value);
+    if (text.length <= VALUE_CUT) return h('td', { class: 'value' }, text);
+    const cell = h('td', { class: 'value cut', title: 'click to show the whole value (' + fmtNum(text.length) + ' characters)' },
+      truncate(text, VALUE_CUT));
+    cell.addEventListener('click', () => {
+      const whole = cell.classList.toggle('whole');
+      cell.textContent = whole ? text : truncate(text, VALUE_CUT);
+    });
+    return cell;
+  }
 
   async function refreshTable() {
     const attr = byId('table-attr').value.trim();
     const prefix = byId('table-prefix').value;
-    const peer = byId('table-peer').value;
-    const top = byId('table-top').value.trim() || '50';
+    const peerSelect = byId('table-peer');
+    if (table.peer !== undefined && Array.from(peerSelect.options).some((o) => o.value === table.peer)) {
+      peerSelect.value = table.peer;
+    }
+    table.peer = undefined;
+    const peer = peerSelect.value;
+    const per = parseInt(byId('table-rows-per-page').value, 10) || 25;
+    const lastPage = Math.floor(MAX_TABLE_ROWS / per);
+    table.page = Math.min(table.page, lastPage);
+    const top = Math.min(table.page * per + 1, MAX_TABLE_ROWS);
     const body = byId('table-rows').tBodies[0];
     let data;
     try {
@@ -554,18 +615,31 @@
     }
     for (const r of data.rows) knownAttrs.add(r.attr);
     byId('table-attrs').replaceChildren(...Array.from(knownAttrs).sort().map((a) => h('option', { value: a })));
-    if (!data.rows.length) {
+    const first = (table.page - 1) * per;
+    const rows = data.rows.slice(first, first + per);
+    const more = data.rows.length > first + per;
+    if (!rows.length && table.page > 1) {
+      table.page = Math.max(1, Math.ceil(data.rows.length / per));
+      return refreshTable();
+    }
+    tableToLocation();
+    byId('table-page').textContent = rows.length
+      ? 'rows ' + fmtNum(first + 1) + '–' + fmtNum(first + rows.length) + (more ? ' of more' : ' of ' + fmtNum(first + rows.length))
+      : '';
+    byId('table-prev').disabled = table.page <= 1;
+    byId('table-next').disabled = !more || table.page >= lastPage;
+    if (!rows.length) {
       body.replaceChildren(h('tr', null, h('td', { colspan: 4, class: 'muted' }, 'No values match.')));
       return;
     }
-    body.replaceChildren(...data.rows.map((r) =>
+    body.replaceChildren(...rows.map((r) =>
       h('tr', { class: 'table-row' },
         h('td', null, h('code', null, r.attr)),
-        h('td', { class: 'value' }, r.value),
+        valueCell(r.value),
         h('td', { class: 'num' }, fmtNum(r.total)),
-        h('td', null, h('ul', null, r.peers.map(([dsi, count]) => {
+        h('td', { class: 'per-peer' }, h('ul', null, r.peers.map(([dsi, count]) => {
           const name = peerName(dsi);
-          return h('li', null, h('code', null, dsi), name ? ' (' + name + ')' : '', ': ' + fmtNum(count));
+          return h('li', null, h('code', { class: 'dsi' }, dsi), name ? ' (' + name + ')' : '', ': ' + fmtNum(count));
         }))))));
   }
 
@@ -591,9 +665,23 @@
     window.setTimeout(sampleLoop, SAMPLE_MS);
   }
 
+  async function startSampling() {
+    await guarded('activity', loadHistory);
+    sampleLoop();
+  }
+
   byId('query-form').addEventListener('submit', onQuerySubmit);
   byId('table-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
+    table.page = 1;
+    refreshTable();
+  });
+  byId('table-prev').addEventListener('click', () => {
+    table.page = Math.max(1, table.page - 1);
+    refreshTable();
+  });
+  byId('table-next').addEventListener('click', () => {
+    table.page += 1;
     refreshTable();
   });
   window.addEventListener('hashchange', () => {
@@ -607,12 +695,13 @@
     await guarded('peers', refreshPeers);
     const { q, possible } = queryFromLocation();
     if (q) runQuery(q, possible);
+    tableFromLocation();
     refreshTable();
     await node;
     window.setTimeout(refreshLoop, REFRESH_MS);
   }
 
   drawSparklines();
-  sampleLoop();
+  startSampling();
   start();
 })();
