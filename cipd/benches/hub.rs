@@ -56,6 +56,7 @@
 //! | `BENCH_SECS` | 5 | seconds of load per query kind |
 //! | `CIPD_BENCH_NGINX` | `/usr/sbin/nginx` | the nginx binary of the yardstick |
 //! | `BENCH_ANSWER_CACHE` | the daemon's | `limits.answer_cache_bytes` of the hub (0: every answer computed, as on a hub whose table changes all the time) |
+//! | `BENCH_HUB_TOML` | none | tables added to the hub's configuration (`\n` for a line break) |
 //! | `BENCH_KINDS` | all | comma-separated kinds to load (`mixed,substring`), for profiling one |
 
 mod common;
@@ -928,7 +929,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The hub's configuration.
-fn hub_config(dir: &Path, peers: &[SocketAddr], conns: usize) -> String {
+fn hub_config(dir: &Path, peers: &[SocketAddr], conns: usize, entries: usize) -> String {
     let mut toml = format!(
         r#"data_dir = {data:?}
 
@@ -944,6 +945,8 @@ http = ["127.0.0.1:0"]
 max_http_connections = {http}
 max_referrals = {MAX_REFERRALS}
 default_referrals = {DEFAULT_REFERRALS}
+# A weightlist is one SOIF value: a peer of millions of entries sends one of tens of MB.
+max_value_size = {value}
 
 [log]
 format = "text"
@@ -951,6 +954,7 @@ level = "info"
 "#,
         data = dir.join("data").display().to_string(),
         http = (conns * 2).max(1024),
+        value = (entries * 64).max(16 << 20),
     );
     if let Ok(bytes) = std::env::var("BENCH_ANSWER_CACHE") {
         let bytes: usize = bytes
@@ -960,6 +964,11 @@ level = "info"
             "[limits]\n",
             &format!("[limits]\nanswer_cache_bytes = {bytes}\n"),
         );
+    }
+    // Extra tables for experiments (`BENCH_HUB_TOML="[index]\nsummaries = false"`).
+    if let Ok(extra) = std::env::var("BENCH_HUB_TOML") {
+        toml.push_str(&extra.replace("\\n", "\n"));
+        toml.push('\n');
     }
     for (i, addr) in peers.iter().enumerate() {
         toml.push_str(&format!(
@@ -984,9 +993,10 @@ struct Hub {
 
 /// Starts the `cipd` binary of this build on a generated configuration in `dir` and waits
 /// for its HTTP listener.
-async fn start_hub(dir: &Path, peers: &[SocketAddr], conns: usize) -> Hub {
+async fn start_hub(dir: &Path, peers: &[SocketAddr], conns: usize, entries: usize) -> Hub {
     let config = dir.join("cipd.toml");
-    std::fs::write(&config, hub_config(dir, peers, conns)).expect("write the hub's config");
+    std::fs::write(&config, hub_config(dir, peers, conns, entries))
+        .expect("write the hub's config");
     let (tx, rx) = mpsc::channel::<SocketAddr>();
     let tx = Mutex::new(Some(tx));
     let warnings = Arc::new(AtomicU64::new(0));
@@ -1548,7 +1558,7 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
     let peer_addrs = start_peers(mesh.peers, polls.clone(), token.clone()).await;
     println!("{} fake peers listening", peer_addrs.len());
 
-    let mut hub = start_hub(dir.path(), &peer_addrs, settings.conns).await;
+    let mut hub = start_hub(dir.path(), &peer_addrs, settings.conns, settings.entries).await;
     let addr = hub.addr;
     println!(
         "hub (pid {}) listening on http://{addr} after {}; log: {}",
