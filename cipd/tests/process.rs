@@ -293,3 +293,46 @@ fn cipctl_goes_through_the_proxy_the_environment_names() {
     assert!(!stderr.contains("answered by the proxy"), "{stderr}");
     assert!(stderr.contains("cannot connect"), "{stderr}");
 }
+
+/// With no CA certificates on the system (a minimal container) the HTTP client still
+/// builds, plain http works, and an https request fails saying why.
+#[test]
+fn without_system_roots_https_fails_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let config = cipd::sys::tls::server_config(&cert_path, &key_path, None).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        // One TLS handshake attempt; the client refuses the certificate.
+        if let Ok((mut tcp, _)) = listener.accept() {
+            let mut conn = rustls::ServerConnection::new(config).unwrap();
+            let _ = conn.complete_io(&mut tcp);
+        }
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_cipctl"))
+        .args([
+            "query",
+            "--server",
+            &format!("https://{addr}"),
+            "--timeout",
+            "10s",
+            "Author=Garcia",
+        ])
+        .env("SSL_CERT_FILE", dir.path().join("none.pem"))
+        .env("SSL_CERT_DIR", dir.path().join("none"))
+        .env("NO_PROXY", "*")
+        .output()
+        .unwrap();
+    let _ = server.join();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no trusted CA certificates"), "{stderr}");
+}
