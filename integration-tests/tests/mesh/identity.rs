@@ -34,7 +34,7 @@ fn spool_files(node: &TestNode) -> Vec<String> {
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".spool") && !n.contains(".spool.tmp."))
+        .filter(|n| n.contains(".spool") && !cipd::sys::durable::is_temp(n))
         .collect();
     names.sort();
     names

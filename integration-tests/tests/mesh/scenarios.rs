@@ -144,7 +144,11 @@ async fn restart_from_spool_with_peers_down() {
     leaf.stop().await;
     let dir = mid.stop().await;
     // A crash leftover and a corrupt file must not stop the restart.
-    std::fs::write(dir.path().join("spool/x.spool.tmp.1.0"), b"half written").unwrap();
+    std::fs::write(
+        dir.path().join("spool/.x.spool.Ab12Cd.tmp"),
+        b"half written",
+    )
+    .unwrap();
     std::fs::write(dir.path().join("spool/bogus.spool"), b"not a spool file").unwrap();
 
     let mid = TestNode::start_in(spec, dir).await;
