@@ -322,31 +322,48 @@ impl BulkBuilder {
         hasher: &RandomState,
         grams: bool,
     ) -> Result<Segment, SegmentOverflow> {
-        let n = self.spans.len();
-        let order = sort_folded(n, |id| self.value(id));
+        // What only adding needed goes first, and each buffer as soon as it is used up: the
+        // segment is built beside the builder, and for one hint of millions of values these
+        // buffers are a large part of the import's peak memory.
+        let Self {
+            table,
+            arena,
+            spans,
+            postings,
+            scratch,
+        } = self;
+        drop((table, scratch));
+        let value = |id: u32| {
+            let (start, len, _) = spans[id as usize];
+            &arena[start..start + len as usize]
+        };
+        let n = spans.len();
+        let order = sort_folded(n, value);
         let mut rank = vec![0u32; n];
         for (r, &id) in order.iter().enumerate() {
             rank[id as usize] = r as u32;
         }
         // Counting sort of the postings by value rank.
         let mut starts = vec![0usize; n + 1];
-        for p in &self.postings {
+        for p in &postings {
             starts[rank[p.0 as usize] as usize + 1] += 1;
         }
         for r in 0..n {
             starts[r + 1] += starts[r];
         }
         let mut fill = starts.clone();
-        let mut sorted = vec![(0u32, 0u32, 0u64); self.postings.len()];
-        for &(id, attr, slot, count) in &self.postings {
+        let mut sorted = vec![(0u32, 0u32, 0u64); postings.len()];
+        for &(id, attr, slot, count) in &postings {
             let r = rank[id as usize] as usize;
             sorted[fill[r]] = (attr, slot, count);
             fill[r] += 1;
         }
+        drop((postings, rank, fill));
         let mut builder = Builder::default();
         for (r, &id) in order.iter().enumerate() {
-            builder.push(self.value(id), &mut sorted[starts[r]..starts[r + 1]])?;
+            builder.push(value(id), &mut sorted[starts[r]..starts[r + 1]])?;
         }
+        drop((sorted, starts, order, arena, spans));
         Ok(builder.finish().index(hasher, grams))
     }
 }

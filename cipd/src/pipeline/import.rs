@@ -155,7 +155,7 @@ fn worker(
             }
         }
         let write = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            import_batch(table, digests, &batch)
+            import_batch(table, digests, &mut batch)
         }));
         let (results, changed) = match write {
             Ok(done) => done,
@@ -189,7 +189,7 @@ fn worker(
 fn import_batch(
     table: &RoutingTable,
     digests: &Digests,
-    batch: &[Job],
+    batch: &mut [Job],
 ) -> (Vec<Result<Imported, QueueError>>, bool) {
     let mut held = lock(digests);
     // Asked under the lock: a binding ended before this point vetoes the job; one ended
@@ -227,18 +227,24 @@ fn import_batch(
             }
         })
         .collect();
-    let jobs_at = |step: Step| {
+    // The hints to index are handed over, not lent: the table drops each one as soon as it
+    // has taken its values, before the new segment is built, so a huge hint and the
+    // segment built from it are not in memory at once.
+    let to_index: Vec<(PeerMeta, CipHint)> = batch
+        .iter_mut()
+        .zip(&steps)
+        .filter(|(_, s)| **s == Step::Index)
+        .map(|(j, _)| (j.meta.clone(), std::mem::take(&mut j.hint)))
+        .collect();
+    let mut replaced = table.replace_all(to_index).into_iter();
+    // Same payloads: new expiries, in one swap; nothing to index or rebuild.
+    table.refresh_all(
         batch
             .iter()
             .zip(&steps)
-            .filter(move |(_, s)| **s == step)
-            .map(|(j, _)| j)
-    };
-    let mut replaced = table
-        .replace_all(jobs_at(Step::Index).map(|j| (j.meta.clone(), &j.hint)))
-        .into_iter();
-    // Same payloads: new expiries, in one swap; nothing to index or rebuild.
-    table.refresh_all(jobs_at(Step::Refresh).map(|j| j.meta.clone()));
+            .filter(|(_, s)| **s == Step::Refresh)
+            .map(|(j, _)| j.meta.clone()),
+    );
     let generation = table.generation();
     let mut any = false;
     let results = batch
