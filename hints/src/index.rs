@@ -251,9 +251,9 @@ impl BulkBuilder {
     }
 
     /// Adds one import; returns its distinct values and `(attribute, value)` entries.
-    pub(crate) fn add(
+    pub(crate) fn add<'v>(
         &mut self,
-        entries: &[(&[u8], u32, u64)],
+        entries: impl IntoIterator<Item = (&'v [u8], u32, u64)>,
         slot: u32,
         hasher: &RandomState,
     ) -> Result<(usize, usize), SegmentOverflow> {
@@ -262,7 +262,20 @@ impl BulkBuilder {
         scratch.clear();
         let mut hashes = [0u64; BATCH];
         let mut digest = 0u64;
-        for batch in entries.chunks(BATCH) {
+        // Taken a batch at a time from the iterator: the caller need not collect a hint's
+        // entries into a list first (for a hint of millions of values, a large one).
+        let mut entries = entries.into_iter();
+        let mut buf: [(&[u8], u32, u64); BATCH] = [(&[], 0, 0); BATCH];
+        loop {
+            let mut filled = 0;
+            for (slot_in_batch, e) in buf.iter_mut().zip(entries.by_ref()) {
+                *slot_in_batch = e;
+                filled += 1;
+            }
+            if filled == 0 {
+                break;
+            }
+            let batch = &buf[..filled];
             self.reserve(batch.len());
             for (h, e) in hashes.iter_mut().zip(batch) {
                 *h = hash_folded(hasher, e.0);
@@ -1789,7 +1802,7 @@ mod tests {
                 .collect();
             let mut bulk = BulkBuilder::default();
             for &slot in &slots {
-                bulk.add(&[(&b"value"[..], 3, u64::from(slot) + 1)], slot, &h).unwrap();
+                bulk.add([(&b"value"[..], 3, u64::from(slot) + 1)], slot, &h).unwrap();
             }
             let seg = bulk.finish(&h, true).unwrap();
             let start = seg.start_of(0);
@@ -1810,7 +1823,7 @@ mod tests {
             let h = RandomState::default();
             let mut bulk = BulkBuilder::default();
             let entries: Vec<(&[u8], u32, u64)> = values.iter().map(|v| (v.as_bytes(), 0, 1)).collect();
-            bulk.add(&entries, 0, &h).unwrap();
+            bulk.add(entries.iter().copied(), 0, &h).unwrap();
             let plain = bulk.finish(&h, false).unwrap();
             prop_assert!(!plain.has_grams() || values.is_empty());
             let indexed = Segment::from_entries(entries, 0, &h).unwrap();

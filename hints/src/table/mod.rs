@@ -307,6 +307,27 @@ pub enum ImportError {
     },
 }
 
+/// A hint's weightlist entries with a count, as `(value, attribute id, count)`, read from
+/// the hint where they are: a list of them would be as large again for a big hint.
+#[derive(Debug, Default)]
+struct HintEntries<'h> {
+    lists: Vec<(u32, &'h [crate::weightlist::WeightEntry])>,
+    /// Entries with a count.
+    len: usize,
+    /// Their values' bytes.
+    bytes: usize,
+}
+
+impl<'h> HintEntries<'h> {
+    fn iter(&self) -> impl Iterator<Item = (&'h [u8], u32, u64)> + '_ {
+        self.lists.iter().flat_map(|&(id, list)| {
+            list.iter()
+                .filter(|e| e.count > 0)
+                .map(move |e| (&e.value[..], id, e.count))
+        })
+    }
+}
+
 /// The DSIs a hint's `Provenance` / `Provenance-N` attributes list (values may also hold
 /// several DSIs separated by whitespace or commas).
 ///
@@ -477,7 +498,7 @@ impl RoutingTable {
         let mut next = (*self.current.load_full()).clone();
         let mut held = next.budget_held();
         let (slot, mut entry, entries) = self.prepare(&mut next, peer, hint, &mut held)?;
-        let segment = Segment::from_entries(entries, slot, &self.hasher)
+        let segment = Segment::from_entries(entries.iter().collect(), slot, &self.hasher)
             .map_err(|_| ImportError::TooLarge)?;
         entry.distinct_values = segment.len();
         entry.entries = segment.entries();
@@ -509,8 +530,8 @@ impl RoutingTable {
             let result = self
                 .prepare(&mut next, peer, hint.borrow(), &mut held)
                 .and_then(|(slot, mut entry, entries)| {
-                    let bytes: usize = entries.iter().map(|e| e.0.len()).sum();
-                    if bulk_bytes + bytes > FLUSH_AT || bulk_entries + entries.len() > FLUSH_AT {
+                    let bytes = entries.bytes;
+                    if bulk_bytes + bytes > FLUSH_AT || bulk_entries + entries.len > FLUSH_AT {
                         let full = std::mem::take(&mut bulk);
                         let segment = full
                             .finish(&self.hasher, !self.bulk())
@@ -519,9 +540,9 @@ impl RoutingTable {
                         (bulk_bytes, bulk_entries) = (0, 0);
                     }
                     bulk_bytes += bytes;
-                    bulk_entries += entries.len();
+                    bulk_entries += entries.len;
                     let (distinct, count) = bulk
-                        .add(&entries, slot, &self.hasher)
+                        .add(entries.iter(), slot, &self.hasher)
                         .map_err(|_| ImportError::TooLarge)?;
                     entry.distinct_values = distinct;
                     entry.entries = count;
@@ -561,7 +582,7 @@ impl RoutingTable {
         peer: PeerMeta,
         hint: &'h CipHint,
         held: &mut u64,
-    ) -> Result<(u32, PeerEntry, Vec<(&'h [u8], u32, u64)>), ImportError> {
+    ) -> Result<(u32, PeerEntry, HintEntries<'h>), ImportError> {
         let limits = &self.config.limits;
         let provenance = provenance(hint)?;
         if provenance.len() > limits.max_provenance {
@@ -662,16 +683,15 @@ impl RoutingTable {
             next.attrs = Arc::new(attrs);
         }
         let attrs = &next.attrs;
-        let mut entries = Vec::with_capacity(count);
+        let mut entries = HintEntries::default();
         for (spec, w) in &hint.weightlists {
             // Invariant: every weightlist attribute was interned just above.
             let Some(id) = attrs.id(spec) else { continue };
-            entries.extend(
-                w.entries
-                    .iter()
-                    .filter(|e| e.count > 0)
-                    .map(|e| (&e.value[..], id, e.count)),
-            );
+            for e in w.entries.iter().filter(|e| e.count > 0) {
+                entries.len += 1;
+                entries.bytes += e.value.len();
+            }
+            entries.lists.push((id, &w.entries[..]));
         }
         let mut thresholds: Vec<(u32, u64)> = hint
             .thresholds
