@@ -25,7 +25,6 @@ use crate::front::transport::{
 use crate::front::whoispp::WhoisService;
 use crate::model::config::Config;
 use crate::node::{Listeners, Node, NodeError, Status, display_addr};
-use crate::sys::metrics::Metrics;
 use crate::sys::telemetry::LogHandle;
 
 pub mod peer;
@@ -455,7 +454,6 @@ async fn accept_loop(
         let permit = match permits.try_acquire(Some(remote.ip())) {
             Ok(p) => p,
             Err(why) => {
-                Metrics::inc(&node.metrics().cip_connections_refused);
                 let answer = tls_config.is_none().then_some(CIP_BUSY);
                 permits.refuse(stream, remote, why, answer, &node.tracker, &token);
                 continue;
@@ -474,11 +472,8 @@ async fn accept_loop(
             whois.clone(),
         );
         let span = tracing::info_span!("cip", %remote);
-        Metrics::inc(&node.metrics().cip_connections);
-        let open = OpenConnection::new(node.clone());
         node.tracker.spawn(tracing::Instrument::instrument(
             async move {
-                let _open = open;
                 let _ = stream.set_nodelay(true);
                 let activity = permit.activity();
                 let hooks = ConnHooks {
@@ -553,23 +548,6 @@ async fn accept_loop(
             },
             span,
         ));
-    }
-}
-
-/// Counts a CIP connection as open until dropped.
-struct OpenConnection(Arc<Node>);
-
-impl OpenConnection {
-    fn new(node: Arc<Node>) -> Self {
-        Metrics::inc(&node.metrics().cip_connections_open);
-        Self(node)
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        let open = &self.0.metrics().cip_connections_open;
-        open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -101,12 +101,6 @@ pub struct Metrics {
     pub hint_signatures_refused: AtomicU64,
     /// Connection counters per listener group.
     listeners: Mutex<BTreeMap<&'static str, std::sync::Arc<ListenerCounters>>>,
-    /// CIP connections accepted.
-    pub cip_connections: AtomicU64,
-    /// CIP connections open now.
-    pub cip_connections_open: AtomicU64,
-    /// CIP connections refused because the connection limit was reached.
-    pub cip_connections_refused: AtomicU64,
     /// Whois++ queries answered on the Whois++ listeners.
     pub whoispp_queries: AtomicU64,
     /// Hina-Di URL fetches that succeeded (200 or 304).
@@ -394,23 +388,26 @@ impl Metrics {
             "Requests refused because the in-flight budget stayed in use past their deadline.",
             gauges.inflight_refused,
         );
+        // The CIP names of before the per-listener series, read from the same counters.
+        let cip = self.listener("cip");
         counter(
             &mut out,
             "cipd_cip_connections_total",
-            "CIP connections accepted.",
-            load(&self.cip_connections),
+            "CIP connections accepted (as cipd_connections_accepted_total{listener=\"cip\"}).",
+            load(&cip.accepted),
         );
         counter(
             &mut out,
             "cipd_cip_connections_refused_total",
-            "CIP connections refused at the connection limit.",
-            load(&self.cip_connections_refused),
+            "CIP connections refused at the connection limits (both reasons of \
+             cipd_connections_refused_total{listener=\"cip\"}).",
+            load(&cip.refused_total) + load(&cip.refused_address),
         );
         gauge(
             &mut out,
             "cipd_cip_connections_open",
-            "CIP connections open now.",
-            load(&self.cip_connections_open) as f64,
+            "CIP connections open now (as cipd_connections_open{listener=\"cip\"}).",
+            load(&cip.open) as f64,
         );
 
         let listeners: Vec<(&'static str, std::sync::Arc<ListenerCounters>)> = self

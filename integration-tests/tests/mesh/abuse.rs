@@ -24,10 +24,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use cip_proto::Dsi;
-use cip_proto::cip::{IndexType, Request, ResponseCode};
-use cipd::front::transport::{CipClient, TransportConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinSet;
@@ -179,7 +175,8 @@ async fn attack_in_this_process() {
     let metrics = node.daemon.node().metrics();
     eventually("attackers' cip connections closed", || {
         metrics
-            .cip_connections_open
+            .listener("cip")
+            .open
             .load(std::sync::atomic::Ordering::Relaxed)
             == 0
     })
@@ -300,34 +297,7 @@ struct Good {
 
 /// One CIP poll from 127.0.0.1: the node's own hint.
 async fn good_poll(cip: SocketAddr) -> Result<(), String> {
-    let config = TransportConfig {
-        connect_timeout: Duration::from_secs(5),
-        ..TransportConfig::default()
-    };
-    let mut conn = CipClient::connect(cip, None, &config)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let poll = Request::Poll {
-        index_type: IndexType::harvest_soif(),
-        dsi: Dsi::new(NODE).unwrap(),
-        params: vec![],
-        body: Bytes::new(),
-    };
-    let reply = conn
-        .request(&poll)
-        .await
-        .map_err(|e| format!("poll: {e}"))?;
-    let _ = conn.close().await;
-    match reply.result {
-        Some(r)
-            if reply.code == ResponseCode::OkOutputFollows
-                && r.objects.len() == 1
-                && r.objects[0].dsi.as_str() == NODE =>
-        {
-            Ok(())
-        }
-        other => Err(format!("unexpected poll answer {} {other:?}", reply.code)),
-    }
+    crate::harness::poll_own_hint(cip, NODE).await
 }
 
 /// Polls over CIP and queries over HTTP, one after the other, until `stop` (and at least

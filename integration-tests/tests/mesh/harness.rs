@@ -373,3 +373,37 @@ where
     });
     (addr, connections, token)
 }
+
+/// One CIP poll of `cip` (from 127.0.0.1) for the node's own hint: it must answer with one
+/// object of DSI `dsi`. The error says what went wrong, for the attack tests' tallies.
+pub async fn poll_own_hint(cip: SocketAddr, dsi: &str) -> Result<(), String> {
+    use cip_proto::cip::{IndexType, Request, ResponseCode};
+    let config = cipd::front::transport::TransportConfig {
+        connect_timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let mut conn = cipd::front::transport::CipClient::connect(cip, None, &config)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let poll = Request::Poll {
+        index_type: IndexType::harvest_soif(),
+        dsi: cip_proto::Dsi::new(dsi).map_err(|e| e.to_string())?,
+        params: vec![],
+        body: bytes::Bytes::new(),
+    };
+    let reply = conn
+        .request(&poll)
+        .await
+        .map_err(|e| format!("poll: {e}"))?;
+    let _ = conn.close().await;
+    match reply.result {
+        Some(r)
+            if reply.code == ResponseCode::OkOutputFollows
+                && r.objects.len() == 1
+                && r.objects[0].dsi.as_str() == dsi =>
+        {
+            Ok(())
+        }
+        other => Err(format!("unexpected poll answer {} {other:?}", reply.code)),
+    }
+}

@@ -271,6 +271,38 @@ async fn bad_reload_keeps_the_running_config() {
     let config = cipd::model::config::Config::from_toml(&text).unwrap();
     let e = cipd::daemon::Daemon::start(config).await.unwrap_err();
     assert!(matches!(e, cipd::daemon::StartError::Bind { .. }), "{e}");
+
+    // An HTTP client that cannot be built (its CA file holds no certificate): a reload is
+    // refused and the running client kept; a start fails, naming the setting and the file.
+    let bad_ca = node.dir.path().join("not-a-ca.pem");
+    std::fs::write(&bad_ca, "not PEM\n").unwrap();
+    let with_ca = format!(
+        "{}\n[http_client]\nca = {:?}\n",
+        crate::harness::config_text(&node.spec, node.dir.path()),
+        bad_ca.display().to_string()
+    );
+    std::fs::write(node.dir.path().join("cipd.toml"), &with_ca).unwrap();
+    let err = node.daemon.node().reload().await.unwrap_err();
+    assert!(
+        matches!(err, cipd::node::ReloadError::HttpClient(_))
+            && err.to_string().contains("not-a-ca.pem"),
+        "{err}"
+    );
+    assert_eq!(node.daemon.node().status_snapshot().reload_failures, 2);
+    assert_eq!(
+        node.config().http_client.ca,
+        None,
+        "the running configuration stays"
+    );
+    let config =
+        cipd::model::config::Config::from_toml(&with_ca.replace("admin.sock", "admin2.sock"))
+            .unwrap();
+    let e = cipd::daemon::Daemon::start(config).await.unwrap_err();
+    assert!(
+        matches!(e, cipd::daemon::StartError::HttpClient(_))
+            && e.to_string().contains("not-a-ca.pem"),
+        "{e}"
+    );
     node.stop().await;
 }
 

@@ -19,10 +19,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use cip_proto::Dsi;
-use cip_proto::cip::{IndexType, Request, ResponseCode};
-use cipd::front::transport::{CipClient, TransportConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -110,25 +106,7 @@ async fn churn(from: [u8; 4], to: SocketAddr, count: Arc<AtomicU64>, stop: Cance
 }
 
 async fn good_poll(cip: SocketAddr) -> Result<(), String> {
-    let mut conn = CipClient::connect(cip, None, &TransportConfig::default())
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let poll = Request::Poll {
-        index_type: IndexType::harvest_soif(),
-        dsi: Dsi::new(NODE).unwrap(),
-        params: vec![],
-        body: Bytes::new(),
-    };
-    let reply = conn
-        .request(&poll)
-        .await
-        .map_err(|e| format!("poll: {e}"))?;
-    let _ = conn.close().await;
-    if reply.code == ResponseCode::OkOutputFollows {
-        Ok(())
-    } else {
-        Err(format!("poll answered {}", reply.code))
-    }
+    harness::poll_own_hint(cip, NODE).await
 }
 
 async fn good_query(http: &str) -> Result<(), String> {

@@ -50,11 +50,10 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send,
     H: RequestHandler,
 {
-    serve_inner(
+    serve_tracked_connection(
         stream,
         peer,
         handler,
-        None::<&CipOnly>,
         config,
         shutdown,
         ConnHooks::default(),

@@ -80,14 +80,7 @@ impl Validator<'_> {
     }
 
     pub(super) fn positive_u64(&mut self, key: &str, raw: Option<u64>, default: u64) -> u64 {
-        match raw {
-            Some(0) => {
-                self.err(key, "must be at least 1");
-                default
-            }
-            Some(n) => n,
-            None => default,
-        }
+        self.at_least_one(key, raw, default)
     }
 
     pub(super) fn duration(
@@ -114,8 +107,13 @@ impl Validator<'_> {
     }
 
     pub(super) fn positive(&mut self, key: &str, raw: Option<usize>, default: usize) -> usize {
+        self.at_least_one(key, raw, default)
+    }
+
+    /// `raw`, or `default` when not given; zero is a problem (and gives `default`).
+    fn at_least_one<T: Default + PartialEq>(&mut self, key: &str, raw: Option<T>, default: T) -> T {
         match raw {
-            Some(0) => {
+            Some(n) if n == T::default() => {
                 self.err(key, "must be at least 1");
                 default
             }
