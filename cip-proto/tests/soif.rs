@@ -356,6 +356,24 @@ fn split_at_every_offset() {
 }
 
 #[test]
+fn parse_all_slices_the_input_instead_of_copying_it() {
+    let input = Bytes::from([SECTION6, APPENDIX_B].concat());
+    let range = input.as_ptr() as usize..input.as_ptr() as usize + input.len();
+    let objs = parse_all(input.clone(), Limits::default()).unwrap();
+    assert_eq!(objs, parse(&input));
+    for o in &objs {
+        for a in &o.attributes {
+            let at = a.value.as_ptr() as usize;
+            assert!(
+                a.value.is_empty() || range.contains(&at),
+                "{:?} was copied",
+                a.name
+            );
+        }
+    }
+}
+
+#[test]
 fn reader_and_decoder_agree() {
     let input: Vec<u8> = [SECTION6, APPENDIX_B, APPENDIX_C_FIXED].concat();
     let owned = parse(&input);
@@ -431,7 +449,12 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(input in proptest::collection::vec(any::<u8>(), 0..512)) {
-        let _ = parse_all(Bytes::from(input.clone()), Limits::default());
+        // `parse_all` (zero-copy over the input) and the streaming decoder agree, errors
+        // and their offsets included.
+        let whole = parse_all(Bytes::from(input.clone()), Limits::default())
+            .map_err(|e| (e.offset(), e.to_string()));
+        let streamed = decode_in_pieces(&input, &[]).map_err(|e| (e.offset(), e.to_string()));
+        prop_assert_eq!(whole, streamed);
         let _ = SoifReader::new(&input).count();
     }
 }

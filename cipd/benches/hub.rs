@@ -57,6 +57,7 @@
 //! | `CIPD_BENCH_NGINX` | `/usr/sbin/nginx` | the nginx binary of the yardstick |
 //! | `BENCH_ANSWER_CACHE` | the daemon's | `limits.answer_cache_bytes` of the hub (0: every answer computed, as on a hub whose table changes all the time) |
 //! | `BENCH_HUB_TOML` | none | tables added to the hub's configuration (`\n` for a line break) |
+//! | `BENCH_HUB_WRAP` | none | a command the hub runs under (`heaptrack -o /tmp/hub`), split at spaces |
 //! | `BENCH_KINDS` | all | comma-separated kinds to load (`mixed,substring`), for profiling one |
 
 mod common;
@@ -449,7 +450,7 @@ fn make_peer(
                 count,
             })
             .collect();
-        weightlists.push((spec(a), Weightlist { entries }));
+        weightlists.push((spec(a), Weightlist::new(entries)));
         ranks[a] = drawn.into_iter().map(|(rank, _)| rank).collect();
     }
     let hint = CipHint {
@@ -1020,12 +1021,19 @@ async fn start_hub(dir: &Path, peers: &[SocketAddr], conns: usize, entries: usiz
         }
     });
     let started = Instant::now();
+    // `BENCH_HUB_WRAP`: a command the hub runs under (a heap profiler), split at spaces.
+    let mut command = match std::env::var("BENCH_HUB_WRAP") {
+        Ok(wrap) if !wrap.trim().is_empty() => {
+            let mut words = wrap.split_whitespace();
+            let mut c = Command::new(words.next().expect("a word"));
+            c.args(words).arg(env!("CARGO_BIN_EXE_cipd"));
+            c
+        }
+        _ => Command::new(env!("CARGO_BIN_EXE_cipd")),
+    };
     let mut proc = Proc::spawn(
         "the hub",
-        Command::new(env!("CARGO_BIN_EXE_cipd"))
-            .arg("--config")
-            .arg(&config)
-            .env_remove("RUST_LOG"),
+        command.arg("--config").arg(&config).env_remove("RUST_LOG"),
         dir.join("cipd.log"),
         hook,
     );

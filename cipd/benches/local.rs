@@ -114,10 +114,7 @@ fn main() {
     println!(
         "load (parse, cache file, index, hint): {load:.2?} = {:.0} MB/s; hint values {}",
         bytes as f64 / 1e6 / load.as_secs_f64(),
-        hint.weightlists
-            .iter()
-            .map(|w| w.1.entries.len())
-            .sum::<usize>()
+        hint.weightlists.iter().map(|w| w.1.len()).sum::<usize>()
     );
     println!(
         "index memory (estimate): {:.1} MB = {:.1} bytes/object ({values} distinct values, \

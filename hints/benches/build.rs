@@ -205,7 +205,7 @@ fn main() {
         last = Some((distinct, memory, black_box(hint)));
     }
     let (distinct, memory, hint) = last.expect("three runs");
-    let kept: usize = hint.weightlists.iter().map(|(_, l)| l.entries.len()).sum();
+    let kept: usize = hint.weightlists.iter().map(|(_, l)| l.len()).sum();
     let rss_after = peak_rss_kib();
     println!(
         "build (parse + count + finish, best of 3): {:.3} s, {:.0} objects/s, {:.0} MB/s",

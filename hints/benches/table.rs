@@ -105,15 +105,14 @@ fn main() {
         total_object_count: 100_000,
         weightlists: vec![(
             spec.clone(),
-            Weightlist {
-                entries: list
-                    .iter()
+            Weightlist::new(
+                list.iter()
                     .map(|&(id, count)| WeightEntry {
                         value: pool[id as usize].clone(),
                         count,
                     })
                     .collect(),
-            },
+            ),
         )],
         ..CipHint::default()
     };

@@ -17,6 +17,7 @@
 //!   2651 §3.2.3 allows aggregation only of objects covering the same protocols; such
 //!   objects may still be passed on unchanged).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use bytes::Bytes;
@@ -290,18 +291,17 @@ pub fn aggregate(
         .map(|i| acc.attr_index(&i.spelling))
         .collect();
     // The local entries, in folded order like the segments' values.
-    let mut local_entries: Vec<(&[u8], usize, u64)> = Vec::new();
+    let mut local_entries: Vec<(Cow<'_, [u8]>, usize, u64)> = Vec::new();
     if let Some(h) = local {
         for (spec, list) in &h.weightlists {
             let attr = acc.attr_index(spec);
             local_entries.extend(
-                list.entries
-                    .iter()
-                    .filter(|e| e.count > 0)
-                    .map(|e| (&e.value[..], attr, e.count)),
+                list.iter()
+                    .filter(|&(_, count)| count > 0)
+                    .map(|(value, count)| (value, attr, count)),
             );
         }
-        local_entries.sort_by(|x, y| cmp_folded(x.0, y.0));
+        local_entries.sort_by(|x, y| cmp_folded(&x.0, &y.0));
     }
     let segments = &snap.segments;
     let mut heap = BinaryHeap::with_capacity(segments.len() + 1);
@@ -316,7 +316,7 @@ pub fn aggregate(
     }
     if let Some(first) = local_entries.first() {
         heap.push(Cursor {
-            key: first.0,
+            key: &first.0,
             order: segments.len(),
             from: From::Local { pos: 0 },
         });
@@ -351,11 +351,11 @@ pub fn aggregate(
                 }
             }
             From::Local { pos } => {
-                let (value, attr, count) = local_entries[pos];
-                group.add(attr, count, |out| out.extend_from_slice(value));
+                let (value, attr, count) = &local_entries[pos];
+                group.add(*attr, *count, |out| out.extend_from_slice(value));
                 if let Some(next) = local_entries.get(pos + 1) {
                     heap.push(Cursor {
-                        key: next.0,
+                        key: &next.0,
                         order: top.order,
                         from: From::Local { pos: pos + 1 },
                     });
@@ -404,7 +404,7 @@ fn finish(mut acc: Acc, url: &str) -> CipHint {
             // Values arrive in folded order; a stable sort keeps it between equal counts.
             entries.sort_by_key(|e| std::cmp::Reverse(e.count));
             hint.weightlists
-                .push((spec.clone(), Weightlist { entries }));
+                .push((spec.clone(), Weightlist::new(entries)));
         }
         if let Some(t) = a.threshold {
             hint.thresholds.push((spec, t));
@@ -454,15 +454,15 @@ mod tests {
             total_object_count: total,
             weightlists: vec![(
                 spec.clone(),
-                Weightlist {
-                    entries: values
+                Weightlist::new(
+                    values
                         .iter()
                         .map(|(v, c)| WeightEntry {
                             value: Bytes::copy_from_slice(v.as_bytes()),
                             count: *c,
                         })
                         .collect(),
-                },
+                ),
             )],
             thresholds: threshold.map(|t| (spec, t)).into_iter().collect(),
             ..CipHint::default()
@@ -480,8 +480,7 @@ mod tests {
     fn counts(h: &CipHint) -> Vec<(String, u64)> {
         h.weightlists[0]
             .1
-            .entries
-            .iter()
+            .entries()
             .map(|e| (String::from_utf8_lossy(&e.value).into_owned(), e.count))
             .collect()
     }
@@ -600,7 +599,7 @@ mod tests {
     fn brute_force(local: &CipHint, peers: &[CipHint]) -> Vec<(String, Vec<(String, u64)>)> {
         let mut spelling: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         for h in peers.iter().chain([local]) {
-            for e in h.weightlists.iter().flat_map(|(_, l)| &l.entries) {
+            for e in h.weightlists.iter().flat_map(|(_, l)| l.entries()) {
                 let s = spelling
                     .entry(e.value.to_ascii_lowercase())
                     .or_insert_with(|| e.value.to_vec());
@@ -619,7 +618,7 @@ mod tests {
         for h in peers.iter().chain([local]) {
             for (spec, list) in &h.weightlists {
                 let m = by_attr.entry(attr_key(spec)).or_default();
-                for e in &list.entries {
+                for e in list.entries() {
                     let slot = m
                         .entry(e.value.to_ascii_lowercase())
                         .or_insert_with(|| (e.value.to_vec(), 0));
@@ -689,7 +688,7 @@ mod tests {
                     }
                 }
                 h.attributes.push(spec.clone());
-                h.weightlists.push((spec, Weightlist { entries }));
+                h.weightlists.push((spec, Weightlist::new(entries)));
             }
             h
         };
@@ -718,8 +717,7 @@ mod tests {
                 .map(|(spec, w)| {
                     (
                         spec.attribute.to_ascii_lowercase(),
-                        w.entries
-                            .iter()
+                        w.entries()
                             .map(|e| (String::from_utf8(e.value.to_vec()).unwrap(), e.count))
                             .collect(),
                     )

@@ -117,7 +117,7 @@ struct Slot {
 /// }
 /// let hint = b.finish("-", vec![]);
 /// assert_eq!(hint.total_object_count, 1);
-/// assert_eq!(hint.weightlists[0].1.entries[0].count, 1);
+/// assert_eq!(hint.weightlists[0].1.entries().next().unwrap().count, 1);
 /// ```
 #[derive(Debug)]
 pub struct HintBuilder {
@@ -265,7 +265,7 @@ impl HintBuilder {
             if threshold > 1 {
                 hint.thresholds.push((slot.spec.clone(), threshold));
             }
-            hint.weightlists.push((slot.spec, Weightlist { entries }));
+            hint.weightlists.push((slot.spec, Weightlist::new(entries)));
         }
         hint
     }
@@ -396,8 +396,7 @@ mod tests {
     fn counts(hint: &CipHint, s: &str) -> Vec<(String, u64)> {
         hint.weightlist(&spec(s))
             .unwrap()
-            .entries
-            .iter()
+            .entries()
             .map(|e| (String::from_utf8(e.value.to_vec()).unwrap(), e.count))
             .collect()
     }
@@ -446,8 +445,7 @@ mod tests {
         let hint = build(&input, &["D:A"], Thresholds::default());
         let got: Vec<(usize, u64)> = hint.weightlists[0]
             .1
-            .entries
-            .iter()
+            .entries()
             .map(|e| (e.value.len(), e.count))
             .collect();
         assert_eq!(
@@ -589,11 +587,11 @@ mod tests {
                 let expected = oracle(&objects, s, threshold);
                 let list = hint.weightlist(s).unwrap();
                 let got: BTreeMap<Vec<u8>, u64> =
-                    list.entries.iter().map(|e| (e.value.to_vec(), e.count)).collect();
-                prop_assert_eq!(got.len(), list.entries.len(), "values are distinct");
+                    list.entries().map(|e| (e.value.to_vec(), e.count)).collect();
+                prop_assert_eq!(got.len(), list.len(), "values are distinct");
                 prop_assert_eq!(&got, &expected);
                 // Descending count, then ascending bytes.
-                for w in list.entries.windows(2) {
+                for w in list.clone().into_entries().windows(2) {
                     prop_assert!(w[0].count > w[1].count
                         || (w[0].count == w[1].count && w[0].value < w[1].value));
                 }

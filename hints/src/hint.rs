@@ -402,7 +402,7 @@ impl CipHint {
             url: "-".into(),
             total_object_count: total,
             attributes: vec![spec.clone()],
-            weightlists: vec![(spec, Weightlist { entries })],
+            weightlists: vec![(spec, Weightlist::new(entries))],
             ..Self::default()
         }
     }
@@ -537,16 +537,13 @@ impl CipHint {
             {
                 warnings.push(HintWarning::DuplicateWeightlist { spec: spec.clone() });
             }
-            let mut seen = std::collections::HashSet::with_capacity(list.entries.len());
-            for e in &list.entries {
-                if !seen.insert(&e.value[..]) {
-                    warnings.push(HintWarning::DuplicateValue {
-                        spec: spec.clone(),
-                        value: e.value.clone(),
-                    });
-                }
+            for value in repeated_values(list) {
+                warnings.push(HintWarning::DuplicateValue {
+                    spec: spec.clone(),
+                    value,
+                });
             }
-            if let Some(max) = list.entries.iter().map(|e| e.count).max()
+            if let Some(max) = list.iter().map(|(_, count)| count).max()
                 && max > self.total_object_count
             {
                 warnings.push(HintWarning::CountExceedsTotal {
@@ -792,9 +789,71 @@ fn parse_attr_list(
     Ok(())
 }
 
+/// The values `list` holds more than once, each repeat in list order (a value held three
+/// times is reported twice).
+///
+/// Exact, and light for a list of millions: the values' 64-bit hashes are sorted (8 bytes
+/// per entry, not a set of the values), and only entries whose hashes collide are compared.
+fn repeated_values(list: &Weightlist) -> Vec<Bytes> {
+    let state = foldhash::quality::FixedState::default();
+    let mut hashes: Vec<(u64, usize)> = list
+        .iter()
+        .enumerate()
+        .map(|(i, (v, _))| (std::hash::BuildHasher::hash_one(&state, &v[..]), i))
+        .collect();
+    hashes.sort_unstable();
+    let mut candidates: Vec<usize> = Vec::new();
+    for run in hashes.chunk_by(|a, b| a.0 == b.0).filter(|r| r.len() > 1) {
+        candidates.extend(run.iter().map(|&(_, i)| i));
+    }
+    drop(hashes);
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    candidates.sort_unstable();
+    let mut seen: std::collections::HashSet<Bytes> = std::collections::HashSet::new();
+    let mut repeats = Vec::new();
+    let mut next = candidates.iter().peekable();
+    for (i, (v, _)) in list.iter().enumerate() {
+        if next.peek().is_some_and(|&&c| c == i) {
+            next.next();
+            let v = Bytes::copy_from_slice(&v);
+            if seen.contains(&v) {
+                repeats.push(v);
+            } else {
+                seen.insert(v);
+            }
+        }
+    }
+    repeats
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repeated_values_are_exact_and_in_list_order() {
+        let list = crate::weightlist::parse(&Bytes::from_static(
+            br"a;1, b;2, a;3, c\,d;1, c\,d;1, a;1, e;1",
+        ))
+        .unwrap();
+        assert_eq!(
+            repeated_values(&list),
+            [
+                Bytes::from_static(b"a"),
+                Bytes::from_static(b"c,d"),
+                Bytes::from_static(b"a")
+            ]
+        );
+        let distinct: Weightlist = (0..10_000)
+            .map(|i| WeightEntry {
+                value: Bytes::from(format!("v{i}")),
+                count: 1,
+            })
+            .collect();
+        assert!(repeated_values(&distinct).is_empty());
+    }
     use cip_proto::soif::{Limits, SoifObject, parse_all};
     use proptest::prelude::*;
 
@@ -867,13 +926,7 @@ mod tests {
         );
         assert_eq!(hint.sources, ["http://s/"]);
         assert_eq!(hint.total_object_count, 7);
-        assert_eq!(
-            hint.weightlist(&spec("DOCUMENT:AUTHOR"))
-                .unwrap()
-                .entries
-                .len(),
-            1
-        );
+        assert_eq!(hint.weightlist(&spec("DOCUMENT:AUTHOR")).unwrap().len(), 1);
         assert_eq!(hint.threshold(&spec("image:subject")), Some(2));
         assert_eq!(hint.extra.len(), 1);
         assert_eq!(hint.date.as_deref(), Some("Sun, 05 Jan 1997 08:33:33 GMT"));
@@ -1043,7 +1096,7 @@ mod tests {
                     count,
                 }
             });
-        let list = prop::collection::vec(entry, 0..5).prop_map(|entries| Weightlist { entries });
+        let list = prop::collection::vec(entry, 0..5).prop_map(Weightlist::new);
         (
             "[a-z:/.]{1,12}",
             prop::collection::vec(spec_strategy(), 0..4),

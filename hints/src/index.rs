@@ -43,7 +43,7 @@ use memchr::memmem;
 
 use crate::hasher::RandomState;
 use crate::memo::Memo;
-use crate::pages::Pages;
+use crate::pages::{Pages, PagesMut};
 use crate::sums::{Store, Summaries, Summary};
 
 /// Most ids [`Segment::touch_postings`] takes at once.
@@ -169,37 +169,97 @@ pub(crate) fn cmp_folded(a: &[u8], b: &[u8]) -> Ordering {
 /// Builds one segment from many imports at once by interning values in a hash table and
 /// sorting only the distinct ones: the bulk-load path, much cheaper than merging one small
 /// segment per import.
+///
+/// Kept small, for it sits beside the segment it builds: per distinct value its bytes and
+/// 12 bytes, per posting 20, and a table of 4 bytes per slot at most half full.
 #[derive(Debug, Default)]
 pub(crate) struct BulkBuilder {
     /// Open addressing: value id + 1, 0 when empty.
     table: Vec<u32>,
     /// Representative spellings, concatenated.
     arena: Vec<u8>,
-    /// `(start, len)` of each value in `arena`, and its hash.
-    spans: Vec<(usize, u32, u64)>,
-    /// `(value id, attribute, slot, count)`.
-    postings: Vec<(u32, u32, u32, u64)>,
-    scratch: Vec<(u32, u32, u64)>,
+    /// Per value id, where its spelling is in `arena`, and its tag.
+    spans: Vec<Span>,
+    /// The postings of every import added so far.
+    postings: Vec<Posting>,
+}
+
+/// A value of a [`BulkBuilder`]: its spelling at `arena[start..start + len]`, and `tag`, the
+/// high half of its hash, which picks its home in the table and settles nearly every
+/// mismatch there without reading the arena.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    len: u32,
+    tag: u32,
+}
+
+/// One posting of a [`BulkBuilder`]: value (its id, then its rank once sorted), attribute,
+/// slot, count (in two halves: 20 bytes, not the 24 a `u64` field would align to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Posting {
+    value: u32,
+    attr: u32,
+    slot: u32,
+    count_hi: u32,
+    count_lo: u32,
+}
+
+impl Posting {
+    fn new(value: u32, attr: u32, slot: u32, count: u64) -> Self {
+        Self {
+            value,
+            attr,
+            slot,
+            count_hi: (count >> 32) as u32,
+            count_lo: count as u32,
+        }
+    }
+
+    fn count(&self) -> u64 {
+        u64::from(self.count_hi) << 32 | u64::from(self.count_lo)
+    }
+}
+
+/// The table position a tag is looked for first.
+#[inline]
+fn tag_home(tag: u32, mask: usize) -> usize {
+    tag as usize & mask
 }
 
 impl BulkBuilder {
     fn value(&self, id: u32) -> &[u8] {
-        let (start, len, _) = self.spans[id as usize];
-        &self.arena[start..start + len as usize]
+        let s = self.spans[id as usize];
+        &self.arena[s.start as usize..s.start as usize + s.len as usize]
     }
 
-    /// Grows the table so that `more` values can be added without growing it again.
-    fn reserve(&mut self, more: usize) {
-        if (self.spans.len() + more) * 2 >= self.table.len() {
+    /// Makes room for `values` more distinct values of `bytes` bytes together and
+    /// `postings` more postings, so that adding them grows nothing. A caller that knows an
+    /// import's size says so first: the buffers are then allocated once, at their size,
+    /// instead of grown (never held twice while copied, and a big allocation made at once
+    /// is one the allocator returns to the system as soon as it is freed).
+    ///
+    /// Only what is written front to back is reserved so: pages of it never written cost
+    /// nothing. The hash table, written all over, grows as values come.
+    pub(crate) fn reserve(&mut self, values: usize, postings: usize, bytes: usize) {
+        self.postings.reserve(postings);
+        self.spans.reserve(values);
+        self.arena.reserve(bytes);
+    }
+
+    /// Grows the table so that `values` more values can be added without growing it again.
+    fn table_room(&mut self, values: usize) {
+        if (self.spans.len() + values) * 2 >= self.table.len() {
             let mut size = (self.table.len() * 2).max(1024);
-            while (self.spans.len() + more) * 2 >= size {
+            while (self.spans.len() + values) * 2 >= size {
                 size *= 2;
             }
+            let mask = size - 1;
             let mut table = vec![0u32; size];
-            for (id, &(_, _, h)) in self.spans.iter().enumerate() {
-                let mut at = h as usize & (size - 1);
+            for (id, s) in self.spans.iter().enumerate() {
+                let mut at = tag_home(s.tag, mask);
                 while table[at] != 0 {
-                    at = (at + 1) & (size - 1);
+                    at = (at + 1) & mask;
                 }
                 table[at] = id as u32 + 1;
             }
@@ -208,18 +268,18 @@ impl BulkBuilder {
     }
 
     /// The id of `value` (hash `h`, from [`hash_folded`]), added when new. The table must
-    /// have room ([`BulkBuilder::reserve`]).
+    /// have room ([`BulkBuilder::table_room`]).
     fn intern(&mut self, value: &[u8], h: u64) -> Result<u32, SegmentOverflow> {
+        let tag = (h >> 32) as u32;
         let mask = self.table.len() - 1;
-        let mut at = h as usize & mask;
+        let mut at = tag_home(tag, mask);
         loop {
             let entry = self.table[at];
             if entry == 0 {
                 break;
             }
             let id = entry - 1;
-            let (_, _, stored) = self.spans[id as usize];
-            if stored != h {
+            if self.spans[id as usize].tag != tag {
                 at = (at + 1) & mask;
                 continue;
             }
@@ -231,9 +291,9 @@ impl BulkBuilder {
             if current.eq_ignore_ascii_case(value) {
                 if value < current {
                     // Keep the byte-wise smallest spelling; the old bytes stay unused.
-                    let start = self.arena.len();
+                    let start = self.arena_end(value.len())?;
                     self.arena.extend_from_slice(value);
-                    self.spans[id as usize] = (start, value.len() as u32, h);
+                    self.spans[id as usize].start = start;
                 }
                 return Ok(id);
             }
@@ -244,28 +304,35 @@ impl BulkBuilder {
             .filter(|&id| id < u32::MAX - 1)
             .ok_or(SegmentOverflow)?;
         let len = u32::try_from(value.len()).map_err(|_| SegmentOverflow)?;
-        self.spans.push((self.arena.len(), len, h));
+        let start = self.arena_end(value.len())?;
+        self.spans.push(Span { start, len, tag });
         self.arena.extend_from_slice(value);
         self.table[at] = id + 1;
         Ok(id)
     }
 
+    /// Where `len` more bytes would start in the arena, which stays under 4 GiB.
+    fn arena_end(&self, len: usize) -> Result<u32, SegmentOverflow> {
+        let start = u32::try_from(self.arena.len()).map_err(|_| SegmentOverflow)?;
+        u32::try_from(self.arena.len() + len).map_err(|_| SegmentOverflow)?;
+        Ok(start)
+    }
+
     /// Adds one import; returns its distinct values and `(attribute, value)` entries.
-    pub(crate) fn add<'v>(
+    pub(crate) fn add<V: AsRef<[u8]> + Default>(
         &mut self,
-        entries: impl IntoIterator<Item = (&'v [u8], u32, u64)>,
+        entries: impl IntoIterator<Item = (V, u32, u64)>,
         slot: u32,
         hasher: &RandomState,
     ) -> Result<(usize, usize), SegmentOverflow> {
         const BATCH: usize = 16;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
+        let begin = self.postings.len();
         let mut hashes = [0u64; BATCH];
         let mut digest = 0u64;
         // Taken a batch at a time from the iterator: the caller need not collect a hint's
         // entries into a list first (for a hint of millions of values, a large one).
         let mut entries = entries.into_iter();
-        let mut buf: [(&[u8], u32, u64); BATCH] = [(&[], 0, 0); BATCH];
+        let mut buf: [(V, u32, u64); BATCH] = std::array::from_fn(|_| (V::default(), 0, 0));
         loop {
             let mut filled = 0;
             for (slot_in_batch, e) in buf.iter_mut().zip(entries.by_ref()) {
@@ -276,56 +343,62 @@ impl BulkBuilder {
                 break;
             }
             let batch = &buf[..filled];
-            self.reserve(batch.len());
+            self.table_room(batch.len());
             for (h, e) in hashes.iter_mut().zip(batch) {
-                *h = hash_folded(hasher, e.0);
+                *h = hash_folded(hasher, e.0.as_ref());
             }
             // Load, in tight loops, the memory the lookups will read first: the cache misses
             // of a batch then overlap instead of following one another.
             let mask = self.table.len() - 1;
             let mut ids = [0u32; BATCH];
             for (id, &h) in ids.iter_mut().zip(&hashes[..batch.len()]) {
-                *id = self.table[h as usize & mask];
+                *id = self.table[tag_home((h >> 32) as u32, mask)];
             }
-            let mut starts = [0usize; BATCH];
+            let mut starts = [0u32; BATCH];
             for (start, &id) in starts.iter_mut().zip(&ids[..batch.len()]) {
                 if let Some(id) = id.checked_sub(1) {
                     let span = self.spans[id as usize];
-                    digest ^= span.2;
-                    *start = span.0;
+                    digest ^= u64::from(span.tag);
+                    *start = span.start;
                 }
             }
             for &start in &starts[..batch.len()] {
-                digest ^= u64::from(self.arena.get(start).copied().unwrap_or(0));
+                digest ^= u64::from(self.arena.get(start as usize).copied().unwrap_or(0));
             }
-            for (&h, &(value, attr, count)) in hashes.iter().zip(batch) {
-                scratch.push((self.intern(value, h)?, attr, count));
+            for (&h, (value, attr, count)) in hashes.iter().zip(batch) {
+                let id = self.intern(value.as_ref(), h)?;
+                self.postings.push(Posting::new(id, *attr, slot, *count));
             }
         }
         std::hint::black_box(digest);
-        scratch.sort_unstable();
+        // Values this import repeats under one attribute (spelt alike, or folding alike)
+        // become one posting with the counts summed, in place.
+        let mine = &mut self.postings[begin..];
+        mine.sort_unstable();
+        let mut kept = begin;
         let mut distinct = 0;
-        let mut added = 0;
-        let mut k = 0;
-        while k < scratch.len() {
-            let (id, attr, mut count) = scratch[k];
-            if self
-                .postings
-                .last()
-                .is_none_or(|p| p.0 != id || p.2 != slot)
-            {
+        for k in begin..self.postings.len() {
+            let p = self.postings[k];
+            if kept > begin {
+                let last = &mut self.postings[kept - 1];
+                if last.value == p.value && last.attr == p.attr {
+                    *last = Posting::new(
+                        p.value,
+                        p.attr,
+                        slot,
+                        last.count().saturating_add(p.count()),
+                    );
+                    continue;
+                }
+            }
+            if kept == begin || self.postings[kept - 1].value != p.value {
                 distinct += 1;
             }
-            k += 1;
-            while k < scratch.len() && scratch[k].0 == id && scratch[k].1 == attr {
-                count = count.saturating_add(scratch[k].2);
-                k += 1;
-            }
-            self.postings.push((id, attr, slot, count));
-            added += 1;
+            self.postings[kept] = p;
+            kept += 1;
         }
-        self.scratch = scratch;
-        Ok((distinct, added))
+        self.postings.truncate(kept);
+        Ok((distinct, kept - begin))
     }
 
     /// The segment, indexed; without `grams`, its trigram index is left for later
@@ -342,41 +415,46 @@ impl BulkBuilder {
             table,
             arena,
             spans,
-            postings,
-            scratch,
+            mut postings,
         } = self;
-        drop((table, scratch));
+        drop(table);
         let value = |id: u32| {
-            let (start, len, _) = spans[id as usize];
-            &arena[start..start + len as usize]
+            let s = spans[id as usize];
+            &arena[s.start as usize..s.start as usize + s.len as usize]
         };
         let n = spans.len();
         let order = sort_folded(n, value);
-        let mut rank = vec![0u32; n];
+        // The postings by value rank: ids become ranks, then one sort in place.
+        {
+            let mut rank = vec![0u32; n];
+            for (r, &id) in order.iter().enumerate() {
+                rank[id as usize] = r as u32;
+            }
+            for p in &mut postings {
+                p.value = rank[p.value as usize];
+            }
+        }
+        postings.sort_unstable();
+        // A bound on the records' size (every byte maybe uppercase, a group per posting):
+        // they are written straight into their final buffer, whose pages past the real size
+        // are never touched.
+        let bound = spans
+            .iter()
+            .map(|s| HEADER + s.len as usize + (s.len as usize).div_ceil(8))
+            .sum::<usize>()
+            + postings.len() * (GROUP + POSTING);
+        let mut builder = Builder::with_capacity(n, bound);
+        let mut run: Vec<(u32, u32, u64)> = Vec::new();
+        let mut at = 0;
         for (r, &id) in order.iter().enumerate() {
-            rank[id as usize] = r as u32;
+            run.clear();
+            while let Some(p) = postings.get(at).filter(|p| p.value as usize == r) {
+                run.push((p.attr, p.slot, p.count()));
+                at += 1;
+            }
+            builder.push(value(id), &mut run)?;
         }
-        // Counting sort of the postings by value rank.
-        let mut starts = vec![0usize; n + 1];
-        for p in &postings {
-            starts[rank[p.0 as usize] as usize + 1] += 1;
-        }
-        for r in 0..n {
-            starts[r + 1] += starts[r];
-        }
-        let mut fill = starts.clone();
-        let mut sorted = vec![(0u32, 0u32, 0u64); postings.len()];
-        for &(id, attr, slot, count) in &postings {
-            let r = rank[id as usize] as usize;
-            sorted[fill[r]] = (attr, slot, count);
-            fill[r] += 1;
-        }
-        drop((postings, rank, fill));
-        let mut builder = Builder::default();
-        for (r, &id) in order.iter().enumerate() {
-            builder.push(value(id), &mut sorted[starts[r]..starts[r + 1]])?;
-        }
-        drop((sorted, starts, order, arena, spans));
+        drop((postings, order, arena, spans));
         Ok(builder.finish().index(hasher, grams))
     }
 }
@@ -447,26 +525,38 @@ pub(crate) fn hash_folded(hasher: &RandomState, bytes: &[u8]) -> u64 {
 impl Segment {
     /// Builds a segment from one import's entries `(value, attribute, count)`. Values that
     /// fold to the same bytes under one attribute are merged, their counts summed.
-    pub(crate) fn from_entries(
-        entries: Vec<(&[u8], u32, u64)>,
+    pub(crate) fn from_entries<V: AsRef<[u8]>>(
+        entries: Vec<(V, u32, u64)>,
         slot: u32,
         hasher: &RandomState,
     ) -> Result<Self, SegmentOverflow> {
         Ok(Self::from_entries_unindexed(entries, slot)?.index(hasher, true))
     }
 
-    fn from_entries_unindexed(
-        mut entries: Vec<(&[u8], u32, u64)>,
+    fn from_entries_unindexed<V: AsRef<[u8]>>(
+        mut entries: Vec<(V, u32, u64)>,
         slot: u32,
     ) -> Result<Self, SegmentOverflow> {
         // Within a folded group the byte-wise smallest spelling sorts first.
-        entries.sort_unstable_by(|a, b| cmp_folded(a.0, b.0).then_with(|| a.0.cmp(b.0)));
-        let mut builder = Builder::default();
+        entries.sort_unstable_by(|a, b| {
+            let (a, b) = (a.0.as_ref(), b.0.as_ref());
+            cmp_folded(a, b).then_with(|| a.cmp(b))
+        });
+        let bound = entries
+            .iter()
+            .map(|e| {
+                let len = e.0.as_ref().len();
+                HEADER + len + len.div_ceil(8) + GROUP + POSTING
+            })
+            .sum();
+        let mut builder = Builder::with_capacity(entries.len(), bound);
         let mut group: Vec<(u32, u32, u64)> = Vec::new();
         let mut i = 0;
         while i < entries.len() {
             let mut j = i + 1;
-            while j < entries.len() && cmp_folded(entries[i].0, entries[j].0).is_eq() {
+            while j < entries.len()
+                && cmp_folded(entries[i].0.as_ref(), entries[j].0.as_ref()).is_eq()
+            {
                 j += 1;
             }
             group.clear();
@@ -475,7 +565,7 @@ impl Segment {
                     .iter()
                     .map(|(_, attr, count)| (*attr, slot, *count)),
             );
-            builder.push(entries[i].0, &mut group)?;
+            builder.push(entries[i].0.as_ref(), &mut group)?;
             i = j;
         }
         Ok(builder.finish())
@@ -519,7 +609,11 @@ impl Segment {
                 });
             }
         }
-        let mut builder = Builder::default();
+        // Merged records are never bigger than the records they merge.
+        let mut builder = Builder::with_capacity(
+            segments.iter().map(|s| s.len()).sum(),
+            segments.iter().map(|s| s.recs.len()).sum(),
+        );
         let mut group: Vec<(usize, u32)> = Vec::new();
         let mut postings: Vec<(u32, u32, u64)> = Vec::new();
         let mut spelling_buf: Vec<u8> = Vec::new();
@@ -612,17 +706,20 @@ impl Segment {
         // n < u32::MAX (Builder::push), so this cannot overflow usize. A third empty: a
         // hit probes two entries on average, a miss five, nearly always in one cache line.
         let size = (n + n / 2).max(4);
-        let mut table = vec![0u64; size];
+        // Written in place, in its final buffer.
+        let mut table = PagesMut::zeroed(size * 8);
+        let bytes = table.bytes_mut();
         for id in 0..n as u32 {
             let h = hash_lower(hasher, self.folded_value(id));
             let mut at = home(h, size);
-            while table[at] != 0 {
+            while bytes[at * 8..at * 8 + 8] != [0; 8] {
                 at = next_slot(at, size);
             }
             // Record starts are below u32::MAX (Builder::push): `+ 1` fits.
-            table[at] = (h >> 32 << 32) | u64::from(self.starts[id as usize] + 1);
+            let entry = (h >> 32 << 32) | u64::from(self.starts[id as usize] + 1);
+            bytes[at * 8..at * 8 + 8].copy_from_slice(&entry.to_le_bytes());
         }
-        Pages::new(table.iter().flat_map(|e| e.to_le_bytes()).collect())
+        table.freeze()
     }
 
     /// Entries in the exact-match table.
@@ -1293,9 +1390,8 @@ fn partition(n: u32, below: impl Fn(u32) -> bool) -> u32 {
     lo
 }
 
-#[derive(Default)]
 struct Builder {
-    recs: Vec<u8>,
+    recs: PagesMut,
     starts: Vec<u32>,
     attr_bits: Vec<u8>,
     big_counts: Vec<(u32, u64)>,
@@ -1305,6 +1401,19 @@ struct Builder {
 }
 
 impl Builder {
+    /// A builder for about `values` values whose records take at most `bound` bytes.
+    fn with_capacity(values: usize, bound: usize) -> Self {
+        Self {
+            recs: PagesMut::with_capacity(bound),
+            starts: Vec::with_capacity(values),
+            attr_bits: Vec::with_capacity(values),
+            big_counts: Vec::new(),
+            slot_entries: Vec::new(),
+            entries: 0,
+            value_bytes: 0,
+        }
+    }
+
     /// Adds the next value (in folded order) with postings `(attr, slot, count)`; sorts them
     /// and sums duplicates.
     fn push(
@@ -1332,14 +1441,16 @@ impl Builder {
         self.recs.extend_from_slice(&word.to_le_bytes());
         self.recs.extend_from_slice(&0u32.to_le_bytes());
         self.recs.extend_from_slice(&id.to_le_bytes());
-        self.recs
-            .extend(spelling.iter().map(u8::to_ascii_lowercase));
+        let base = self.recs.len();
+        self.recs.extend_from_slice(spelling);
+        self.recs.bytes_mut()[base..].make_ascii_lowercase();
         if upper {
             let base = self.recs.len();
-            self.recs.resize(base + bitmap, 0);
+            self.recs.extend_zeros(bitmap);
+            let bits = &mut self.recs.bytes_mut()[base..];
             for (k, b) in spelling.iter().enumerate() {
                 if b.is_ascii_uppercase() {
-                    self.recs[base + k / 8] |= 1 << (k % 8);
+                    bits[k / 8] |= 1 << (k % 8);
                 }
             }
         }
@@ -1363,7 +1474,7 @@ impl Builder {
                 Some((_, a, n)) if *a == attr => *n += 1,
                 _ => {
                     if let Some((pos, _, n)) = group {
-                        self.recs[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
+                        self.recs.bytes_mut()[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
                     }
                     self.recs.extend_from_slice(&attr.to_le_bytes());
                     bits |= attr_bit(attr);
@@ -1388,16 +1499,16 @@ impl Builder {
             self.slot_entries[s] += 1;
         }
         if let Some((pos, _, n)) = group {
-            self.recs[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
+            self.recs.bytes_mut()[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
         }
-        self.recs[at + 4..at + 8].copy_from_slice(&groups.to_le_bytes());
+        self.recs.bytes_mut()[at + 4..at + 8].copy_from_slice(&groups.to_le_bytes());
         self.attr_bits.push(bits);
         Ok(())
     }
 
     fn finish(self) -> Segment {
         let mut seg = Segment {
-            recs: Pages::new(self.recs),
+            recs: self.recs.freeze(),
             starts: self.starts,
             attr_bits: self.attr_bits,
             table: Pages::default(),

@@ -25,6 +25,8 @@
 //! RFC's comma escape still read such values right). Entries are joined by `", "`, as in the
 //! RFC example, with no trailing comma.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 /// One `Value;Object-Count` entry of a weightlist.
@@ -36,12 +38,196 @@ pub struct WeightEntry {
     pub count: u64,
 }
 
-/// The weighted values of one attribute.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The weighted values of one attribute, in the order the hint lists them.
+///
+/// A parsed weightlist keeps the checked text it was read from and reads its entries from
+/// there each time they are iterated: a hint of millions of values then costs its payload
+/// and nothing more until it is indexed (a list of entries would cost 40 bytes per value on
+/// top, twice the payload). A built or edited one holds its entries. The two compare equal
+/// when their entries are equal.
+#[derive(Clone, Default)]
 pub struct Weightlist {
-    /// Entries in the order the hint lists them.
-    pub entries: Vec<WeightEntry>,
+    repr: Repr,
 }
+
+#[derive(Clone)]
+enum Repr {
+    /// Entries held as such.
+    Entries(Vec<WeightEntry>),
+    /// The weightlist text, checked by [`parse`], and how many entries it holds.
+    Text { text: Bytes, len: usize },
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Self::Entries(Vec::new())
+    }
+}
+
+impl Weightlist {
+    /// A weightlist of `entries`, in that order.
+    pub fn new(entries: Vec<WeightEntry>) -> Self {
+        Self {
+            repr: Repr::Entries(entries),
+        }
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Repr::Entries(e) => e.len(),
+            Repr::Text { len, .. } => *len,
+        }
+    }
+
+    /// True when it holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// At least the bytes of its values together, known without reading them (a parsed
+    /// weightlist's text is longer than its values), to size buffers up front.
+    pub fn value_bytes_bound(&self) -> usize {
+        match &self.repr {
+            Repr::Entries(e) => e.iter().map(|e| e.value.len()).sum(),
+            Repr::Text { text, .. } => text.len(),
+        }
+    }
+
+    /// The entries, as `(value, count)`; a value is borrowed unless it had to be unescaped.
+    /// Cheapest way to read a parsed weightlist: no reference count is touched.
+    pub fn iter(&self) -> Iter<'_> {
+        match &self.repr {
+            Repr::Entries(e) => Iter {
+                inner: IterInner::Entries(e.iter()),
+            },
+            Repr::Text { text, len } => Iter {
+                inner: IterInner::Text {
+                    text,
+                    scan: Scanner::default(),
+                    left: *len,
+                },
+            },
+        }
+    }
+
+    /// The entries, owned; values of a parsed weightlist are slices of its text where no
+    /// escape had to be undone.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = WeightEntry> + '_ {
+        self.iter().map(|(value, count)| WeightEntry {
+            value: match value {
+                Cow::Borrowed(v) => match &self.repr {
+                    Repr::Text { text, .. } => text.slice_ref(v),
+                    Repr::Entries(_) => Bytes::copy_from_slice(v),
+                },
+                Cow::Owned(v) => Bytes::from(v),
+            },
+            count,
+        })
+    }
+
+    /// The entries as a list, to edit in place (a parsed weightlist is read into one first).
+    pub fn entries_mut(&mut self) -> &mut Vec<WeightEntry> {
+        if let Repr::Text { .. } = self.repr {
+            self.repr = Repr::Entries(self.entries().collect());
+        }
+        match &mut self.repr {
+            Repr::Entries(e) => e,
+            Repr::Text { .. } => unreachable!("converted just above"),
+        }
+    }
+
+    /// The entries as a list.
+    pub fn into_entries(self) -> Vec<WeightEntry> {
+        match self.repr {
+            Repr::Entries(e) => e,
+            Repr::Text { .. } => self.entries().collect(),
+        }
+    }
+}
+
+impl From<Vec<WeightEntry>> for Weightlist {
+    fn from(entries: Vec<WeightEntry>) -> Self {
+        Self::new(entries)
+    }
+}
+
+impl FromIterator<WeightEntry> for Weightlist {
+    fn from_iter<I: IntoIterator<Item = WeightEntry>>(iter: I) -> Self {
+        Self::new(iter.into_iter().collect())
+    }
+}
+
+impl PartialEq for Weightlist {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Weightlist {}
+
+impl std::fmt::Debug for Weightlist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(
+                self.iter()
+                    .map(|(v, c)| (String::from_utf8_lossy(&v).into_owned(), c)),
+            )
+            .finish()
+    }
+}
+
+/// The entries of a [`Weightlist`], as `(value, count)` ([`Weightlist::iter`]).
+#[derive(Debug, Clone)]
+pub struct Iter<'a> {
+    inner: IterInner<'a>,
+}
+
+#[derive(Debug, Clone)]
+enum IterInner<'a> {
+    Entries(std::slice::Iter<'a, WeightEntry>),
+    Text {
+        text: &'a Bytes,
+        scan: Scanner,
+        /// Entries not yet read.
+        left: usize,
+    },
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (Cow<'a, [u8]>, u64);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.inner {
+            IterInner::Entries(it) => it.next().map(|e| (Cow::Borrowed(&e.value[..]), e.count)),
+            IterInner::Text { text, scan, left } => {
+                // The text was checked when it was parsed: it reads without error.
+                let e = scan.next_entry(text).and_then(Result::ok)?;
+                *left = left.saturating_sub(1);
+                let raw = &text[e.start..e.semi];
+                Some((
+                    if e.escaped {
+                        Cow::Owned(unescape(raw))
+                    } else {
+                        Cow::Borrowed(raw)
+                    },
+                    e.count,
+                ))
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match &self.inner {
+            IterInner::Entries(it) => it.len(),
+            IterInner::Text { left, .. } => *left,
+        };
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
 
 /// A weightlist value that cannot be read; `offset` is a byte offset within the value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,26 +263,61 @@ pub enum WeightlistErrorKind {
     DanglingEscape,
 }
 
-/// Parses a weightlist value. Values without escapes are zero-copy slices of `value`.
+/// Parses a weightlist value: checks every entry and keeps `value` (a reference to it, not
+/// a copy) to read them from. Values without escapes are zero-copy slices of `value`.
 ///
 /// # Errors
 /// [`WeightlistError`] with the offset of the first problem.
 pub fn parse(value: &Bytes) -> Result<Weightlist, WeightlistError> {
-    let buf: &[u8] = value;
-    let mut entries = Vec::new();
-    let mut pos = 0;
-    while pos < buf.len() {
-        // Skip whitespace before the entry.
-        while pos < buf.len() && is_space(buf[pos]) {
-            pos += 1;
-        }
-        if pos == buf.len() {
-            break;
-        }
-        if buf[pos] == b',' {
+    let mut scan = Scanner::default();
+    let mut len = 0;
+    while let Some(e) = scan.next_entry(value) {
+        e?;
+        len += 1;
+    }
+    Ok(Weightlist {
+        repr: Repr::Text {
+            text: value.clone(),
+            len,
+        },
+    })
+}
+
+/// Where a reading of a weightlist text stands.
+#[derive(Debug, Clone, Default)]
+struct Scanner {
+    pos: usize,
+}
+
+/// One entry found in a weightlist text.
+struct RawEntry {
+    /// Where its value starts.
+    start: usize,
+    /// Where the `;` before its count is (its value ends there).
+    semi: usize,
+    /// True when the value holds escapes.
+    escaped: bool,
+    count: u64,
+}
+
+impl Scanner {
+    /// The next entry of `buf` (see the module rules), `None` at the end.
+    fn next_entry(&mut self, buf: &[u8]) -> Option<Result<RawEntry, WeightlistError>> {
+        let mut pos = self.pos;
+        loop {
+            // Skip whitespace before the entry.
+            while pos < buf.len() && is_space(buf[pos]) {
+                pos += 1;
+            }
+            if pos == buf.len() {
+                self.pos = pos;
+                return None;
+            }
+            if buf[pos] != b',' {
+                break;
+            }
             // Empty entry (`a;1,,b;2`, or whitespace then a comma).
             pos += 1;
-            continue;
         }
         let start = pos;
         let mut last_semicolon = None;
@@ -111,10 +332,11 @@ pub fn parse(value: &Bytes) -> Result<Weightlist, WeightlistError> {
             match buf[at] {
                 b'\\' => {
                     if at + 1 == buf.len() {
-                        return Err(WeightlistError {
+                        self.pos = buf.len();
+                        return Some(Err(WeightlistError {
                             offset: at,
                             kind: WeightlistErrorKind::DanglingEscape,
-                        });
+                        }));
                     }
                     escaped = true;
                     pos = at + 2;
@@ -130,37 +352,38 @@ pub fn parse(value: &Bytes) -> Result<Weightlist, WeightlistError> {
             }
         }
         let end = pos;
+        // Step over the comma.
+        self.pos = if pos < buf.len() { pos + 1 } else { pos };
         let Some(semi) = last_semicolon else {
-            return Err(WeightlistError {
+            self.pos = buf.len();
+            return Some(Err(WeightlistError {
                 offset: start,
                 kind: WeightlistErrorKind::MissingCount,
-            });
+            }));
         };
-        let count = parse_count(&buf[semi + 1..end], semi + 1)?;
-        let value = if escaped {
-            Bytes::from(unescape(&buf[start..semi]))
-        } else {
-            value.slice(start..semi)
-        };
-        entries.push(WeightEntry { value, count });
-        if pos < buf.len() {
-            // Step over the comma.
-            pos += 1;
-        }
+        Some(
+            parse_count(&buf[semi + 1..end], semi + 1)
+                .map(|count| RawEntry {
+                    start,
+                    semi,
+                    escaped,
+                    count,
+                })
+                .inspect_err(|_| self.pos = buf.len()),
+        )
     }
-    Ok(Weightlist { entries })
 }
 
 /// Appends the canonical encoding of `list` to `out`.
 pub fn write(list: &Weightlist, out: &mut Vec<u8>) {
     let mut digits = itoa::Buffer::new();
-    for (i, e) in list.entries.iter().enumerate() {
+    for (i, (value, count)) in list.iter().enumerate() {
         if i > 0 {
             out.extend_from_slice(b", ");
         }
-        escape_value(&e.value, out);
+        escape_value(&value, out);
         out.push(b';');
-        out.extend_from_slice(digits.format(e.count).as_bytes());
+        out.extend_from_slice(digits.format(count).as_bytes());
     }
 }
 
@@ -191,7 +414,10 @@ pub fn escape_value(value: &[u8], out: &mut Vec<u8>) {
 }
 
 fn encoded_len_hint(list: &Weightlist) -> usize {
-    list.entries.iter().map(|e| e.value.len() + 24).sum()
+    match &list.repr {
+        Repr::Entries(e) => e.iter().map(|e| e.value.len() + 24).sum(),
+        Repr::Text { text, len } => text.len() + len,
+    }
 }
 
 /// Whitespace skipped before an entry.
@@ -251,11 +477,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn entries(list: &Weightlist) -> Vec<(&[u8], u64)> {
-        list.entries
-            .iter()
-            .map(|e| (&e.value[..], e.count))
-            .collect()
+    fn entries(list: &Weightlist) -> Vec<(Vec<u8>, u64)> {
+        list.iter().map(|(v, c)| (v.into_owned(), c)).collect()
+    }
+
+    fn want(entries: &[(&[u8], u64)]) -> Vec<(Vec<u8>, u64)> {
+        entries.iter().map(|&(v, c)| (v.to_vec(), c)).collect()
     }
 
     #[test]
@@ -266,12 +493,12 @@ mod tests {
         .unwrap();
         assert_eq!(
             entries(&l),
-            [
+            want(&[
                 (&b"Shuttle"[..], 100),
                 (b"Planet", 227),
                 (b"Moon", 15),
                 (b"Sun", 33)
-            ]
+            ])
         );
         let l = parse(&Bytes::from_static(
             br"Grizzard;12, Aldrin\, Buzz;15, Aldrin\, James;45,",
@@ -279,33 +506,31 @@ mod tests {
         .unwrap();
         assert_eq!(
             entries(&l),
-            [
+            want(&[
                 (&b"Grizzard"[..], 12),
                 (b"Aldrin, Buzz", 15),
                 (b"Aldrin, James", 45)
-            ]
+            ])
         );
     }
 
     #[test]
     fn tolerated_forms() {
         let l = parse(&Bytes::from_static(b"\r\n a;1,\n\tb;2 ,, ,c ; 3 ,")).unwrap();
-        assert_eq!(entries(&l), [(&b"a"[..], 1), (b"b", 2), (b"c ", 3)]);
-        assert!(parse(&Bytes::new()).unwrap().entries.is_empty());
-        assert!(
-            parse(&Bytes::from_static(b" , ,"))
-                .unwrap()
-                .entries
-                .is_empty()
-        );
+        assert_eq!(entries(&l), want(&[(&b"a"[..], 1), (b"b", 2), (b"c ", 3)]));
+        assert!(parse(&Bytes::new()).unwrap().is_empty());
+        assert!(parse(&Bytes::from_static(b" , ,")).unwrap().is_empty());
     }
 
     #[test]
     fn count_follows_last_semicolon() {
         let l = parse(&Bytes::from_static(br"a;b;3, x\;y;4, p;q\;5;6")).unwrap();
-        assert_eq!(entries(&l), [(&b"a;b"[..], 3), (b"x;y", 4), (b"p;q;5", 6)]);
+        assert_eq!(
+            entries(&l),
+            want(&[(&b"a;b"[..], 3), (b"x;y", 4), (b"p;q;5", 6)])
+        );
         let l = parse(&Bytes::from_static(br"c:\\dir;1, \ lead;2")).unwrap();
-        assert_eq!(entries(&l), [(&br"c:\dir"[..], 1), (b" lead", 2)]);
+        assert_eq!(entries(&l), want(&[(&br"c:\dir"[..], 1), (b" lead", 2)]));
     }
 
     #[test]
@@ -339,35 +564,75 @@ mod tests {
 
     #[test]
     fn canonical_output() {
-        let list = Weightlist {
-            entries: vec![
-                WeightEntry {
-                    value: Bytes::from_static(b"Aldrin, Buzz"),
-                    count: 15,
-                },
-                WeightEntry {
-                    value: Bytes::from_static(br"a\b;c"),
-                    count: 1,
-                },
-                WeightEntry {
-                    value: Bytes::from_static(b" x "),
-                    count: 2,
-                },
-                WeightEntry {
-                    value: Bytes::new(),
-                    count: 3,
-                },
-            ],
-        };
+        let list = Weightlist::new(vec![
+            WeightEntry {
+                value: Bytes::from_static(b"Aldrin, Buzz"),
+                count: 15,
+            },
+            WeightEntry {
+                value: Bytes::from_static(br"a\b;c"),
+                count: 1,
+            },
+            WeightEntry {
+                value: Bytes::from_static(b" x "),
+                count: 2,
+            },
+            WeightEntry {
+                value: Bytes::new(),
+                count: 3,
+            },
+        ]);
         assert_eq!(encode(&list), br"Aldrin\, Buzz;15, a\\b;c;1, \ x ;2, ;3");
         assert_eq!(parse(&Bytes::from(encode(&list))).unwrap(), list);
+    }
+
+    #[test]
+    fn parsed_and_built_lists_behave_alike() {
+        let text = Bytes::from_static(br"Aldrin\, Buzz;15, Moon;2,");
+        let parsed = parse(&text).unwrap();
+        let built = Weightlist::new(vec![
+            WeightEntry {
+                value: Bytes::from_static(b"Aldrin, Buzz"),
+                count: 15,
+            },
+            WeightEntry {
+                value: Bytes::from_static(b"Moon"),
+                count: 2,
+            },
+        ]);
+        assert_eq!(parsed, built);
+        assert_eq!((parsed.len(), parsed.is_empty()), (2, false));
+        assert!(parsed.value_bytes_bound() >= 16);
+        assert_eq!(built.value_bytes_bound(), 16);
+        assert_eq!(parsed.iter().len(), 2);
+        assert_eq!(
+            parsed.entries().collect::<Vec<_>>(),
+            built.clone().into_entries()
+        );
+        assert_eq!(parsed.clone().into_entries(), built.clone().into_entries());
+        assert_eq!(format!("{parsed:?}"), format!("{built:?}"));
+        assert_eq!(encode(&parsed), encode(&built));
+        // The escaped value is unescaped into its own bytes, the other one is borrowed.
+        let mut it = parsed.iter();
+        assert!(matches!(it.next(), Some((Cow::Owned(_), 15))));
+        assert!(matches!(it.next(), Some((Cow::Borrowed(b"Moon"), 2))));
+        assert_eq!(it.next(), None);
+        // Editing a parsed list reads it into entries first.
+        let mut edited = parsed.clone();
+        edited.entries_mut()[1].count = 3;
+        assert_ne!(edited, parsed);
+        assert_eq!(edited.iter().nth(1).map(|(_, c)| c), Some(3));
+        assert_ne!(parsed, Weightlist::default());
     }
 
     #[test]
     fn unescaped_values_are_slices() {
         let src = Bytes::from_static(b"abc;1");
         let l = parse(&src).unwrap();
-        assert_eq!(l.entries[0].value.as_ptr(), src.as_ptr());
+        assert_eq!(l.entries().next().unwrap().value.as_ptr(), src.as_ptr());
+        assert!(
+            matches!(l.iter().next(), Some((Cow::Borrowed(v), 1)) if v.as_ptr() == src.as_ptr())
+        );
     }
 
     fn value_strategy() -> impl Strategy<Value = Vec<u8>> {
@@ -382,14 +647,16 @@ mod tests {
     proptest! {
         #[test]
         fn round_trip(list in prop::collection::vec((value_strategy(), any::<u64>()), 0..8)) {
-            let list = Weightlist {
-                entries: list
+            // Read back both ways: lazily from the text, and as a list.
+            let list = Weightlist::new(list
                     .into_iter()
                     .map(|(v, count)| WeightEntry { value: Bytes::from(v), count })
-                    .collect(),
-            };
+                    .collect());
             let encoded = Bytes::from(encode(&list));
-            prop_assert_eq!(parse(&encoded).unwrap(), list);
+            let parsed = parse(&encoded).unwrap();
+            prop_assert_eq!(parsed.len(), list.len());
+            prop_assert_eq!(parsed.clone().into_entries(), list.clone().into_entries());
+            prop_assert_eq!(parsed, list);
         }
 
         #[test]

@@ -14,8 +14,7 @@ fn spec(s: &str) -> AttrSpec {
 fn entries(hint: &CipHint, s: &str) -> Vec<(Bytes, u64)> {
     hint.weightlist(&spec(s))
         .unwrap()
-        .entries
-        .iter()
+        .entries()
         .map(|e| (e.value.clone(), e.count))
         .collect()
 }

@@ -103,7 +103,7 @@ fn to_hint(p: &Peer) -> CipHint {
             })
             .collect();
         hint.weightlists
-            .push((spec.clone(), Weightlist { entries }));
+            .push((spec.clone(), Weightlist::new(entries)));
         if p.threshold > 0 {
             hint.thresholds.push((spec, p.threshold));
         }
@@ -332,7 +332,7 @@ fn replacement_is_atomic_under_concurrent_readers() {
         CipHint {
             url: "-".into(),
             total_object_count: k,
-            weightlists: vec![(spec, Weightlist { entries })],
+            weightlists: vec![(spec, Weightlist::new(entries))],
             ..CipHint::default()
         }
     }

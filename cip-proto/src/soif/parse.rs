@@ -464,19 +464,7 @@ impl SoifDecoder {
             Step::Object(end) => {
                 let bytes = buf.split_to(end).freeze();
                 self.base += end as u64;
-                let st = &mut self.state;
-                let template = Identifier::from_checked(bytes.slice(st.template.clone()));
-                let url = bytes.slice(st.url.clone());
-                let attributes = st
-                    .attributes
-                    .drain(..)
-                    .map(|(n, v)| Attribute {
-                        name: Identifier::from_checked(bytes.slice(n)),
-                        value: bytes.slice(v),
-                    })
-                    .collect();
-                st.reset();
-                Ok(Some(SoifObject::from_parts(template, url, attributes)))
+                Ok(Some(take_object(&bytes, &mut self.state)))
             }
             Step::Idle => {
                 // Drop the whitespace seen so far so the buffer does not grow between objects.
@@ -550,16 +538,45 @@ impl Decoder for SoifDecoder {
 
 /// Parses a whole in-memory SOIF stream into owned objects.
 ///
+/// The objects' names and values are slices of `input`, which is never copied (a hint of
+/// tens of megabytes is held once, not twice).
+///
 /// # Errors
 /// The first [`SoifError`], with its absolute offset.
 pub fn parse_all(input: impl Into<Bytes>, limits: Limits) -> Result<Vec<SoifObject>, SoifError> {
-    let mut buf = BytesMut::from(input.into());
-    let mut dec = SoifDecoder::new(limits);
+    let mut rest: Bytes = input.into();
+    let mut state = ScanState::new();
+    let mut base = 0u64;
     let mut out = Vec::new();
-    while let Some(obj) = dec.decode_eof(&mut buf)? {
-        out.push(obj);
+    loop {
+        match scan(&rest, &mut state, &limits, true).map_err(|e| e.shifted(base))? {
+            Step::Object(end) => {
+                let bytes = rest.split_to(end);
+                base += end as u64;
+                out.push(take_object(&bytes, &mut state));
+            }
+            // At the end of the input only whitespace is left (or, for `More`, nothing a
+            // scan at end of input could complete: it reports that as an error).
+            Step::Idle | Step::More => return Ok(out),
+        }
     }
-    Ok(out)
+}
+
+/// The object `scan` found, its parts sliced out of `bytes` (the object's own bytes, from
+/// the start of the scan); resets `st` for the next one.
+fn take_object(bytes: &Bytes, st: &mut ScanState) -> SoifObject {
+    let template = Identifier::from_checked(bytes.slice(st.template.clone()));
+    let url = bytes.slice(st.url.clone());
+    let attributes = st
+        .attributes
+        .drain(..)
+        .map(|(n, v)| Attribute {
+            name: Identifier::from_checked(bytes.slice(n)),
+            value: bytes.slice(v),
+        })
+        .collect();
+    st.reset();
+    SoifObject::from_parts(template, url, attributes)
 }
 
 /// One attribute-value pair borrowed from the input.

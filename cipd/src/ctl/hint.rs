@@ -288,7 +288,7 @@ fn hint_json(hint: &CipHint) -> (Value, Vec<(AttrSpec, usize)>) {
             continue;
         };
         let mut not_text = 0;
-        for e in &list.entries {
+        for e in list.entries() {
             match std::str::from_utf8(&e.value) {
                 Ok(v) => {
                     // A value listed twice (or in a second weightlist for the same spelling)
@@ -347,7 +347,7 @@ fn write_tables(hint: &CipHint, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
             "Weightlist-[{spec}] ({} values{threshold})",
-            list.entries.len()
+            list.len()
         )?;
         let mut t = Table::new();
         t.load_style(UTF8_FULL_CONDENSED)
@@ -356,7 +356,7 @@ fn write_tables(hint: &CipHint, out: &mut impl Write) -> io::Result<()> {
             Cell::new("Value"),
             Cell::new("Objects").set_alignment(CellAlignment::Right),
         ]);
-        for e in &list.entries {
+        for e in list.entries() {
             t.add_row(vec![
                 Cell::new(printable(&e.value)),
                 Cell::new(e.count).set_alignment(CellAlignment::Right),
@@ -524,18 +524,16 @@ mod tests {
         let spec = AttrSpec::parse("D:A").unwrap();
         hint.weightlists.push((
             spec,
-            hints::hint::Weightlist {
-                entries: vec![
-                    hints::hint::WeightEntry {
-                        value: bytes::Bytes::from_static(b"ok"),
-                        count: 2,
-                    },
-                    hints::hint::WeightEntry {
-                        value: bytes::Bytes::from_static(b"\xff"),
-                        count: 1,
-                    },
-                ],
-            },
+            hints::hint::Weightlist::new(vec![
+                hints::hint::WeightEntry {
+                    value: bytes::Bytes::from_static(b"ok"),
+                    count: 2,
+                },
+                hints::hint::WeightEntry {
+                    value: bytes::Bytes::from_static(b"\xff"),
+                    count: 1,
+                },
+            ]),
         ));
         let dir = tempfile::tempdir().unwrap();
         let file = temp_file(&dir, "h.soif", &hint.to_soif().to_bytes());

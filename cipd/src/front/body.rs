@@ -60,6 +60,7 @@ pub async fn read(
         if let Some(r) = &mut reservation {
             r.cover(out.len() + data.len(), deadline).await?;
         }
+        crate::sys::alloc::reserve(&mut out, data.len());
         out.extend_from_slice(&data);
     }
     Ok((out.freeze(), reservation))

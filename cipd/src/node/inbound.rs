@@ -160,15 +160,57 @@ impl Node {
         };
         let (hint, stored, verdict) = hint;
         let received = SystemTime::now();
+        let IndexObject {
+            index_type,
+            dsi,
+            base_uris,
+            dsi_description,
+            payload,
+        } = obj;
+        // From here on the payload lives only in the hint, whose values are slices of it:
+        // the import thread drops the hint once the table has read it, and with it the
+        // payload, before the table's new segment is finished.
+        drop(payload);
         let meta = PeerMeta {
-            dsi: obj.dsi.clone(),
-            base_uris: obj.base_uris.clone(),
-            dsi_description: obj.dsi_description.clone(),
+            dsi: dsi.clone(),
+            base_uris: base_uris.clone(),
+            dsi_description: dsi_description.clone(),
             received,
             expires: Some(received + config.spool_ttl),
             via: Some(peer.to_owned()),
         };
         let objects = hint.total_object_count;
+        // The tagged total is remembered (updates apply to it); a SOIF hint is not.
+        let total = (kind == crate::model::index_kind::IndexKind::Tagged).then(|| stored.clone());
+        // Spooled first, staged beside its place and put there only once the table took
+        // it: no copy of the payload waits for the import to end.
+        let entry = SpoolEntry {
+            peer: peer.to_owned(),
+            dsi: dsi.clone(),
+            index_type: index_type.as_str().to_owned(),
+            base_uris,
+            description: dsi_description,
+            received,
+            payload: stored,
+        };
+        let spool = self.spool.clone();
+        let staged = tokio::task::spawn_blocking(move || spool.stage(&entry))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        let staged = match staged {
+            Ok(staged) => Some(staged),
+            Err(e) => {
+                tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
+                None
+            }
+        };
+        // An uncommitted entry is removed (a file system call: not on this worker).
+        let discard = |staged: Option<crate::store::spool::StagedEntry>| {
+            if let Some(s) = staged {
+                drop(tokio::task::spawn_blocking(move || drop(s)));
+            }
+        };
         // The table refuses our own DSI, loops (provenance) and implausible counts; a
         // refused hint never reaches the spool.
         // A reload may end the peer's binding while the object waits in the import queue:
@@ -176,25 +218,28 @@ impl Node {
         // the dataset under the same lock), so the outcome holds even if this future is
         // dropped mid-import (a poller restarted by that reload).
         let vouch: crate::pipeline::import::Vouch = {
-            let (bindings, peer, dsi) = (self.bindings.clone(), peer.to_owned(), obj.dsi.clone());
+            let (bindings, peer, dsi) = (self.bindings.clone(), peer.to_owned(), dsi.clone());
             Box::new(move || bindings.get(&peer).is_some_and(|b| b.dsi == dsi))
         };
-        self.importer
-            .import(meta, hint, digest, Some(vouch))
-            .await
-            .map_err(|e| match e {
+        if let Err(e) = self.importer.import(meta, hint, digest, Some(vouch)).await {
+            discard(staged);
+            return Err(match e {
                 QueueError::Refused(r) => Rejection::Refused(r),
                 other => Rejection::Storage(other.to_string()),
-            })?;
+            });
+        }
         // Ended after the write: the reload drops the dataset; this keeps it out of the
         // spool.
-        if self.bindings.get(peer).is_none_or(|b| b.dsi != obj.dsi) {
-            tracing::info!(%peer, dsi = %obj.dsi, "binding ended during the import; its hint dropped");
-            self.drop_dataset(&obj.dsi);
+        if self.bindings.get(peer).is_none_or(|b| b.dsi != dsi) {
+            discard(staged);
+            tracing::info!(%peer, %dsi, "binding ended during the import; its hint dropped");
+            self.drop_dataset(&dsi);
             return Err(Rejection::Storage(QueueError::Unvouched.to_string()));
         }
-        self.index_state
-            .note_stored(obj.index_type.as_str(), &obj.dsi, &stored);
+        if let Some(total) = &total {
+            self.index_state
+                .note_stored(index_type.as_str(), &dsi, total);
+        }
         if matches!(
             verdict,
             crate::model::trust::signature::Verdict::Valid { .. }
@@ -202,22 +247,14 @@ impl Node {
             Metrics::inc(&self.metrics.hint_signatures_valid);
         }
         self.trust.accepted(peer, &verdict);
-        let entry = SpoolEntry {
-            peer: peer.to_owned(),
-            dsi: obj.dsi,
-            index_type: obj.index_type.as_str().to_owned(),
-            base_uris: obj.base_uris,
-            description: obj.dsi_description,
-            received,
-            payload: stored,
-        };
-        let spool = self.spool.clone();
-        let stored = tokio::task::spawn_blocking(move || spool.store(&entry)).await;
-        if let Err(e) = stored
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-        {
-            tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
+        if let Some(staged) = staged {
+            let committed = tokio::task::spawn_blocking(move || staged.commit()).await;
+            if let Err(e) = committed
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
+            }
         }
         self.update_peer(peer, |s| {
             s.hint_received = Some(received);

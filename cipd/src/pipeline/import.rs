@@ -278,7 +278,7 @@ fn import_batch(
 }
 
 fn entries_of(hint: &CipHint) -> usize {
-    hint.weightlists.iter().map(|(_, w)| w.entries.len()).sum()
+    hint.weightlists.iter().map(|(_, w)| w.len()).sum()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -85,7 +85,7 @@ pub fn to_hint(total: &TaggedIndex) -> CipHint {
             })
             .collect();
         hint.attributes.push(spec.clone());
-        hint.weightlists.push((spec, Weightlist { entries }));
+        hint.weightlists.push((spec, Weightlist::new(entries)));
     }
     hint
 }
@@ -229,8 +229,7 @@ mod tests {
             .map(|(spec, w)| {
                 (
                     format!("{}:{}", spec.template, spec.attribute),
-                    w.entries
-                        .iter()
+                    w.entries()
                         .map(|e| (String::from_utf8_lossy(&e.value).into_owned(), e.count))
                         .collect(),
                 )

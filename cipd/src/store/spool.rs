@@ -25,7 +25,7 @@
 //! ```
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -150,13 +150,29 @@ impl Spool {
     /// On I/O failure (the previous file, if any, is then still intact) or when a header
     /// field holds a line break.
     pub fn store(&self, entry: &SpoolEntry) -> Result<PathBuf, SpoolError> {
-        let bytes = encode(entry)?;
+        self.stage(entry)?.commit()
+    }
+
+    /// Writes `entry` durably beside its place, without putting it there: [`StagedEntry::commit`]
+    /// does (replacing any earlier object for the same peer and DSI), dropping the
+    /// [`StagedEntry`] forgets it. The daemon stages a hint before importing it, so that
+    /// nothing needs to hold its payload once the table has read it.
+    ///
+    /// # Errors
+    /// On I/O failure (no temporary file is left) or when a header field holds a line break.
+    pub fn stage(&self, entry: &SpoolEntry) -> Result<StagedEntry, SpoolError> {
+        let head = encode_head(entry)?;
         let target = self.path_for(&entry.peer, &entry.dsi);
-        durable::write(&target, &bytes).map_err(|source| SpoolError::Io {
+        // The payload goes out from where it is, never copied next to its header.
+        let staged = durable::stage_with(&target, |w| {
+            w.write_all(&head)?;
+            w.write_all(&entry.payload)
+        })
+        .map_err(|source| SpoolError::Io {
             path: target.clone(),
             source,
         })?;
-        Ok(target)
+        Ok(StagedEntry { staged, target })
     }
 
     /// Removes the object stored for (peer, dsi); absent is fine.
@@ -290,7 +306,38 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A spool entry written beside its place ([`Spool::stage`]).
+#[derive(Debug)]
+pub struct StagedEntry {
+    staged: durable::Staged,
+    target: PathBuf,
+}
+
+impl StagedEntry {
+    /// Puts the entry in place; returns its path.
+    ///
+    /// # Errors
+    /// When the rename or the directory sync fails.
+    pub fn commit(self) -> Result<PathBuf, SpoolError> {
+        let Self { staged, target } = self;
+        staged.commit().map_err(|source| SpoolError::Io {
+            path: target.clone(),
+            source,
+        })?;
+        Ok(target)
+    }
+}
+
+/// The whole file of `e` (tests).
+#[cfg(test)]
 fn encode(e: &SpoolEntry) -> Result<Vec<u8>, SpoolError> {
+    let mut out = encode_head(e)?;
+    out.extend_from_slice(&e.payload);
+    Ok(out)
+}
+
+/// The header of `e`'s file (the payload follows it), its checksum covering both.
+fn encode_head(e: &SpoolEntry) -> Result<Vec<u8>, SpoolError> {
     let check = |field, v: &str| {
         if v.contains(['\n', '\r']) {
             Err(SpoolError::BadField { field })
@@ -326,9 +373,7 @@ fn encode(e: &SpoolEntry) -> Result<Vec<u8>, SpoolError> {
     crc.update(head.as_bytes());
     crc.update(&e.payload);
     head.push_str(&format!("crc32: {:08x}\n\n", crc.finalize()));
-    let mut out = head.into_bytes();
-    out.extend_from_slice(&e.payload);
-    Ok(out)
+    Ok(head.into_bytes())
 }
 
 fn read_entry(path: &Path) -> Result<SpoolEntry, SpoolError> {
@@ -454,6 +499,29 @@ mod tests {
         let mut got = out.entries;
         got.sort_by(|x, y| x.dsi.cmp(&y.dsi));
         assert_eq!(got, vec![a2, b]);
+    }
+
+    #[test]
+    fn a_staged_entry_counts_only_once_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_100);
+        let ttl = Duration::from_secs(3600);
+        let old = entry("leaf", "1.2.3", b"accepted before");
+        spool.store(&old).unwrap();
+        // Staged, then forgotten (the table refused the hint): the old entry stays.
+        let refused = spool.stage(&entry("leaf", "1.2.3", b"refused")).unwrap();
+        assert_eq!(spool.load_all(now, ttl).unwrap().entries, vec![old.clone()]);
+        drop(refused);
+        assert_eq!(spool.load_all(now, ttl).unwrap().entries, vec![old]);
+        let files = || std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(files(), 1, "no temporary file is left");
+        // Staged and committed: it replaces the old one, byte for byte as `store` writes.
+        let new = entry("leaf", "1.2.3", b"accepted now");
+        let path = spool.stage(&new).unwrap().commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), encode(&new).unwrap());
+        assert_eq!(spool.load_all(now, ttl).unwrap().entries, vec![new]);
+        assert_eq!(files(), 1);
     }
 
     #[test]

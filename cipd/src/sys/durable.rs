@@ -101,22 +101,50 @@ fn replace_open(
     existing: Existing,
     fill: impl FnOnce(&mut BufWriter<&mut File>) -> io::Result<()>,
 ) -> io::Result<File> {
+    stage_with_mode(path, mode, fill)?.commit_as(existing)
+}
+
+/// A new content for a file, written and fsynced beside it under a temporary name, not yet
+/// in place: [`Staged::commit`] renames it over the target; dropping it removes it.
+///
+/// Lets a caller write a large file before it knows whether it wants it, and hold no copy
+/// of the content meanwhile (the spool writes an in-bound hint so before importing it).
+#[derive(Debug)]
+pub struct Staged {
+    tmp: tempfile::NamedTempFile,
+    path: std::path::PathBuf,
+}
+
+/// Like [`write_with`], but leaves the written file staged beside `path` until
+/// [`Staged::commit`].
+///
+/// # Errors
+/// As [`write_with`]; no temporary file is left then.
+pub fn stage_with(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<&mut File>) -> io::Result<()>,
+) -> io::Result<Staged> {
+    stage_with_mode(path, SHARED_MODE, fill)
+}
+
+fn stage_with_mode(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut BufWriter<&mut File>) -> io::Result<()>,
+) -> io::Result<Staged> {
     let name = path.file_name().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{}: not a file path", path.display()),
         )
     })?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent(path);
     fs::create_dir_all(dir)?;
     let mut prefix = std::ffi::OsString::from(".");
     prefix.push(name);
     prefix.push(".");
-    // The temporary file is removed when `tmp` is dropped, on every return below but the
-    // successful `persist`.
+    // The temporary file is removed when `tmp` is dropped, on every return below and
+    // whenever the `Staged` is dropped uncommitted.
     let mut tmp = tempfile::Builder::new()
         .prefix(&prefix)
         .suffix(TEMP_SUFFIX)
@@ -128,13 +156,40 @@ fn replace_open(
         w.flush()?;
     }
     tmp.as_file().sync_all()?;
-    let file = match existing {
-        Existing::Replace => tmp.persist(path),
-        Existing::Keep => tmp.persist_noclobber(path),
+    Ok(Staged {
+        tmp,
+        path: path.to_owned(),
+    })
+}
+
+/// The directory of `path` (`.` for a bare name).
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
     }
-    .map_err(|e| e.error)?;
-    sync_dir(dir)?;
-    Ok(file)
+}
+
+impl Staged {
+    /// Puts the staged content in place, replacing the target, and fsyncs the directory.
+    ///
+    /// # Errors
+    /// When the rename or the directory sync fails; the target is then as it was (or, for
+    /// a failed directory sync, already replaced but perhaps not durably).
+    pub fn commit(self) -> io::Result<()> {
+        self.commit_as(Existing::Replace).map(drop)
+    }
+
+    fn commit_as(self, existing: Existing) -> io::Result<File> {
+        let Self { tmp, path } = self;
+        let file = match existing {
+            Existing::Replace => tmp.persist(&path),
+            Existing::Keep => tmp.persist_noclobber(&path),
+        }
+        .map_err(|e| e.error)?;
+        sync_dir(parent(&path))?;
+        Ok(file)
+    }
 }
 
 /// Fsyncs a directory, so that a rename or removal in it survives a crash.

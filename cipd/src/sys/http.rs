@@ -408,6 +408,7 @@ async fn read(
         if (body.len() + chunk.len()) as u64 > max {
             return Err(too_large());
         }
+        crate::sys::alloc::reserve(&mut body, chunk.len());
         body.extend_from_slice(&chunk);
     }
     Ok(Answer {

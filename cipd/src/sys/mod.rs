@@ -1,10 +1,12 @@
 //! The bottom layer: process facilities that know nothing of CIP or of the rest of the
 //! crate: the metrics registry ([`metrics`]), logging ([`telemetry`]), systemd
 //! notification ([`notify`]), start-up progress ([`startup`]), durable file writes
-//! ([`durable`]), the in-flight byte budget ([`budget`]), file-descriptor limits
+//! ([`durable`]), the in-flight byte budget ([`budget`]), big buffers the allocator
+//! returns promptly ([`alloc`]), file-descriptor limits
 //! ([`fds`]), TLS configurations ([`tls`]) and the one HTTP client ([`http`]). Imports
 //! nothing from the crate but its own modules.
 
+pub mod alloc;
 pub mod budget;
 pub mod durable;
 pub mod fds;

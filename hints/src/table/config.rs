@@ -35,8 +35,8 @@ pub const ENTRY_BUDGET_BYTES: u64 = 73;
 pub fn budget_bytes(hint: &CipHint) -> u64 {
     hint.weightlists
         .iter()
-        .flat_map(|(_, w)| &w.entries)
-        .map(|e| e.value.len() as u64 + ENTRY_BUDGET_BYTES)
+        .flat_map(|(_, w)| w.iter())
+        .map(|(value, _)| value.len() as u64 + ENTRY_BUDGET_BYTES)
         .sum()
 }
 

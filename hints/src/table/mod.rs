@@ -84,6 +84,7 @@
 //! [`Referral`]: crate::rank::Referral
 //! [`SummaryConfig::memo_bytes`]: crate::summary::SummaryConfig::memo_bytes
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -311,7 +312,7 @@ pub enum ImportError {
 /// the hint where they are: a list of them would be as large again for a big hint.
 #[derive(Debug, Default)]
 struct HintEntries<'h> {
-    lists: Vec<(u32, &'h [crate::weightlist::WeightEntry])>,
+    lists: Vec<(u32, &'h crate::weightlist::Weightlist)>,
     /// Entries with a count.
     len: usize,
     /// Their values' bytes.
@@ -319,11 +320,11 @@ struct HintEntries<'h> {
 }
 
 impl<'h> HintEntries<'h> {
-    fn iter(&self) -> impl Iterator<Item = (&'h [u8], u32, u64)> + '_ {
+    fn iter(&self) -> impl Iterator<Item = (Cow<'h, [u8]>, u32, u64)> + '_ {
         self.lists.iter().flat_map(|&(id, list)| {
             list.iter()
-                .filter(|e| e.count > 0)
-                .map(move |e| (&e.value[..], id, e.count))
+                .filter(|&(_, count)| count > 0)
+                .map(move |(value, count)| (value, id, count))
         })
     }
 }
@@ -526,6 +527,19 @@ impl RoutingTable {
         let (mut bulk_bytes, mut bulk_entries) = (0usize, 0usize);
         let mut results = Vec::new();
         let mut held = next.budget_held();
+        // The builder's buffers sized for the whole batch at once (see BulkBuilder::reserve).
+        let hints: Vec<(PeerMeta, H)> = hints.into_iter().collect();
+        let (entries, bytes) = hints
+            .iter()
+            .flat_map(|(_, h)| &h.borrow().weightlists)
+            .fold((0usize, 0usize), |(n, b), (_, w)| {
+                (n + w.len(), b + w.value_bytes_bound())
+            });
+        bulk.reserve(
+            entries.min(FLUSH_AT),
+            entries.min(FLUSH_AT),
+            bytes.min(FLUSH_AT),
+        );
         for (peer, hint) in hints {
             let result = self
                 .prepare(&mut next, peer, hint.borrow(), &mut held)
@@ -541,6 +555,7 @@ impl RoutingTable {
                     }
                     bulk_bytes += bytes;
                     bulk_entries += entries.len;
+
                     let (distinct, count) = bulk
                         .add(entries.iter(), slot, &self.hasher)
                         .map_err(|_| ImportError::TooLarge)?;
@@ -607,7 +622,7 @@ impl RoutingTable {
                 max: limits.max_peers,
             });
         }
-        let count: usize = hint.weightlists.iter().map(|(_, w)| w.entries.len()).sum();
+        let count: usize = hint.weightlists.iter().map(|(_, w)| w.len()).sum();
         if count > limits.max_entries_per_hint {
             return Err(ImportError::TooManyEntries {
                 count,
@@ -620,35 +635,36 @@ impl RoutingTable {
                 max: limits.max_total_objects,
             });
         }
+        // One reading of each weightlist (a parsed one is read from its text each time).
+        let mut budget = 0u64;
         for (spec, w) in &hint.weightlists {
-            if let Some((index, e)) = w
-                .entries
-                .iter()
-                .enumerate()
-                .find(|(_, e)| e.count > hint.total_object_count)
-            {
+            let (mut above, mut too_long) = (None, None);
+            for (index, (value, count)) in w.iter().enumerate() {
+                budget += value.len() as u64 + ENTRY_BUDGET_BYTES;
+                if above.is_none() && count > hint.total_object_count {
+                    above = Some((index, count));
+                }
+                if too_long.is_none() && value.len() > limits.max_value_len {
+                    too_long = Some((index, value.len()));
+                }
+            }
+            if let Some((index, count)) = above {
                 return Err(ImportError::CountAboveTotal {
                     attribute: format!("{}:{}", spec.template, spec.attribute),
                     index,
-                    count: e.count,
+                    count,
                     total: hint.total_object_count,
                 });
             }
-            if let Some((index, e)) = w
-                .entries
-                .iter()
-                .enumerate()
-                .find(|(_, e)| e.value.len() > limits.max_value_len)
-            {
+            if let Some((index, len)) = too_long {
                 return Err(ImportError::ValueTooLong {
                     attribute: format!("{}:{}", spec.template, spec.attribute),
                     index,
-                    len: e.value.len(),
+                    len,
                     max: limits.max_value_len,
                 });
             }
         }
-        let budget = budget_bytes(hint);
         if budget > limits.max_peer_bytes {
             return Err(ImportError::OverPeerBudget {
                 bytes: budget,
@@ -687,11 +703,11 @@ impl RoutingTable {
         for (spec, w) in &hint.weightlists {
             // Invariant: every weightlist attribute was interned just above.
             let Some(id) = attrs.id(spec) else { continue };
-            for e in w.entries.iter().filter(|e| e.count > 0) {
+            for (value, _) in w.iter().filter(|&(_, count)| count > 0) {
                 entries.len += 1;
-                entries.bytes += e.value.len();
+                entries.bytes += value.len();
             }
-            entries.lists.push((id, &w.entries[..]));
+            entries.lists.push((id, w));
         }
         let mut thresholds: Vec<(u32, u64)> = hint
             .thresholds

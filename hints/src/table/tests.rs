@@ -46,7 +46,7 @@ fn hint(total: u64, lists: &Lists<'_>) -> CipHint {
                         count: *c,
                     })
                     .collect();
-                (spec(t, a), Weightlist { entries })
+                (spec(t, a), Weightlist::new(entries))
             })
             .collect(),
         ..CipHint::default()

@@ -168,7 +168,7 @@ async fn pushed_hints_are_refused_with_the_530_series_and_the_good_one_stays() {
     let replay = signed(inflated.clone(), &key, now - Duration::from_secs(60));
     assert_eq!(push_code(&replay).await, ResponseCode::InvalidSignature);
     let mut tampered = signed(good.clone(), &key, now);
-    tampered.weightlists[0].1.entries[0].count = 9;
+    tampered.weightlists[0].1.entries_mut()[0].count = 9;
     assert_eq!(push_code(&tampered).await, ResponseCode::InvalidSignature);
     let ahead = signed(inflated, &key, now + Duration::from_secs(3600));
     assert_eq!(push_code(&ahead).await, ResponseCode::InvalidSignature);

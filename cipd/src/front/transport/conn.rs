@@ -606,7 +606,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 if let Some(r) = &mut self.reservation {
                     r.cover(self.rbuf.len() + more, deadline).await?;
                 }
-                self.rbuf.reserve(more);
+                // Past 8 MiB in a fresh allocation, returned to the system once freed.
+                crate::sys::alloc::reserve(&mut self.rbuf, more);
             }
             let mut rbuf = (&mut self.rbuf).limit(room);
             let read = timeout_at(deadline, self.io.read_buf(&mut rbuf));

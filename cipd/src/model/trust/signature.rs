@@ -280,18 +280,16 @@ mod tests {
             total_object_count: 10,
             weightlists: vec![(
                 spec,
-                Weightlist {
-                    entries: vec![
-                        WeightEntry {
-                            value: Bytes::from_static(b"Garcia"),
-                            count: 4,
-                        },
-                        WeightEntry {
-                            value: Bytes::from_static("Müller, Ö".as_bytes()),
-                            count: 2,
-                        },
-                    ],
-                },
+                Weightlist::new(vec![
+                    WeightEntry {
+                        value: Bytes::from_static(b"Garcia"),
+                        count: 4,
+                    },
+                    WeightEntry {
+                        value: Bytes::from_static("Müller, Ö".as_bytes()),
+                        count: 2,
+                    },
+                ]),
             )],
             ..CipHint::default()
         }
@@ -349,9 +347,9 @@ mod tests {
         );
         // Any change to a signed field breaks it: a count, a value, the total, the date.
         let mut inflated = h.clone();
-        inflated.weightlists[0].1.entries[0].count = 9;
+        inflated.weightlists[0].1.entries_mut()[0].count = 9;
         let mut renamed = h.clone();
-        renamed.weightlists[0].1.entries[1].value = Bytes::from_static(b"Muller, O");
+        renamed.weightlists[0].1.entries_mut()[1].value = Bytes::from_static(b"Muller, O");
         let mut total = h.clone();
         total.total_object_count = 11;
         let mut redated = h.clone();
