@@ -26,8 +26,9 @@
 //!    timeout, and records the worst wait and the timeouts.
 //! 4. The time until `/metrics` reports every peer in the table (`cipd_table_peers`) and
 //!    until the substring summaries are built (`cipd_table_summaries_pending` at 0), then the
-//!    hub's `VmRSS` and `VmHWM`. A few answers are checked against the referral counts the
-//!    generated hints imply.
+//!    hub's settled `VmRSS` (once it stops falling: what the start-up freed has gone back to
+//!    the system) and its `VmHWM`, the import's peak, with their ratio. A few answers are
+//!    checked against the referral counts the generated hints imply.
 //! 5. Closed-loop load on `BENCH_CONNS` keep-alive HTTP/1.1 connections (one task each, the
 //!    next request sent when the previous answer is fully read), `BENCH_SECS` seconds per
 //!    query kind, each kind drawn from a pool after a warm-up that asks every distinct query
@@ -1150,6 +1151,27 @@ http {{
     }
 }
 
+/// `VmRSS` and `VmHWM` of process `pid`, in KiB, once the RSS has settled: the start-up
+/// merge and summaries are done, and what they freed has gone back to the system (sampled
+/// every 100 ms until two samples a second apart differ by less than 1 MiB, at most 5 s).
+/// The high-water mark is then the import's peak.
+async fn settled_memory(pid: u32) -> Option<(u64, u64)> {
+    let start = Instant::now();
+    let mut last = memory_kib(pid)?;
+    let mut since = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = memory_kib(pid)?;
+        if now.0.abs_diff(last.0) >= 1024 {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= Duration::from_secs(1) {
+            return Some(now);
+        }
+    }
+    memory_kib(pid)
+}
+
 /// `VmRSS` and `VmHWM` of process `pid`, in KiB.
 fn memory_kib(pid: u32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -1616,13 +1638,15 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
         g("cipd_table_summaries"),
     );
     println!("table: {table}");
-    let memory = memory_kib(hub.proc.pid());
+    let memory = settled_memory(hub.proc.pid()).await;
     if let Some((rss, hwm)) = memory {
         println!(
-            "hub memory: VmRSS {} MiB, VmHWM {} MiB; RSS {:.2}x the README's sizing",
+            "hub memory: settled VmRSS {} MiB ({:.2}x the README's sizing), import peak VmHWM \
+             {} MiB ({:.2}x settled)",
             rss / 1024,
+            rss as f64 * 1024.0 / formula,
             hwm / 1024,
-            rss as f64 * 1024.0 / formula
+            hwm as f64 / rss as f64,
         );
     }
 
@@ -1885,10 +1909,18 @@ impl Summary {
             )
         };
         println!(
-            "hub memory: table full {}; after the load {}",
+            "hub memory: settled {}; after the load {}",
             mem(self.memory),
             mem(self.memory_after_load)
         );
+        if let Some((rss, hwm)) = self.memory {
+            println!(
+                "import peak: VmHWM {} MiB = {:.2}x the settled VmRSS {} MiB",
+                hwm / 1024,
+                hwm as f64 / rss as f64,
+                rss / 1024
+            );
+        }
         println!(
             "polls served by the fake peers: {} (one per peer expected)",
             self.polls_served

@@ -571,11 +571,13 @@ impl Segment {
         Ok(builder.finish())
     }
 
-    /// Merges segments, keeping only postings whose slot is `live`.
+    /// Merges segments, keeping only postings whose slot is `live`; without `grams`, the
+    /// trigram index is left for later ([`Segment::ensure_grams`]).
     pub(crate) fn merge(
         segments: &[&Segment],
         live: &dyn Fn(u32) -> bool,
         hasher: &RandomState,
+        grams: bool,
     ) -> Result<Self, SegmentOverflow> {
         struct Cursor<'a> {
             key: &'a [u8],
@@ -658,7 +660,7 @@ impl Segment {
                 builder.push(&spelling_buf, &mut postings)?;
             }
         }
-        Ok(builder.finish().index(hasher, true))
+        Ok(builder.finish().index(hasher, grams))
     }
 
     /// Adds the exact-match table and, with `grams`, the trigram index.
@@ -1845,7 +1847,7 @@ mod tests {
         );
         let counts: Vec<u64> = (0..2).flat_map(|id| s.postings(id).map(|p| p.2)).collect();
         assert_eq!(counts, vec![u64::MAX - 1, u64::from(u32::MAX)]);
-        let m = Segment::merge(&[&s], &|_| true, &h).unwrap();
+        let m = Segment::merge(&[&s], &|_| true, &h, true).unwrap();
         let counts: Vec<u64> = (0..2).flat_map(|id| m.postings(id).map(|p| p.2)).collect();
         assert_eq!(counts, vec![u64::MAX - 1, u64::from(u32::MAX)]);
     }
@@ -1856,7 +1858,7 @@ mod tests {
         let a = seg(&[("alpha", 0, 1), ("beta", 0, 2)], 0, &h);
         let b = seg(&[("BETA", 0, 3), ("gamma", 0, 4)], 1, &h);
         let c = seg(&[("delta", 0, 4)], 2, &h);
-        let m = Segment::merge(&[&a, &b, &c], &|s| s != 2, &h).unwrap();
+        let m = Segment::merge(&[&a, &b, &c], &|s| s != 2, &h, true).unwrap();
         let values: Vec<Vec<u8>> = (0..m.len() as u32)
             .map(|id| m.value(id).into_owned())
             .collect();

@@ -780,14 +780,18 @@ impl RoutingTable {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
         next.compact(&self.hasher, true, false);
-        // Segments a bulk load left unmerged (too big to merge) get their trigram index.
+        next.rerank();
+        // The same contents, laid out anew: the generation stays. Published before its
+        // trigram index is built, so that the merged-away segments are freed first
+        // (substring searches scan meanwhile, as during the bulk load).
+        let next = Arc::new(next);
+        self.current.store(next.clone());
+        // Segments without a trigram index (the merged one, or any a bulk load left
+        // unmerged because it was too big to merge) get it.
         for seg in &next.segments {
             seg.ensure_grams();
         }
-        next.rerank();
         self.summarize(&next);
-        // The same contents, laid out anew: the generation stays.
-        self.current.store(Arc::new(next));
     }
 
     /// Replaces the metadata (arrival, expiry, base-uris) of the hint held for `meta.dsi`

@@ -264,7 +264,12 @@ impl Snapshot {
         }
     }
 
-    fn merge_range(&mut self, range: std::ops::Range<usize>, hasher: &RandomState) -> bool {
+    fn merge_range(
+        &mut self,
+        range: std::ops::Range<usize>,
+        hasher: &RandomState,
+        grams: bool,
+    ) -> bool {
         let parts: Vec<&Segment> = self.segments[range.clone()].iter().map(|s| &**s).collect();
         let bytes: usize = parts.iter().map(|s| s.value_bytes()).sum();
         let entries: usize = parts.iter().map(|s| s.entries()).sum();
@@ -277,7 +282,7 @@ impl Snapshot {
         }
         let slots = &self.slots;
         let live = |s: u32| slots.get(s as usize).is_some_and(Option::is_some);
-        match Segment::merge(&parts, &live, hasher) {
+        match Segment::merge(&parts, &live, hasher, grams) {
             Ok(merged) => {
                 self.segments.splice(range, [Arc::new(merged)]);
                 true
@@ -287,6 +292,10 @@ impl Snapshot {
     }
 
     /// Applies the merge policy of the module doc; `full` merges everything into one.
+    ///
+    /// The segment of a full merge, and those merged during a bulk load, come without
+    /// their trigram index: the caller builds it once the merged-away segments are gone
+    /// (one table's worth of memory less at the peak).
     pub(super) fn compact(&mut self, hasher: &RandomState, full: bool, bulk: bool) {
         self.segments.retain(|s| s.entries() > 0);
         let dead = self
@@ -295,7 +304,7 @@ impl Snapshot {
             .any(|s| self.live_entries(s) < s.entries() as u64);
         if full && (self.segments.len() > 1 || dead) {
             let n = self.segments.len();
-            self.merge_range(0..n, hasher);
+            self.merge_range(0..n, hasher, false);
         }
         loop {
             self.segments.retain(|s| s.entries() > 0);
@@ -306,7 +315,7 @@ impl Snapshot {
                 // In a bulk load, segments pile up (up to a bound) for one merge at the end.
                 let tiered = !bulk && older <= newer.saturating_mul(2);
                 let over = bulk && n > BULK_MAX_SEGMENTS;
-                if (tiered || over) && self.merge_range(n - 2..n, hasher) {
+                if (tiered || over) && self.merge_range(n - 2..n, hasher, !bulk) {
                     continue;
                 }
             }
@@ -316,8 +325,8 @@ impl Snapshot {
             });
             if let Some(i) = dirty {
                 let n = self.segments.len();
-                if (i + 1 < n && self.merge_range(i..i + 2, hasher))
-                    || self.merge_range(i..i + 1, hasher)
+                if (i + 1 < n && self.merge_range(i..i + 2, hasher, !bulk))
+                    || self.merge_range(i..i + 1, hasher, !bulk)
                 {
                     continue;
                 }
