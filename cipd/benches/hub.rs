@@ -58,6 +58,7 @@
 //! | `CIPD_BENCH_NGINX` | `/usr/sbin/nginx` | the nginx binary of the yardstick |
 //! | `BENCH_ANSWER_CACHE` | the daemon's | `limits.answer_cache_bytes` of the hub (0: every answer computed, as on a hub whose table changes all the time) |
 //! | `BENCH_HUB_TOML` | none | tables added to the hub's configuration (`\n` for a line break) |
+//! | `BENCH_KEEP` | unset | when set, the hub's directory (configuration, log, spool) is kept |
 //! | `BENCH_HUB_WRAP` | none | a command the hub runs under (`heaptrack -o /tmp/hub`), split at spaces |
 //! | `BENCH_KINDS` | all | comma-separated kinds to load (`mixed,substring`), for profiling one |
 
@@ -1582,7 +1583,11 @@ struct Summary {
 }
 
 async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
-    let dir = tempfile::TempDir::new().expect("a temporary directory");
+    // `BENCH_KEEP`: the hub's directory (configuration, log, spool) is left for a look.
+    let dir = tempfile::Builder::new()
+        .disable_cleanup(std::env::var_os("BENCH_KEEP").is_some())
+        .tempdir()
+        .expect("a temporary directory");
     let token = CancellationToken::new();
     let polls = Arc::new(AtomicU64::new(0));
     let peer_addrs = start_peers(mesh.peers, polls.clone(), token.clone()).await;

@@ -93,8 +93,10 @@ pub(crate) struct Segment {
     /// search under some attributes skip values without loading their records.
     attr_bits: Vec<u8>,
     /// Exact-match table, linear probing from [`home`]: `hash >> 32 << 32 | record start +
-    /// 1`, 0 when empty; `u64`s, little-endian.
-    table: Pages,
+    /// 1`, 0 when empty; `u64`s, little-endian. A bulk load's segments go without it until
+    /// the load ends ([`Segment::ensure_exact`]); exact lookups binary-search the sorted
+    /// values meanwhile.
+    table: OnceLock<Pages>,
     /// `(position in recs of a posting's count, count)` for counts of [`BIG`] or more.
     big_counts: Vec<(u32, u64)>,
     slots: Vec<(u32, u64)>,
@@ -401,8 +403,8 @@ impl BulkBuilder {
         Ok((distinct, kept - begin))
     }
 
-    /// The segment, indexed; without `grams`, its trigram index is left for later
-    /// ([`Segment::ensure_grams`]).
+    /// The segment, indexed; without `grams`, its trigram index and exact-match table are
+    /// left for later ([`Segment::ensure_grams`], [`Segment::ensure_exact`]).
     pub(crate) fn finish(
         self,
         hasher: &RandomState,
@@ -455,7 +457,9 @@ impl BulkBuilder {
             builder.push(value(id), &mut run)?;
         }
         drop((postings, order, arena, spans));
-        Ok(builder.finish().index(hasher, grams))
+        // A bulk load's segment (`grams` false) goes without both lookup structures until
+        // the load ends: most are merged away before then.
+        Ok(builder.finish().index(hasher, grams, grams))
     }
 }
 
@@ -530,7 +534,7 @@ impl Segment {
         slot: u32,
         hasher: &RandomState,
     ) -> Result<Self, SegmentOverflow> {
-        Ok(Self::from_entries_unindexed(entries, slot)?.index(hasher, true))
+        Ok(Self::from_entries_unindexed(entries, slot)?.index(hasher, true, true))
     }
 
     fn from_entries_unindexed<V: AsRef<[u8]>>(
@@ -572,7 +576,8 @@ impl Segment {
     }
 
     /// Merges segments, keeping only postings whose slot is `live`; without `grams`, the
-    /// trigram index is left for later ([`Segment::ensure_grams`]).
+    /// trigram index and the exact-match table are left for later
+    /// ([`Segment::ensure_grams`], [`Segment::ensure_exact`]).
     pub(crate) fn merge(
         segments: &[&Segment],
         live: &dyn Fn(u32) -> bool,
@@ -660,14 +665,16 @@ impl Segment {
                 builder.push(&spelling_buf, &mut postings)?;
             }
         }
-        Ok(builder.finish().index(hasher, grams))
+        // Without `grams` (a merge that ends or happens during a bulk load), the exact-match
+        // table waits too: built once the merged-away segments are freed.
+        Ok(builder.finish().index(hasher, grams, grams))
     }
 
-    /// Adds the exact-match table and, with `grams`, the trigram index.
-    fn index(mut self, hasher: &RandomState, grams: bool) -> Self {
+    /// Adds, with `exact`, the exact-match table and, with `grams`, the trigram index.
+    fn index(mut self, hasher: &RandomState, exact: bool, grams: bool) -> Self {
         // The two structures read only the records: build them side by side when the
         // segment is big enough to be worth a thread.
-        if grams && self.len() >= PARALLEL_INDEX {
+        if exact && grams && self.len() >= PARALLEL_INDEX {
             let (table, grams) = std::thread::scope(|s| {
                 let grams = s.spawn(|| GramIndex::build(&self));
                 let table = self.exact_table(hasher);
@@ -675,15 +682,34 @@ impl Segment {
                 let grams = grams.join().unwrap_or_else(|_| GramIndex::build(&self));
                 (table, grams)
             });
-            self.table = table;
+            self.table = OnceLock::from(table);
             self.grams = OnceLock::from(grams);
         } else {
-            self.table = self.exact_table(hasher);
+            if exact {
+                self.table = OnceLock::from(self.exact_table(hasher));
+            }
             if grams {
                 self.grams = OnceLock::from(GramIndex::build(&self));
             }
         }
         self
+    }
+
+    /// Builds the exact-match table if the segment was made without it.
+    pub(crate) fn ensure_exact(&self, hasher: &RandomState) {
+        self.table.get_or_init(|| self.exact_table(hasher));
+    }
+
+    /// The exact-match table's bytes; empty when it is not built.
+    #[inline]
+    fn table_bytes(&self) -> &[u8] {
+        self.table.get().map_or(&[], |t| &t[..])
+    }
+
+    /// Whether the exact-match table is built.
+    #[cfg(test)]
+    pub(crate) fn has_exact(&self) -> bool {
+        self.table.get().is_some()
     }
 
     /// Builds the trigram index if the segment was made without it.
@@ -727,13 +753,13 @@ impl Segment {
     /// Entries in the exact-match table.
     #[inline]
     fn table_len(&self) -> usize {
-        self.table.len() / 8
+        self.table_bytes().len() / 8
     }
 
     /// Exact-match table entry `at`.
     #[inline]
     fn table_entry(&self, at: usize) -> u64 {
-        self.table
+        self.table_bytes()
             .get(at * 8..at * 8 + 8)
             .and_then(|b| b.try_into().ok())
             .map_or(0, u64::from_le_bytes)
@@ -1087,10 +1113,21 @@ impl Segment {
     /// [`Segment::group_in`], which then reads the record already loaded).
     #[inline]
     pub(crate) fn find_exact_record(&self, hash: u64, lower: &[u8]) -> Option<(u32, u32)> {
-        if self.table.is_empty() {
+        let size = self.table_len();
+        if size == 0 {
+            // No table yet (a bulk load's segment): the values are sorted by their folded
+            // bytes.
+            let (mut lo, mut hi) = (0u32, self.len() as u32);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match self.folded_value(mid).cmp(lower) {
+                    Ordering::Less => lo = mid + 1,
+                    Ordering::Greater => hi = mid,
+                    Ordering::Equal => return Some((mid, self.start_of(mid))),
+                }
+            }
             return None;
         }
-        let size = self.table_len();
         let tag = hash >> 32;
         let mut at = home(hash, size);
         loop {
@@ -1362,7 +1399,7 @@ impl Segment {
         self.recs.heap_bytes()
             + 4 * self.starts.capacity()
             + self.attr_bits.capacity()
-            + self.table.heap_bytes()
+            + self.table.get().map_or(0, Pages::heap_bytes)
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
             + self.grams.get().map_or(0, GramIndex::heap_bytes)
             + self.summary_bytes()
@@ -1513,7 +1550,7 @@ impl Builder {
             recs: self.recs.freeze(),
             starts: self.starts,
             attr_bits: self.attr_bits,
-            table: Pages::default(),
+            table: OnceLock::new(),
             big_counts: self.big_counts,
             slots: self
                 .slot_entries
@@ -1983,6 +2020,32 @@ mod tests {
             let before = sorted.clone();
             sorted.sort_by(|a, b| cmp_folded(a, b));
             prop_assert_eq!(before, sorted);
+        }
+
+        #[test]
+        fn exact_lookups_agree_before_and_after_the_table_is_built(
+            values in prop::collection::vec("[abcAB ]{0,8}", 0..100),
+            probes in prop::collection::vec("[abcAB ]{0,8}", 0..20),
+        ) {
+            // A bulk load's segment has no exact-match table: lookups binary-search.
+            let h = RandomState::default();
+            let mut bulk = BulkBuilder::default();
+            bulk.add(values.iter().map(|v| (v.as_bytes(), 0, 1)), 0, &h).unwrap();
+            let s = bulk.finish(&h, false).unwrap();
+            prop_assert!(!s.has_exact() && !s.has_grams());
+            let look = |s: &Segment| -> Vec<Option<(u32, u32)>> {
+                values.iter().chain(&probes).map(|v| {
+                    let lower = v.to_ascii_lowercase();
+                    s.find_exact_record(hash_folded(&h, v.as_bytes()), lower.as_bytes())
+                }).collect()
+            };
+            let searched = look(&s);
+            s.ensure_exact(&h);
+            prop_assert!(s.has_exact());
+            prop_assert_eq!(&searched, &look(&s));
+            for (v, found) in values.iter().zip(&searched) {
+                prop_assert!(found.is_some_and(|(id, _)| s.value(id).eq_ignore_ascii_case(v.as_bytes())));
+            }
         }
     }
 }

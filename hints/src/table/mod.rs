@@ -427,11 +427,12 @@ impl RoutingTable {
 
     /// Starts or ends a bulk load (a hub's cold start, hundreds of hints arriving within
     /// seconds). Meanwhile imports pile their segments up instead of merging them tier by
-    /// tier (up to 32; each value is then written once instead of once per tier), and the
-    /// segments of [`RoutingTable::replace_all`] get neither a trigram index nor summaries
-    /// (all are merged away at the end; substring searches scan them meanwhile, which
-    /// changes only speed). Ending it merges everything into one segment, indexes and
-    /// summarizes it: call it off the async workers.
+    /// tier (up to 4, past which the two smallest neighbours are merged), and the segments
+    /// of [`RoutingTable::replace_all`] get neither a trigram index, an exact-match table
+    /// nor summaries (nearly all are merged away; substring searches scan them and exact
+    /// lookups binary-search them meanwhile, which changes only speed). Ending it merges
+    /// everything into one segment, publishes it, then indexes and summarizes it: call it
+    /// off the async workers.
     pub fn set_bulk_load(&self, on: bool) {
         let was = self.bulk_load.swap(on, std::sync::atomic::Ordering::AcqRel);
         if was && !on {
@@ -786,9 +787,10 @@ impl RoutingTable {
         // (substring searches scan meanwhile, as during the bulk load).
         let next = Arc::new(next);
         self.current.store(next.clone());
-        // Segments without a trigram index (the merged one, or any a bulk load left
-        // unmerged because it was too big to merge) get it.
+        // Segments without their lookup structures (the merged one has no trigram index;
+        // one a bulk load left unmerged, alone or too big to merge, has neither) get them.
         for seg in &next.segments {
+            seg.ensure_exact(&self.hasher);
             seg.ensure_grams();
         }
         self.summarize(&next);

@@ -883,43 +883,79 @@ fn implausible_counts_are_refused_and_the_old_hint_stays() {
 fn a_bulk_load_piles_segments_up_and_merges_them_at_its_end() {
     let t = RoutingTable::default();
     t.set_bulk_load(true);
-    for i in 0..6u64 {
+    // Four: the most a load piles up (the fifth segment would merge two).
+    for i in 0..4u64 {
         let v = format!("v{i}");
         let h = hint(10, &[("D", "A", &[("shared", 1 + i), (v.as_str(), 2)])]);
         // One at a time, and in batches, which leave the trigram index for later.
-        if i < 3 {
+        if i < 2 {
             t.replace(meta(&format!("1.{i}")), &h).unwrap();
         } else {
             assert!(t.replace_all([(meta(&format!("1.{i}")), &h)])[0].is_ok());
         }
     }
-    assert_eq!(t.stats().segments, 6, "no tiered merges during the load");
-    let grams = |t: &RoutingTable| -> Vec<bool> {
+    assert_eq!(t.stats().segments, 4, "no tiered merges during the load");
+    // Per segment: (trigram index built, exact-match table built).
+    let built = |t: &RoutingTable| -> Vec<(bool, bool)> {
         t.current
             .load()
             .segments
             .iter()
-            .map(|s| s.has_grams())
+            .map(|s| (s.has_grams(), s.has_exact()))
             .collect()
     };
-    assert_eq!(grams(&t), [true, true, true, false, false, false]);
+    let (yes, no) = ((true, true), (false, false));
+    // Exact lookups in the batches' segments binary-search meanwhile.
+    assert_eq!(built(&t), [yes, yes, no, no]);
     let ask = |t: &RoutingTable, text: &str| summary(&t.query(&q(text), &QueryOptions::default()));
+    assert_eq!(ask(&t, "A=v2"), vec![("1.2".into(), 2, true)]);
+    assert_eq!(ask(&t, "A=V3"), vec![("1.3".into(), 2, true)]);
     let during = ask(&t, "A=shared");
-    let during_substring = [ask(&t, "A~hare"), ask(&t, "A~v4"), ask(&t, "A~ar")];
+    let during_substring = [ask(&t, "A~hare"), ask(&t, "A~v3"), ask(&t, "A~ar")];
     assert_eq!(during_substring[0], during);
-    assert_eq!(during_substring[1], vec![("1.4".into(), 2, true)]);
+    assert_eq!(during_substring[1], vec![("1.3".into(), 2, true)]);
     let generation = t.generation();
     t.set_bulk_load(false);
     assert_eq!(t.stats().segments, 1);
-    assert_eq!(grams(&t), [true]);
+    assert_eq!(built(&t), [yes]);
     assert_eq!(ask(&t, "A=shared"), during);
     assert_eq!(
-        [ask(&t, "A~hare"), ask(&t, "A~v4"), ask(&t, "A~ar")],
+        [ask(&t, "A~hare"), ask(&t, "A~v3"), ask(&t, "A~ar")],
         during_substring
     );
-    assert_eq!(during.len(), 6);
+    assert_eq!(during.len(), 4);
     assert_eq!(t.generation(), generation, "the merge changes no contents");
-    assert_eq!(t.stats().distinct_values, 7);
+    assert_eq!(t.stats().distinct_values, 5);
+}
+
+#[test]
+fn a_bulk_load_past_its_pile_merges_the_smallest_neighbours() {
+    let t = RoutingTable::default();
+    t.set_bulk_load(true);
+    // Segments of 3, 1, 1, 2 and then 1 entries: the fifth makes five, and the smallest
+    // neighbours (1 + 1) become one.
+    let sizes = [3usize, 1, 1, 2, 1];
+    for (i, &n) in sizes.iter().enumerate() {
+        let values: Vec<String> = (0..n).map(|k| format!("p{i}v{k}")).collect();
+        let entries: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), 1)).collect();
+        let h = hint(10, &[("D", "A", &entries)]);
+        assert!(t.replace_all([(meta(&format!("1.{i}")), &h)])[0].is_ok());
+    }
+    let entries = |t: &RoutingTable| -> Vec<usize> {
+        t.current
+            .load()
+            .segments
+            .iter()
+            .map(|s| s.entries())
+            .collect()
+    };
+    assert_eq!(entries(&t), [3, 2, 2, 1]);
+    for i in 0..sizes.len() {
+        let r = t.query(&q(&format!("A=p{i}v0")), &QueryOptions::default());
+        assert_eq!(summary(&r), vec![(format!("1.{i}"), 1, true)]);
+    }
+    t.set_bulk_load(false);
+    assert_eq!(entries(&t), [8]);
 }
 
 #[test]

@@ -556,5 +556,11 @@ async fn a_dead_first_address_does_not_use_up_the_fetch() {
         .await
         .unwrap_err();
     assert!(matches!(err, FetchError::Connect { .. }), "{err}");
-    assert!(err.to_string().contains("deadline has elapsed"), "{err}");
+    // The connect deadline, or (on a loaded machine, where the full accept queue may let
+    // one more connection through that then never answers) the kernel's own timeout.
+    let text = err.to_string();
+    assert!(
+        text.contains("deadline has elapsed") || text.contains("timed out"),
+        "{err}"
+    );
 }
