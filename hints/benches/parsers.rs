@@ -6,7 +6,7 @@
 //! the parser's MB/s, and in the same run over the same bytes a `memchr` pass (counting line
 //! feeds, the cheapest scan a parser could make) and a plain copy (what memory moves). The
 //! last column is the parser's share of the `memchr` ceiling. `PARSERS_MB` (40) sets the
-//! input size.
+//! input size; `PARSERS_ONLY=tagged` runs only the parsers whose name holds that text.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -243,7 +243,12 @@ fn main() {
         "parser", "MB", "parse MB/s", "memchr MB/s", "copy MB/s", "of memchr"
     );
     let mut copy_buf: Vec<u8> = Vec::new();
+    // `PARSERS_ONLY`: run only the parsers whose name holds this text (for profiling).
+    let only = std::env::var("PARSERS_ONLY").unwrap_or_default();
     let mut row = |name: &str, input: &[u8], parse: &mut dyn FnMut() -> usize| {
+        if !name.contains(only.as_str()) {
+            return;
+        }
         let (d, items) = best(runs, &mut *parse);
         let (scan, _) = best(runs, || memchr::memchr_iter(b'\n', input).count());
         copy_buf.resize(input.len(), 0);
