@@ -111,19 +111,23 @@ impl Weightlist {
         }
     }
 
-    /// The entries, owned; values of a parsed weightlist are slices of its text where no
+    /// The entries, owned, without copying value bytes: held entries are cloned (a
+    /// reference count each), values of a parsed weightlist are slices of its text where no
     /// escape had to be undone.
     pub fn entries(&self) -> impl ExactSizeIterator<Item = WeightEntry> + '_ {
-        self.iter().map(|(value, count)| WeightEntry {
-            value: match value {
-                Cow::Borrowed(v) => match &self.repr {
-                    Repr::Text { text, .. } => text.slice_ref(v),
-                    Repr::Entries(_) => Bytes::copy_from_slice(v),
+        self.iter()
+            .enumerate()
+            .map(|(i, (value, count))| match (&self.repr, value) {
+                (Repr::Entries(e), _) => e[i].clone(),
+                (Repr::Text { text, .. }, Cow::Borrowed(v)) => WeightEntry {
+                    value: text.slice_ref(v),
+                    count,
                 },
-                Cow::Owned(v) => Bytes::from(v),
-            },
-            count,
-        })
+                (Repr::Text { .. }, Cow::Owned(v)) => WeightEntry {
+                    value: Bytes::from(v),
+                    count,
+                },
+            })
     }
 
     /// The entries as a list, to edit in place (a parsed weightlist is read into one first).
@@ -623,6 +627,18 @@ mod tests {
         assert_ne!(edited, parsed);
         assert_eq!(edited.iter().nth(1).map(|(_, c)| c), Some(3));
         assert_ne!(parsed, Weightlist::default());
+    }
+
+    #[test]
+    fn held_entries_are_shared_not_copied() {
+        let value = Bytes::from_static(b"shared");
+        let list = Weightlist::new(vec![WeightEntry {
+            value: value.clone(),
+            count: 2,
+        }]);
+        let got = list.entries().next().unwrap();
+        assert_eq!(got.value.as_ptr(), value.as_ptr());
+        assert_eq!(got.count, 2);
     }
 
     #[test]
