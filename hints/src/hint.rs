@@ -537,13 +537,14 @@ impl CipHint {
             {
                 warnings.push(HintWarning::DuplicateWeightlist { spec: spec.clone() });
             }
-            for value in repeated_values(list) {
+            let (repeats, max) = repeated_values(list);
+            for value in repeats {
                 warnings.push(HintWarning::DuplicateValue {
                     spec: spec.clone(),
                     value,
                 });
             }
-            if let Some(max) = list.iter().map(|(_, count)| count).max()
+            if let Some(max) = max
                 && max > self.total_object_count
             {
                 warnings.push(HintWarning::CountExceedsTotal {
@@ -790,16 +791,20 @@ fn parse_attr_list(
 }
 
 /// The values `list` holds more than once, each repeat in list order (a value held three
-/// times is reported twice).
+/// times is reported twice), and its largest count (read in the same pass).
 ///
 /// Exact, and light for a list of millions: the values' 64-bit hashes are sorted (8 bytes
 /// per entry, not a set of the values), and only entries whose hashes collide are compared.
-fn repeated_values(list: &Weightlist) -> Vec<Bytes> {
+fn repeated_values(list: &Weightlist) -> (Vec<Bytes>, Option<u64>) {
     let state = foldhash::quality::FixedState::default();
+    let mut max = None;
     let mut hashes: Vec<(u64, usize)> = list
         .iter()
         .enumerate()
-        .map(|(i, (v, _))| (std::hash::BuildHasher::hash_one(&state, &v[..]), i))
+        .map(|(i, (v, count))| {
+            max = max.max(Some(count));
+            (std::hash::BuildHasher::hash_one(&state, &v[..]), i)
+        })
         .collect();
     hashes.sort_unstable();
     let mut candidates: Vec<usize> = Vec::new();
@@ -808,7 +813,7 @@ fn repeated_values(list: &Weightlist) -> Vec<Bytes> {
     }
     drop(hashes);
     if candidates.is_empty() {
-        return Vec::new();
+        return (Vec::new(), max);
     }
     candidates.sort_unstable();
     let mut seen: std::collections::HashSet<Bytes> = std::collections::HashSet::new();
@@ -825,7 +830,7 @@ fn repeated_values(list: &Weightlist) -> Vec<Bytes> {
             }
         }
     }
-    repeats
+    (repeats, max)
 }
 
 #[cfg(test)]
@@ -838,8 +843,9 @@ mod tests {
             br"a;1, b;2, a;3, c\,d;1, c\,d;1, a;1, e;1",
         ))
         .unwrap();
+        assert_eq!(repeated_values(&list).1, Some(3));
         assert_eq!(
-            repeated_values(&list),
+            repeated_values(&list).0,
             [
                 Bytes::from_static(b"a"),
                 Bytes::from_static(b"c,d"),
@@ -852,7 +858,8 @@ mod tests {
                 count: 1,
             })
             .collect();
-        assert!(repeated_values(&distinct).is_empty());
+        assert!(repeated_values(&distinct).0.is_empty());
+        assert_eq!(repeated_values(&Weightlist::default()), (Vec::new(), None));
     }
     use cip_proto::soif::{Limits, SoifObject, parse_all};
     use proptest::prelude::*;

@@ -194,17 +194,7 @@ impl Node {
             payload: stored,
         };
         let spool = self.spool.clone();
-        let staged = tokio::task::spawn_blocking(move || spool.stage(&entry))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
-        let staged = match staged {
-            Ok(staged) => Some(staged),
-            Err(e) => {
-                tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
-                None
-            }
-        };
+        let staged = spool_io(peer, move || spool.stage(&entry)).await;
         // An uncommitted entry is removed (a file system call: not on this worker).
         let discard = |staged: Option<crate::store::spool::StagedEntry>| {
             if let Some(s) = staged {
@@ -248,13 +238,7 @@ impl Node {
         }
         self.trust.accepted(peer, &verdict);
         if let Some(staged) = staged {
-            let committed = tokio::task::spawn_blocking(move || staged.commit()).await;
-            if let Err(e) = committed
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()))
-            {
-                tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
-            }
+            spool_io(peer, move || staged.commit()).await;
         }
         self.update_peer(peer, |s| {
             s.hint_received = Some(received);
@@ -568,5 +552,24 @@ impl Node {
             self.outbound.request();
         }
         removed
+    }
+}
+
+/// Runs a spool write off the async workers; a failure is logged (the hint is then kept in
+/// memory only, as the table has it) and gives `None`.
+async fn spool_io<T: Send + 'static>(
+    peer: &str,
+    write: impl FnOnce() -> Result<T, crate::store::spool::SpoolError> + Send + 'static,
+) -> Option<T> {
+    let done = tokio::task::spawn_blocking(write)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    match done {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
+            None
+        }
     }
 }

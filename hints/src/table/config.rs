@@ -36,8 +36,13 @@ pub fn budget_bytes(hint: &CipHint) -> u64 {
     hint.weightlists
         .iter()
         .flat_map(|(_, w)| w.iter())
-        .map(|(value, _)| value.len() as u64 + ENTRY_BUDGET_BYTES)
+        .map(|(value, _)| entry_charge(value.len()))
         .sum()
+}
+
+/// What one entry whose value has `len` bytes is charged ([`budget_bytes`]).
+pub(crate) fn entry_charge(len: usize) -> u64 {
+    len as u64 + ENTRY_BUDGET_BYTES
 }
 
 /// Bounds on what the table accepts.

@@ -103,6 +103,7 @@ mod eval;
 pub(crate) mod state;
 
 pub use crate::peer::PeerMeta;
+use config::entry_charge;
 pub use config::{
     DEFAULT_MAX_ATTRIBUTES, DEFAULT_MAX_ENTRIES_PER_HINT, DEFAULT_MAX_PEER_BYTES,
     DEFAULT_MAX_PEERS, DEFAULT_MAX_PROVENANCE, DEFAULT_MAX_TABLE_BYTES, DEFAULT_MAX_TOTAL_OBJECTS,
@@ -556,7 +557,6 @@ impl RoutingTable {
                     }
                     bulk_bytes += bytes;
                     bulk_entries += entries.len;
-
                     let (distinct, count) = bulk
                         .add(entries.iter(), slot, &self.hasher)
                         .map_err(|_| ImportError::TooLarge)?;
@@ -636,12 +636,19 @@ impl RoutingTable {
                 max: limits.max_total_objects,
             });
         }
-        // One reading of each weightlist (a parsed one is read from its text each time).
+        // One reading of each weightlist (a parsed one is read from its text each time):
+        // the checks, the charge ([`budget_bytes`]) and the entries to index, with a count.
         let mut budget = 0u64;
+        let mut counted = Vec::with_capacity(hint.weightlists.len());
         for (spec, w) in &hint.weightlists {
             let (mut above, mut too_long) = (None, None);
+            let (mut len, mut bytes) = (0usize, 0usize);
             for (index, (value, count)) in w.iter().enumerate() {
-                budget += value.len() as u64 + ENTRY_BUDGET_BYTES;
+                budget += entry_charge(value.len());
+                if count > 0 {
+                    len += 1;
+                    bytes += value.len();
+                }
                 if above.is_none() && count > hint.total_object_count {
                     above = Some((index, count));
                 }
@@ -665,6 +672,7 @@ impl RoutingTable {
                     max: limits.max_value_len,
                 });
             }
+            counted.push((len, bytes));
         }
         if budget > limits.max_peer_bytes {
             return Err(ImportError::OverPeerBudget {
@@ -701,13 +709,11 @@ impl RoutingTable {
         }
         let attrs = &next.attrs;
         let mut entries = HintEntries::default();
-        for (spec, w) in &hint.weightlists {
+        for ((spec, w), (len, bytes)) in hint.weightlists.iter().zip(counted) {
             // Invariant: every weightlist attribute was interned just above.
             let Some(id) = attrs.id(spec) else { continue };
-            for (value, _) in w.iter().filter(|&(_, count)| count > 0) {
-                entries.len += 1;
-                entries.bytes += value.len();
-            }
+            entries.len += len;
+            entries.bytes += bytes;
             entries.lists.push((id, w));
         }
         let mut thresholds: Vec<(u32, u64)> = hint

@@ -187,6 +187,20 @@ async fn counts_that_cannot_be_true_are_refused_and_the_good_hint_stays() {
         .await;
     let good = garcia_referrals(&hub).await;
     assert_eq!(good, vec![(GOOD.to_owned(), 5, "http://good/".to_owned())]);
+    // A refused hint is staged in the spool before the import and forgotten after it: the
+    // good hint's file stays as it was, and no staged file is left behind.
+    let spool_file = hub
+        .dir
+        .path()
+        .join("spool")
+        .join(format!("{}.{GOOD}.spool", hex("good")));
+    let kept = std::fs::read(&spool_file).unwrap();
+    let staged_left = || {
+        std::fs::read_dir(hub.dir.path().join("spool"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| cipd::sys::durable::is_temp(&e.file_name().to_string_lossy()))
+    };
     for (what, hint) in [
         ("a count above the total", garcia(10, 11)),
         (
@@ -200,6 +214,8 @@ async fn counts_that_cannot_be_true_are_refused_and_the_good_hint_stays() {
         hub.wait_for(what, |s| s.implausible_refusals >= before + 2)
             .await;
         assert_eq!(garcia_referrals(&hub).await, good, "{what}");
+        assert_eq!(std::fs::read(&spool_file).unwrap(), kept, "{what}");
+        eventually("no staged spool file left", || !staged_left()).await;
         // Nor does it leak upstream through the node's own aggregate.
         let out = hub.daemon.node().current_outbound().await;
         let text = String::from_utf8_lossy(&out);
