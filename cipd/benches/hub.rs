@@ -37,7 +37,7 @@
 //!    author and a keyword one peer holds; the default page of 10 referrals), `mixed
 //!    limit=100` (the same with full answers), `exact rare`, `exact popular`,
 //!    `substring` (drawn at random from 4,096, so repeated as a skewed workload repeats them),
-//!    `substring, new` (fragments in no other pool, each sent once: the cost of a first
+//!    `substring new` (fragments in no other pool, each sent once: the cost of a first
 //!    asking, which the substring cache cannot help), `conjunctive`. Prints q/s,
 //!    p50/p99/p99.9 latency, errors and the mean answer size, then the substring cache's
 //!    size and the RSS against the README's sizing plus that cache.
@@ -717,7 +717,7 @@ impl Pools {
             ("exact rare", Self::paths(&self.rare), false),
             ("exact popular", Self::paths(&self.popular), false),
             ("substring", Self::paths(&self.substring), false),
-            ("substring, new", self.substring_new.clone(), true),
+            ("substring new", self.substring_new.clone(), true),
             ("conjunctive", Self::paths(&self.conjunctive), false),
         ]
     }

@@ -107,3 +107,41 @@ fn fmt_is_canonical_and_stops_at_errors() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains(":796: expected ':<TAB>'"));
 }
+
+#[test]
+fn a_big_file_checked_on_every_cpu_reports_what_standard_input_does() {
+    // Past the size at which a file is split over threads, with broken objects on both
+    // sides of the middle and values holding lines that look like objects.
+    let mut input = Vec::new();
+    let mut n = 0;
+    while input.len() < 6 << 20 {
+        let value = if n % 97 == 0 {
+            format!("x\n@FILE {{ fake{n}\nT{{1}}:\ty\n}}\n")
+        } else {
+            format!("value {n}")
+        };
+        let size = if n == 1_000 || n == 60_000 {
+            value.len() + 3
+        } else {
+            value.len()
+        };
+        input.extend_from_slice(
+            format!("@FILE {{ http://e.org/{n}\nV{{{size}}}:\t{value}\n}}\n").as_bytes(),
+        );
+        n += 1;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.soif");
+    std::fs::write(&path, &input).unwrap();
+    let from_file = cipctl(&["soif", "check", s(&path)], None);
+    let from_stdin = cipctl(&["soif", "check", "-"], Some(&input));
+    assert_eq!(from_file.status.code(), Some(1));
+    let file_out = String::from_utf8(from_file.stdout).unwrap();
+    let stdin_out = String::from_utf8(from_stdin.stdout).unwrap();
+    assert_eq!(file_out.lines().count(), 2, "{file_out}");
+    assert_eq!(
+        file_out.replace(s(&path), "<stdin>"),
+        stdin_out,
+        "the same errors at the same offsets"
+    );
+}

@@ -28,8 +28,13 @@ impl SoifError {
         &self.kind
     }
 
+    /// The same error in a stream where the scanned slice starts `by` bytes in: every
+    /// offset it carries made absolute.
     pub(crate) fn shifted(mut self, by: u64) -> Self {
         self.offset += by;
+        if let SoifErrorKind::UnexpectedEof { object_start, .. } = &mut self.kind {
+            *object_start += by;
+        }
         self
     }
 }

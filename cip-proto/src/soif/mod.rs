@@ -18,6 +18,8 @@
 //!   for sockets and multi-gigabyte files read in chunks. It never rescans a value it has seen.
 //! * [`SoifReader`]: the same grammar over a complete `&[u8]`, yielding borrowed
 //!   [`ObjectRef`]s with no allocation per attribute, for bulk work such as hint building.
+//! * [`check_all`]: validation of a whole in-memory stream, every error listed, split over
+//!   threads for big inputs.
 //! * [`write_object`] and [`SoifEncoder`]: canonical output (one pair per line, LF ends).
 //! * [`attr`]: attribute naming and matching (§3.3 multi-value suffixes, §4 matching).
 //! * [`template`]: the templates RFC 2655 names (FILE, DOCUMENT, OBJECT, CIP-HINT, Dublin-Core).
@@ -25,6 +27,7 @@
 //! [`Decoder`]: tokio_util::codec::Decoder
 
 pub mod attr;
+mod check;
 mod error;
 mod parse;
 pub mod template;
@@ -32,6 +35,9 @@ mod write;
 
 use bytes::Bytes;
 
+pub use check::{
+    CheckReport, DEFAULT_WINDOW, PARALLEL_MIN_BYTES, check_all, check_file, check_stream,
+};
 pub use error::{SoifError, SoifErrorKind};
 pub use parse::{AttrRef, Limits, ObjectRef, SoifDecoder, SoifReader, parse_all};
 pub use write::{SoifEncoder, write_object, write_object_ref};

@@ -70,7 +70,7 @@ enum Phase {
 
 /// Scanner state, all positions relative to the start of the slice being scanned.
 #[derive(Debug, Clone)]
-struct ScanState {
+pub(super) struct ScanState {
     phase: Phase,
     /// Next byte to look at.
     cursor: usize,
@@ -84,7 +84,7 @@ struct ScanState {
 }
 
 impl ScanState {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             phase: Phase::Seek,
             cursor: 0,
@@ -121,7 +121,7 @@ fn is_ws(b: u8) -> bool {
 }
 
 #[inline]
-fn skip_ws(buf: &[u8], mut i: usize) -> usize {
+pub(super) fn skip_ws(buf: &[u8], mut i: usize) -> usize {
     while i < buf.len() && is_ws(buf[i]) {
         i += 1;
     }
@@ -334,6 +334,26 @@ fn scan(buf: &[u8], st: &mut ScanState, limits: &Limits, eof: bool) -> Result<St
                 }
             }
         }
+    }
+}
+
+/// Scans the one object of `input` that starts at `at` (a byte that is not whitespace),
+/// from a fresh state: `Ok(Some(end))` with the absolute offset just past its `}`; `Ok(None)`
+/// when the input ends first and `eof` is false (more bytes will come). Errors carry
+/// absolute offsets.
+pub(super) fn scan_object_at(
+    input: &[u8],
+    at: usize,
+    st: &mut ScanState,
+    limits: &Limits,
+    eof: bool,
+) -> Result<Option<usize>, SoifError> {
+    st.reset();
+    match scan(&input[at..], st, limits, eof).map_err(|e| e.shifted(at as u64))? {
+        Step::Object(end) => Ok(Some(at + end)),
+        // At end of input `scan` reports an unfinished object as an error, and `at` is not
+        // whitespace, so this is an object waiting for more bytes.
+        Step::Idle | Step::More => Ok(None),
     }
 }
 
