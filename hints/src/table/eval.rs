@@ -173,6 +173,12 @@ struct Tally {
     /// Per slot: the lowest count among its `tops` once they are full, else 0; a value
     /// with a lower count cannot enter them.
     floor: Vec<u64>,
+    /// Per slot, once its `tops` are full: the segment of the value a newcomer with the
+    /// `floor` count would have to beat (the last-ranked of those with that count), else
+    /// `u32::MAX`. Values of one segment are tallied in id order, which is their order, so
+    /// a newcomer from that segment tied on the floor count ranks after it: one comparison
+    /// settles it.
+    floor_seg: Vec<u32>,
     /// The current value's `(slot, count)` pairs.
     pairs: Vec<(u32, u64)>,
     k: usize,
@@ -207,6 +213,7 @@ impl Tally {
             self.matched.resize(slots, 0);
             self.top_len.resize(slots, 0);
             self.floor.resize(slots, 0);
+            self.floor_seg.resize(slots, u32::MAX);
         }
         self.k = k;
         if self.tops.len() < slots * k {
@@ -284,7 +291,9 @@ impl Tally {
         self.matched[s] += 1;
         // Most values of a broad match cannot enter a slot's best values: one comparison
         // settles them.
-        if self.k > 0 && count >= self.floor[s] {
+        if self.k > 0
+            && (count > self.floor[s] || (count == self.floor[s] && self.floor_seg[s] != si))
+        {
             self.offer(
                 segs,
                 s,
@@ -307,7 +316,7 @@ impl Tally {
             tops[len] = t;
             self.top_len[s] += 1;
             if len + 1 == k {
-                self.floor[s] = tops.iter().map(|t| t.count).min().unwrap_or(0);
+                self.set_floor(segs, s);
             }
             return;
         }
@@ -327,8 +336,22 @@ impl Tally {
             && value_before(segs, t, *w)
         {
             *w = t;
-            self.floor[s] = tops.iter().map(|t| t.count).min().unwrap_or(0);
+            self.set_floor(segs, s);
         }
+    }
+
+    /// Sets slot `s`'s `floor` and `floor_seg` from its full `tops`.
+    fn set_floor(&mut self, segs: &[Arc<Segment>], s: usize) {
+        let k = self.k;
+        let tops = &self.tops[s * k..(s + 1) * k];
+        let min = tops.iter().map(|t| t.count).min().unwrap_or(0);
+        let worst = tops
+            .iter()
+            .filter(|t| t.count == min)
+            .copied()
+            .reduce(|w, t| if value_before(segs, w, t) { t } else { w });
+        self.floor[s] = min;
+        self.floor_seg[s] = worst.map_or(u32::MAX, |w| w.seg);
     }
 
     /// Slot `s`'s kept values, best first.
@@ -351,6 +374,7 @@ impl Tally {
         for &slot in &self.touched {
             self.top_len[slot as usize] = 0;
             self.floor[slot as usize] = 0;
+            self.floor_seg[slot as usize] = u32::MAX;
         }
         self.touched.clear();
     }
