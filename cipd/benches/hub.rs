@@ -61,6 +61,7 @@
 //! | `BENCH_KEEP` | unset | when set, the hub's directory (configuration, log, spool) is kept |
 //! | `BENCH_HUB_WRAP` | none | a command the hub runs under (`heaptrack -o /tmp/hub`), split at spaces |
 //! | `BENCH_KINDS` | all | comma-separated kinds to load (`mixed,substring`), for profiling one |
+//! | `BENCH_INPROC` | unset | when set, no hub: the hints are loaded into a table in this process and the first N `substring new` queries (`BENCH_INPROC=N`; 0: all) are timed on one thread: what a first asking costs the table |
 
 mod common;
 use common::env_or;
@@ -153,12 +154,99 @@ fn main() {
         pools.rare_total,
     );
 
+    if std::env::var_os("BENCH_INPROC").is_some() {
+        in_process(&mesh, &pools);
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("the runtime starts");
     let summary = runtime.block_on(run(&settings, mesh, pools));
     summary.print(&settings);
+}
+
+/// `BENCH_INPROC`: the generated hints loaded into a routing table in this process (the
+/// daemon's defaults), then every `substring new` query answered once on this thread, no
+/// HTTP: what a first asking costs the table itself, for profiling it.
+fn in_process(mesh: &Mesh, pools: &Pools) {
+    use hints::query::Query as TableQuery;
+    use hints::rank::QueryOptions;
+    use hints::table::{PeerMeta, RoutingTable, TableConfig};
+    let table = RoutingTable::new(TableConfig::default());
+    let limits = cip_proto::soif::Limits::unlimited();
+    let hints: Vec<(PeerMeta, CipHint)> = mesh
+        .peers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let objects = cip_proto::soif::parse_all(p.payload.clone(), limits)
+                .expect("generated hints parse");
+            let (hint, _) = CipHint::from_soif(&objects[0]).expect("generated hints are hints");
+            let meta = PeerMeta {
+                dsi: Dsi::new(&format!("1.3.6.1.4.1.99999.{i}")).expect("a DSI"),
+                base_uris: vec![base_uri(i)],
+                dsi_description: None,
+                received: std::time::SystemTime::UNIX_EPOCH,
+                expires: None,
+                via: None,
+            };
+            (meta, hint)
+        })
+        .collect();
+    let start = Instant::now();
+    table.set_bulk_load(true);
+    let results = table.replace_all(hints.iter().map(|(m, h)| (m.clone(), h)));
+    table.set_bulk_load(false);
+    assert!(
+        results.iter().all(Result::is_ok),
+        "every generated hint imports"
+    );
+    table.wait_for_summaries();
+    drop(hints);
+    let stats = table.stats();
+    println!(
+        "in process: loaded and summarized in {:.2} s, {} summaries ({:.1} MB), table {:.1} MB",
+        start.elapsed().as_secs_f64(),
+        stats.summaries,
+        stats.summary_bytes as f64 / 1e6,
+        stats.approx_bytes as f64 / 1e6
+    );
+    let opts = QueryOptions {
+        limit: DEFAULT_REFERRALS,
+        ..QueryOptions::default()
+    };
+    // `BENCH_INPROC=N`: the first N queries (0: all).
+    let n = env_or("BENCH_INPROC", 0usize);
+    let n = if n == 0 { usize::MAX } else { n };
+    let queries: Vec<TableQuery> = pools
+        .substring_new
+        .iter()
+        .take(n)
+        .map(|q| TableQuery::parse(&q.text).expect("generated queries parse"))
+        .collect();
+    let mut micros = Vec::with_capacity(queries.len());
+    let mut referrals = 0;
+    let all = Instant::now();
+    for q in &queries {
+        let t = Instant::now();
+        referrals += table.answer(q, &opts).len();
+        micros.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let wall = all.elapsed().as_secs_f64();
+    micros.sort_by(f64::total_cmp);
+    let at = |p: f64| micros[((micros.len() as f64 * p) as usize).min(micros.len() - 1)];
+    println!(
+        "substring new, one thread: {} queries, mean {:.0} us, p50 {:.0} us, p90 {:.0} us, \
+         p99 {:.0} us, max {:.0} us ({:.1} referrals each)",
+        queries.len(),
+        wall * 1e6 / queries.len().max(1) as f64,
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0),
+        referrals as f64 / queries.len().max(1) as f64
+    );
 }
 
 // ---- settings --------------------------------------------------------------------------
@@ -541,7 +629,7 @@ struct Pools {
     substring: Vec<Query>,
     /// Substring queries in none of the other pools, each sent once (until they run out):
     /// what a query costs the first time it is asked.
-    substring_new: Vec<String>,
+    substring_new: Vec<Query>,
     /// Two exact terms one peer both holds; `holders` known for the first few.
     conjunctive: Vec<Query>,
     /// The probe's popular and rare `DOCUMENT:Author=` queries.
@@ -625,7 +713,7 @@ impl Pools {
             let (attr, fragment) = fragment(&mut rng);
             let text = format!("{TEMPLATE}:{}~{fragment}", ATTRIBUTES[attr]);
             if seen.insert(text.to_ascii_lowercase()) {
-                substring_new.push(Query { text, holders: 0 }.path(None));
+                substring_new.push(Query { text, holders: 0 });
             }
         }
         let mut conjunctive = Vec::with_capacity(POOL);
@@ -717,7 +805,7 @@ impl Pools {
             ("exact rare", Self::paths(&self.rare), false),
             ("exact popular", Self::paths(&self.popular), false),
             ("substring", Self::paths(&self.substring), false),
-            ("substring new", self.substring_new.clone(), true),
+            ("substring new", Self::paths(&self.substring_new), true),
             ("conjunctive", Self::paths(&self.conjunctive), false),
         ]
     }
