@@ -254,10 +254,15 @@ impl Node {
     pub(crate) fn begin_cold_start(&self) {
         let (expected, imported) = self.import_progress();
         if imported < expected {
-            self.cold_start.store(true, Ordering::Release);
-            self.settling.store(true, Ordering::Release);
-            self.table.set_bulk_load(true);
+            self.begin_bulk_start();
         }
+    }
+
+    /// Puts the table in bulk-load mode until [`Node::end_cold_start`].
+    fn begin_bulk_start(&self) {
+        self.cold_start.store(true, Ordering::Release);
+        self.settling.store(true, Ordering::Release);
+        self.table.set_bulk_load(true);
     }
 
     /// Ends the cold start (once): merges the segments it left, where the values peers
@@ -398,6 +403,12 @@ impl Node {
         let objects: Vec<u64> = batch.iter().map(|(_, h)| h.total_object_count).collect();
         self.startup
             .begin("indexing the spooled hints", "hints", batch.len() as u64);
+        if batch.len() > 1 {
+            // A restart's cold start: the spooled hints load as a bulk load (indexed on
+            // every core, their segments merged and indexed once they are all in), which
+            // the polls that follow continue until every configured peer is in.
+            self.begin_bulk_start();
+        }
         let results = {
             let mut imported = lock(&self.imported);
             let results = self.table.replace_all(batch);
@@ -430,6 +441,11 @@ impl Node {
         }
         self.startup.set_done(results.len() as u64);
         self.startup.finish();
+        let (expected, imported) = self.import_progress();
+        if imported >= expected {
+            // Nothing left to poll for: merge now (in the background).
+            self.end_cold_start();
+        }
         self.outbound.request();
         tracing::info!(
             restored,

@@ -203,6 +203,7 @@ impl Node {
             node: Some(config.node.dsi.clone()),
             limits: config.limits.table,
             summaries: config.index,
+            index_threads: config.import.index_threads,
         }));
         let peers = config
             .peers

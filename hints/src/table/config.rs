@@ -91,4 +91,17 @@ pub struct TableConfig {
     pub limits: TableLimits,
     /// Summaries of broad substrings in big segments.
     pub summaries: SummaryConfig,
+    /// Threads that index a big batch of hints ([`super::RoutingTable::replace_all`]);
+    /// 0 (the default): one per CPU, at most four.
+    pub index_threads: usize,
+}
+
+impl TableConfig {
+    /// The threads [`TableConfig::index_threads`] asks for, 0 resolved.
+    pub fn index_threads(&self) -> usize {
+        match self.index_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            n => n,
+        }
+    }
 }

@@ -94,7 +94,7 @@ use cip_proto::dsi::DsiError;
 
 use crate::hasher::RandomState;
 use crate::hint::{AttrSpec, CipHint};
-use crate::index::{BulkBuilder, Segment};
+use crate::index::{BulkBuilder, Segment, SegmentOverflow};
 use crate::memo::MemoBudget;
 
 pub mod answer;
@@ -330,6 +330,78 @@ impl<'h> HintEntries<'h> {
     }
 }
 
+/// A bulk segment is flushed well before its 32-bit offsets could overflow.
+const FLUSH_AT: usize = (u32::MAX / 2) as usize;
+
+/// Batches of at least this many entries are indexed on several threads (tests take the
+/// parallel path with small batches).
+const PARALLEL_BUILD_ENTRIES: usize = if cfg!(test) { 64 } else { 200_000 };
+
+/// What [`build_run`] made of a run of hints.
+struct Built {
+    segments: Vec<Segment>,
+    /// Per hint: `(index in the results, slot, distinct values, entries)`.
+    counts: Vec<(usize, u32, usize, usize)>,
+}
+
+/// Cuts `passed` into at most `threads` contiguous runs of about equal entries.
+fn split_runs(
+    passed: &[(usize, u32, HintEntries<'_>)],
+    threads: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let total: usize = passed.iter().map(|p| p.2.len).sum();
+    let share = total.div_ceil(threads.max(1)).max(1);
+    let mut runs = Vec::with_capacity(threads);
+    let (mut start, mut sum) = (0, 0);
+    for (k, p) in passed.iter().enumerate() {
+        sum += p.2.len;
+        if sum >= share && runs.len() + 1 < threads {
+            runs.push(start..k + 1);
+            (start, sum) = (k + 1, 0);
+        }
+    }
+    if start < passed.len() {
+        runs.push(start..passed.len());
+    }
+    runs
+}
+
+/// Indexes a run of checked hints into bulk segments (one, unless it passes `FLUSH_AT`).
+fn build_run(
+    run: &[(usize, u32, HintEntries<'_>)],
+    hasher: &RandomState,
+    grams: bool,
+) -> Result<Built, SegmentOverflow> {
+    let (entries, bytes) = run
+        .iter()
+        .fold((0usize, 0usize), |(n, b), p| (n + p.2.len, b + p.2.bytes));
+    let mut bulk = BulkBuilder::default();
+    // The builder's buffers sized for the whole run at once (see BulkBuilder::reserve).
+    bulk.reserve(
+        entries.min(FLUSH_AT),
+        entries.min(FLUSH_AT),
+        bytes.min(FLUSH_AT),
+    );
+    let mut built = Built {
+        segments: Vec::new(),
+        counts: Vec::with_capacity(run.len()),
+    };
+    let (mut bulk_bytes, mut bulk_entries) = (0usize, 0usize);
+    for (i, slot, entries) in run {
+        if bulk_bytes + entries.bytes > FLUSH_AT || bulk_entries + entries.len > FLUSH_AT {
+            let full = std::mem::take(&mut bulk);
+            built.segments.push(full.finish(hasher, grams)?);
+            (bulk_bytes, bulk_entries) = (0, 0);
+        }
+        bulk_bytes += entries.bytes;
+        bulk_entries += entries.len;
+        let (distinct, count) = bulk.add(entries.iter(), *slot, hasher)?;
+        built.counts.push((*i, *slot, distinct, count));
+    }
+    built.segments.push(bulk.finish(hasher, grams)?);
+    Ok(built)
+}
+
 /// The DSIs a hint's `Provenance` / `Provenance-N` attributes list (values may also hold
 /// several DSIs separated by whitespace or commas).
 ///
@@ -516,70 +588,86 @@ impl RoutingTable {
 
     /// Imports many hints and indexes them in one pass: the fast path for loading. Each
     /// hint succeeds or fails on its own; all successful ones appear in one swap.
+    ///
+    /// The hints are checked and given their slots in order (each check sees the ones
+    /// before it), then indexed on up to [`TableConfig::index_threads`] threads, each
+    /// building the segment of a run of them.
     pub fn replace_all<I, H>(&self, hints: I) -> Vec<Result<ReplaceOutcome, ImportError>>
     where
         I: IntoIterator<Item = (PeerMeta, H)>,
         H: std::borrow::Borrow<CipHint>,
     {
-        // Flush a bulk segment well before its 32-bit offsets could overflow.
-        const FLUSH_AT: usize = (u32::MAX / 2) as usize;
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
-        let mut bulk = BulkBuilder::default();
-        let (mut bulk_bytes, mut bulk_entries) = (0usize, 0usize);
         let mut results = Vec::new();
         let mut held = next.budget_held();
-        // The builder's buffers sized for the whole batch at once (see BulkBuilder::reserve).
-        let hints: Vec<(PeerMeta, H)> = hints.into_iter().collect();
-        let (entries, bytes) = hints
-            .iter()
-            .flat_map(|(_, h)| &h.borrow().weightlists)
-            .fold((0usize, 0usize), |(n, b), (_, w)| {
-                (n + w.len(), b + w.value_bytes_bound())
-            });
-        bulk.reserve(
-            entries.min(FLUSH_AT),
-            entries.min(FLUSH_AT),
-            bytes.min(FLUSH_AT),
-        );
-        for (peer, hint) in hints {
+        let (peers, hints): (Vec<PeerMeta>, Vec<H>) = hints.into_iter().unzip();
+        // `(index in results, slot, entries)` of each hint that passed.
+        let mut passed: Vec<(usize, u32, HintEntries<'_>)> = Vec::new();
+        for (peer, hint) in peers.into_iter().zip(&hints) {
             let result = self
                 .prepare(&mut next, peer, hint.borrow(), &mut held)
-                .and_then(|(slot, mut entry, entries)| {
-                    let bytes = entries.bytes;
-                    if bulk_bytes + bytes > FLUSH_AT || bulk_entries + entries.len > FLUSH_AT {
-                        let full = std::mem::take(&mut bulk);
-                        let segment = full
-                            .finish(&self.hasher, !self.bulk())
-                            .map_err(|_| ImportError::TooLarge)?;
-                        next.segments.push(Arc::new(segment));
-                        (bulk_bytes, bulk_entries) = (0, 0);
+                .and_then(|(slot, entry, entries)| {
+                    if entries.bytes > FLUSH_AT || entries.len > FLUSH_AT {
+                        return Err(ImportError::TooLarge);
                     }
-                    bulk_bytes += bytes;
-                    bulk_entries += entries.len;
-                    let (distinct, count) = bulk
-                        .add(entries.iter(), slot, &self.hasher)
-                        .map_err(|_| ImportError::TooLarge)?;
-                    entry.distinct_values = distinct;
-                    entry.entries = count;
+                    passed.push((results.len(), slot, entries));
                     Ok(install(&mut next, slot, entry))
                 });
             results.push(result);
         }
-        if results.iter().all(Result::is_err) {
+        if passed.is_empty() {
             // Nothing to publish: the table, and its generation, stay as they were.
             return results;
         }
-        match bulk.finish(&self.hasher, !self.bulk()) {
-            Ok(segment) => next.segments.push(Arc::new(segment)),
-            // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
-            // rather than keep hints that no segment holds.
-            Err(_) => {
+        let entries: usize = passed.iter().map(|p| p.2.len).sum();
+        let threads = if entries >= PARALLEL_BUILD_ENTRIES {
+            self.config.index_threads().min(passed.len())
+        } else {
+            1
+        };
+        let grams = !self.bulk();
+        let runs = split_runs(&passed, threads);
+        let built: Vec<Result<Built, SegmentOverflow>> = if runs.len() == 1 {
+            vec![build_run(&passed, &self.hasher, grams)]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = runs
+                    .iter()
+                    .map(|run| {
+                        let run = &passed[run.clone()];
+                        s.spawn(move || build_run(run, &self.hasher, grams))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                    .collect()
+            })
+        };
+        for run in built {
+            let Ok(run) = run else {
+                // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
+                // rather than keep hints that no segment holds.
                 return results
                     .into_iter()
                     .map(|_| Err(ImportError::TooLarge))
                     .collect();
+            };
+            for (i, slot, distinct, count) in run.counts {
+                if let Some(Ok(outcome)) = results.get_mut(i) {
+                    outcome.distinct_values = distinct;
+                    outcome.entries = count;
+                }
+                // A later hint of the same batch for the same dataset may have replaced it.
+                if let Some(Some(entry)) = next.slots.get_mut(slot as usize)
+                    && let Some(entry) = Arc::get_mut(entry)
+                {
+                    entry.distinct_values = distinct;
+                    entry.entries = count;
+                }
             }
+            next.segments.extend(run.segments.into_iter().map(Arc::new));
         }
         next.compact(&self.hasher, false, self.bulk());
         next.rerank();

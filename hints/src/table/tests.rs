@@ -1089,3 +1089,77 @@ proptest::proptest! {
         proptest::prop_assert_eq!(got, sorted);
     }
 }
+
+/// A batch indexed on several threads (one segment per run of hints) answers, and counts
+/// each hint, as one indexed on one thread does, in a bulk load and out of one.
+#[test]
+fn a_batch_indexed_on_several_threads_answers_as_on_one() {
+    let (peers, hints) = syllable_peers();
+    let table = |threads: usize, bulk: bool| {
+        let t = RoutingTable::new(TableConfig {
+            index_threads: threads,
+            ..TableConfig::default()
+        });
+        t.set_bulk_load(bulk);
+        let outcomes: Vec<(usize, usize)> = t
+            .replace_all(
+                hints
+                    .iter()
+                    .enumerate()
+                    .map(|(p, h)| (meta(&format!("1.{p}")), h)),
+            )
+            .into_iter()
+            .map(|r| {
+                let r = r.unwrap();
+                (r.distinct_values, r.entries)
+            })
+            .collect();
+        (t, outcomes)
+    };
+    let (one, one_outcomes) = table(1, false);
+    assert_eq!(one.stats().segments, 1);
+    for (threads, bulk) in [(3, false), (3, true), (12, true)] {
+        let (many, outcomes) = table(threads, bulk);
+        if bulk {
+            assert!(
+                many.stats().segments > 1,
+                "{threads} threads: one segment per run"
+            );
+        }
+        assert_eq!(outcomes, one_outcomes);
+        let counts = |t: &RoutingTable| -> Vec<(String, usize, usize)> {
+            t.peers()
+                .into_iter()
+                .map(|p| (p.dsi.to_string(), p.distinct_values, p.entries))
+                .collect()
+        };
+        assert_eq!(counts(&many), counts(&one));
+        let opts = QueryOptions {
+            limit: 100,
+            ..QueryOptions::default()
+        };
+        for list in &peers {
+            for (v, _) in list.iter().take(8) {
+                let lower = v.to_ascii_lowercase();
+                for text in [
+                    format!("DOCUMENT:Author=\"{v}\""),
+                    format!("DOCUMENT:Title=\"{v}\""),
+                    format!("DOCUMENT:Author~\"{}\"", &lower[..3.min(lower.len())]),
+                    format!(
+                        "DOCUMENT:Title~\"{}\"",
+                        &lower[lower.len().saturating_sub(4)..]
+                    ),
+                ] {
+                    assert_eq!(
+                        many.query(&q(&text), &opts),
+                        one.query(&q(&text), &opts),
+                        "{text}"
+                    );
+                }
+            }
+        }
+        many.set_bulk_load(false);
+        assert_eq!(many.stats().segments, 1);
+        assert_eq!(counts(&many), counts(&one));
+    }
+}

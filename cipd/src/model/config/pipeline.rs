@@ -29,6 +29,8 @@ pub struct RawImport {
     pub max_batch_entries: Option<usize>,
     /// In-bound hints parsed at once (default: the CPU count).
     pub parsers: Option<usize>,
+    /// Threads that index a big batch of hints (default: the CPU count, at most 4).
+    pub index_threads: Option<usize>,
 }
 
 impl Validator<'_> {
@@ -51,6 +53,11 @@ impl Validator<'_> {
                 d.max_batch_entries,
             ),
             parsers: self.positive("import.parsers", raw.parsers, d.parsers),
+            index_threads: self.positive(
+                "import.index_threads",
+                raw.index_threads,
+                d.index_threads,
+            ),
         }
     }
 }
@@ -64,6 +71,8 @@ pub struct ImportConfig {
     pub max_batch_entries: usize,
     /// In-bound hints parsed at once on the blocking pool (default: the CPU count).
     pub parsers: usize,
+    /// Threads that index a big batch of hints (default: the CPU count, at most 4).
+    pub index_threads: usize,
 }
 
 impl Default for ImportConfig {
@@ -72,6 +81,7 @@ impl Default for ImportConfig {
             queue: 64,
             max_batch_entries: 4_000_000,
             parsers: std::thread::available_parallelism().map_or(2, usize::from),
+            index_threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
         }
     }
 }
