@@ -1311,7 +1311,7 @@ impl Segment {
                 }
                 return true;
             }
-            Some((GramList::Ids(first), _)) => decode_ids(first, out),
+            Some((GramList::Ids(first), _)) => out.extend(Ids::new(first)),
         }
         for (list, _) in lists.iter().skip(1) {
             let len = out.len();
@@ -1328,7 +1328,7 @@ impl Segment {
                     if len == 0 || l.len() > 8 * len {
                         continue;
                     }
-                    intersect(out, l);
+                    intersect(out, 0, l);
                 }
             }
         }
@@ -1721,113 +1721,42 @@ impl Hasher for GramHasher {
     }
 }
 
-/// Keeps in `out` (ascending) only the ids the delta-varint `list` holds: a merge with the
-/// list decoded a block at a time.
-fn intersect(out: &mut Vec<u32>, list: &[u8]) {
-    let mut blocks = IdBlocks {
-        list,
-        pos: 0,
-        current: 0,
-    };
-    let mut buf = [0u32; ID_BLOCK];
-    let (mut k, mut keep) = (0, 0);
-    while k < out.len() {
-        let m = blocks.fill(&mut buf);
-        if m == 0 {
-            break;
+/// Keeps in `out[first..]` (ascending) only the ids the delta-varint `list` holds.
+fn intersect(out: &mut Vec<u32>, first: usize, list: &[u8]) {
+    let mut keep = first;
+    let mut pos = 0;
+    // The list's current id, and whether one was decoded yet.
+    let mut current = 0u32;
+    let mut started = false;
+    'ids: for k in first..out.len() {
+        let id = out[k];
+        while !started || current < id {
+            let mut v = 0u32;
+            let mut shift = 0u32;
+            loop {
+                let Some(&b) = list.get(pos) else {
+                    break 'ids;
+                };
+                pos += 1;
+                v |= u32::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
+                if b < 0x80 {
+                    break;
+                }
+                shift += 7;
+            }
+            current = if started {
+                current.saturating_add(v)
+            } else {
+                v
+            };
+            started = true;
         }
-        let block = &buf[..m];
-        let last = block[m - 1];
-        let mut i = 0;
-        while let Some(&id) = out.get(k).filter(|&&id| id <= last) {
-            // Stops at the latest at `last`, which is at least `id`.
-            while block[i] < id {
-                i += 1;
-            }
-            if block[i] == id {
-                out[keep] = id;
-                keep += 1;
-            }
-            k += 1;
+        if current == id {
+            out[keep] = id;
+            keep += 1;
         }
     }
     out.truncate(keep);
-}
-
-/// Ids decoded per [`IdBlocks::fill`].
-const ID_BLOCK: usize = 64;
-
-/// Decodes a delta-varint id list a block at a time.
-struct IdBlocks<'a> {
-    list: &'a [u8],
-    pos: usize,
-    /// The last id decoded (0 before the first: the first gap is the first id).
-    current: u32,
-}
-
-impl IdBlocks<'_> {
-    /// Puts the next ids in `buf`; how many (0 at the end of the list). Eight one-byte
-    /// gaps, the usual case in long lists, are read as one 64-bit word.
-    #[inline]
-    fn fill(&mut self, buf: &mut [u32; ID_BLOCK]) -> usize {
-        let mut n = 0;
-        while n + 8 <= ID_BLOCK && self.pos < self.list.len() {
-            if let Some(word) = self.list.get(self.pos..self.pos + 8) {
-                let w = u64::from_le_bytes(word.try_into().unwrap_or([0x80; 8]));
-                if w & 0x8080_8080_8080_8080 == 0 {
-                    let mut c = self.current;
-                    for (i, out) in buf[n..n + 8].iter_mut().enumerate() {
-                        c = c.saturating_add(((w >> (8 * i)) & 0xff) as u32);
-                        *out = c;
-                    }
-                    self.current = c;
-                    self.pos += 8;
-                    n += 8;
-                    continue;
-                }
-            }
-            let Some(gap) = self.varint() else {
-                break;
-            };
-            self.current = self.current.saturating_add(gap);
-            buf[n] = self.current;
-            n += 1;
-        }
-        n
-    }
-
-    /// The next varint, byte by byte; `None` when the list ends first.
-    fn varint(&mut self) -> Option<u32> {
-        let mut v = 0u32;
-        let mut shift = 0u32;
-        loop {
-            let b = *self.list.get(self.pos)?;
-            self.pos += 1;
-            v |= u32::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
-            if b < 0x80 {
-                return Some(v);
-            }
-            shift += 7;
-        }
-    }
-}
-
-/// Appends the ids of the delta-varint `list` to `out`.
-fn decode_ids(list: &[u8], out: &mut Vec<u32>) {
-    out.reserve(list.len());
-    let mut blocks = IdBlocks {
-        list,
-        pos: 0,
-        current: 0,
-    };
-    let mut buf = [0u32; ID_BLOCK];
-    loop {
-        let n = blocks.fill(&mut buf);
-        if n == 0 {
-            return;
-        }
-        out.extend_from_slice(&buf[..n]);
-    }
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u32) {
@@ -1997,19 +1926,17 @@ mod tests {
 
     proptest! {
         #[test]
-        fn block_decoding_and_intersection_agree_with_the_plain_decoder(
+        fn trigram_lists_decode_and_intersect_as_sets_do(
             list in proptest::collection::btree_set(
                 prop_oneof![0u32..300, 0u32..100_000, any::<u32>()], 0..400),
             candidates in proptest::collection::btree_set(
                 prop_oneof![0u32..300, 0u32..100_000, any::<u32>()], 0..400),
         ) {
             let code = coded(&list);
-            let mut decoded = Vec::new();
-            decode_ids(&code, &mut decoded);
-            prop_assert_eq!(&decoded, &Ids::new(&code).collect::<Vec<_>>());
+            let decoded: Vec<u32> = Ids::new(&code).collect();
             prop_assert_eq!(&decoded, &list.iter().copied().collect::<Vec<_>>());
             let mut out: Vec<u32> = candidates.iter().copied().collect();
-            intersect(&mut out, &code);
+            intersect(&mut out, 0, &code);
             let want: Vec<u32> = candidates.intersection(&list).copied().collect();
             prop_assert_eq!(out, want);
         }
