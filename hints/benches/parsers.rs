@@ -1,8 +1,9 @@
 //! Every parser that reads what peers and feeds send, against the machine's own ceiling.
 //!
 //! `cargo bench -p hints --bench parsers` builds a real-shaped input of tens of MB for each
-//! (SOIF summary objects, a CIP-HINT's weightlist, a whole CIP-HINT object, an RFC 2654
-//! tagged index, a Hina-Di file), then prints, best of `PARSERS_RUNS` (3) runs on one core:
+//! (SOIF summary objects, a CIP-HINT's weightlist, a whole CIP-HINT object and the same
+//! object loaded into a routing table, an RFC 2654 tagged index, a Hina-Di file), then
+//! prints, best of `PARSERS_RUNS` (3) runs on one core:
 //! the parser's MB/s, and in the same run over the same bytes a `memchr` pass (counting line
 //! feeds, the cheapest scan a parser could make) and a plain copy (what memory moves). The
 //! last column is the parser's share of the `memchr` ceiling. `PARSERS_MB` (40) sets the
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cip_proto::soif::{Limits, SoifObject, SoifReader, parse_all, write_object};
 use hints::hint::{CipHint, WeightEntry, Weightlist};
+use hints::table::{PeerMeta, RoutingTable, TableConfig};
 
 /// A small deterministic generator (xorshift), so runs are comparable.
 struct Rng(u64);
@@ -295,6 +297,31 @@ fn main() {
         let objs = parse_all(hint.clone(), limits).expect("the hint parses");
         CipHint::from_soif(&objs[0])
             .map_or_else(|e| panic!("the hint: {e}"), |(h, _)| h.weightlists.len())
+    });
+
+    // What a cold start does with it: parse, check and index into a table in bulk mode (no
+    // lookup structures yet), on this thread.
+    row("CIP-HINT into a table (bulk load)", &hint, &mut || {
+        let objs = parse_all(hint.clone(), limits).expect("the hint parses");
+        let (h, _) = CipHint::from_soif(&objs[0]).unwrap_or_else(|e| panic!("the hint: {e}"));
+        let table = RoutingTable::new(TableConfig {
+            index_threads: 1,
+            ..TableConfig::default()
+        });
+        table.set_bulk_load(true);
+        let meta = PeerMeta {
+            dsi: cip_proto::Dsi::new("1.3.6.1.4.1.99999.1").expect("a DSI"),
+            base_uris: vec!["cip://peer.example/".into()],
+            dsi_description: None,
+            received: std::time::SystemTime::UNIX_EPOCH,
+            expires: None,
+            via: None,
+        };
+        let mut results = table.replace_all([(meta, &h)]);
+        results
+            .pop()
+            .and_then(Result::ok)
+            .map_or_else(|| panic!("the import failed"), |r| r.entries)
     });
 
     let tagged = tagged_input(bytes);
