@@ -378,12 +378,25 @@ impl Scanner {
     }
 }
 
-/// Appends the canonical encoding of `list` to `out`.
+/// Lines of a written weightlist are broken after the entry that takes them past this many
+/// bytes, so that a hint of short values stays under the 998-byte lines of RFC 5322 §2.1.1
+/// and travels as text (`7bit`/`8bit`) rather than base64.
+pub const WRAP_AT: usize = 900;
+
+/// Appends the canonical encoding of `list` to `out`: entries separated by `", "`, or by
+/// `",\n"` once the line passes [`WRAP_AT`] bytes (the parser skips the white space at the
+/// start of an entry, line ends included).
 pub fn write(list: &Weightlist, out: &mut Vec<u8>) {
     let mut digits = itoa::Buffer::new();
+    let mut line_start = out.len();
     for (i, (value, count)) in list.iter().enumerate() {
         if i > 0 {
-            out.extend_from_slice(b", ");
+            if out.len() - line_start >= WRAP_AT {
+                out.extend_from_slice(b",\n");
+                line_start = out.len();
+            } else {
+                out.extend_from_slice(b", ");
+            }
         }
         escape_value(&value, out);
         out.push(b';');
@@ -480,6 +493,44 @@ fn parse_count(text: &[u8], base: usize) -> Result<u64, WeightlistError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn long_lists_are_written_in_short_lines_that_read_back() {
+        let list: Weightlist = (0..5_000)
+            .map(|i| WeightEntry {
+                value: Bytes::from(format!("Author Number {i}, Jr")),
+                count: i + 1,
+            })
+            .collect();
+        let text = encode(&list);
+        let longest = text
+            .split(|&b| b == b'\n')
+            .map(<[u8]>::len)
+            .max()
+            .unwrap_or(0);
+        assert!(longest < 998, "a line of {longest} bytes");
+        assert!(text.split(|&b| b == b'\n').count() > 100);
+        let back = parse(&Bytes::from(text.clone())).unwrap();
+        assert!(back.entries().eq(list.entries()));
+        // A hint of such lists travels as text, not base64.
+        let hint = crate::hint::CipHint {
+            url: "-".into(),
+            total_object_count: 10_000,
+            weightlists: vec![(
+                crate::hint::AttrSpec {
+                    template: "DOCUMENT".into(),
+                    attribute: "Author".into(),
+                },
+                list,
+            )],
+            ..crate::hint::CipHint::default()
+        };
+        let payload = hint.to_soif().to_bytes();
+        assert_eq!(
+            cip_proto::cip::mime::TransferEncoding::for_payload(&payload),
+            cip_proto::cip::mime::TransferEncoding::SevenBit
+        );
+    }
 
     fn entries(list: &Weightlist) -> Vec<(Vec<u8>, u64)> {
         list.iter().map(|(v, c)| (v.into_owned(), c)).collect()
