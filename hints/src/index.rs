@@ -1431,6 +1431,8 @@ fn partition(n: u32, below: impl Fn(u32) -> bool) -> u32 {
 
 struct Builder {
     recs: PagesMut,
+    /// Where [`Builder::push`] puts a record together.
+    scratch: Vec<u8>,
     starts: Vec<u32>,
     attr_bits: Vec<u8>,
     big_counts: Vec<(u32, u64)>,
@@ -1444,6 +1446,7 @@ impl Builder {
     fn with_capacity(values: usize, bound: usize) -> Self {
         Self {
             recs: PagesMut::with_capacity(bound),
+            scratch: Vec::new(),
             starts: Vec::with_capacity(values),
             attr_bits: Vec::with_capacity(values),
             big_counts: Vec::new(),
@@ -1476,17 +1479,21 @@ impl Builder {
             return Err(SegmentOverflow);
         }
         self.starts.push(at as u32);
+        // The record is put together in a scratch buffer that stays in cache, then
+        // appended to the segment's pages in one copy.
+        let mut rec = std::mem::take(&mut self.scratch);
+        rec.clear();
         let word = len | if upper { HAS_UPPER } else { 0 };
-        self.recs.extend_from_slice(&word.to_le_bytes());
-        self.recs.extend_from_slice(&0u32.to_le_bytes());
-        self.recs.extend_from_slice(&id.to_le_bytes());
-        let base = self.recs.len();
-        self.recs.extend_from_slice(spelling);
-        self.recs.bytes_mut()[base..].make_ascii_lowercase();
+        rec.extend_from_slice(&word.to_le_bytes());
+        rec.extend_from_slice(&0u32.to_le_bytes());
+        rec.extend_from_slice(&id.to_le_bytes());
+        let base = rec.len();
+        rec.extend_from_slice(spelling);
+        rec[base..].make_ascii_lowercase();
         if upper {
-            let base = self.recs.len();
-            self.recs.extend_zeros(bitmap);
-            let bits = &mut self.recs.bytes_mut()[base..];
+            let base = rec.len();
+            rec.resize(base + bitmap, 0);
+            let bits = &mut rec[base..];
             for (k, b) in spelling.iter().enumerate() {
                 if b.is_ascii_uppercase() {
                     bits[k / 8] |= 1 << (k % 8);
@@ -1496,7 +1503,8 @@ impl Builder {
         self.value_bytes += spelling.len();
         let mut groups = 0u32;
         let mut bits = 0u8;
-        // Where the current group's posting count goes, its attribute, its postings.
+        // Where the current group's posting count goes (in `rec`), its attribute, its
+        // postings.
         let mut group: Option<(usize, u32, u32)> = None;
         let mut k = 0;
         while k < postings.len() {
@@ -1513,23 +1521,23 @@ impl Builder {
                 Some((_, a, n)) if *a == attr => *n += 1,
                 _ => {
                     if let Some((pos, _, n)) = group {
-                        self.recs.bytes_mut()[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
+                        rec[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
                     }
-                    self.recs.extend_from_slice(&attr.to_le_bytes());
+                    rec.extend_from_slice(&attr.to_le_bytes());
                     bits |= attr_bit(attr);
-                    group = Some((self.recs.len(), attr, 1));
-                    self.recs.extend_from_slice(&0u32.to_le_bytes());
+                    group = Some((rec.len(), attr, 1));
+                    rec.extend_from_slice(&0u32.to_le_bytes());
                     groups += 1;
                 }
             }
-            self.recs.extend_from_slice(&slot.to_le_bytes());
+            rec.extend_from_slice(&slot.to_le_bytes());
             let stored = if count >= u64::from(BIG) {
-                self.big_counts.push((self.recs.len() as u32, count));
+                self.big_counts.push(((at + rec.len()) as u32, count));
                 BIG
             } else {
                 count as u32
             };
-            self.recs.extend_from_slice(&stored.to_le_bytes());
+            rec.extend_from_slice(&stored.to_le_bytes());
             self.entries += 1;
             let s = slot as usize;
             if self.slot_entries.len() <= s {
@@ -1538,9 +1546,11 @@ impl Builder {
             self.slot_entries[s] += 1;
         }
         if let Some((pos, _, n)) = group {
-            self.recs.bytes_mut()[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
+            rec[pos..pos + 4].copy_from_slice(&n.to_le_bytes());
         }
-        self.recs.bytes_mut()[at + 4..at + 8].copy_from_slice(&groups.to_le_bytes());
+        rec[4..8].copy_from_slice(&groups.to_le_bytes());
+        self.recs.extend_from_slice(&rec);
+        self.scratch = rec;
         self.attr_bits.push(bits);
         Ok(())
     }
