@@ -1,8 +1,7 @@
 //! Validating SOIF fast: every error listed, a file's work spread over threads.
 //!
-//! [`check_stream`] (any reader), [`check_file`] (a file, on several threads) and
-//! [`check_all`] (bytes in memory) report what a [`crate::soif::SoifDecoder`] fed the same
-//! bytes reports, skipping after each error to the next line that starts with `@`
+//! [`check_stream`] (any reader) and [`check_file`] (a file, on several threads) report
+//! what a [`crate::soif::SoifDecoder`] fed the same bytes reports, skipping after each error to the next line that starts with `@`
 //! ([`crate::soif::SoifDecoder::resync`]), but build no objects: values are jumped over by
 //! their declared size, so the work is proportional to the pairs, not the bytes. Input is
 //! read a window at a time (1 MiB by default, more while one object is bigger), small
@@ -11,7 +10,8 @@
 //! **Splitting.** A big file is cut into one region per thread at lines that start with
 //! `@`, and each thread reads and checks its own region. Such a line may also sit inside a
 //! value (values hold any byte), so every region but the first is a guess: its thread
-//! records the offsets at which it began an object with a fresh scanner. The regions are
+//! records the offsets at which it began an object with a fresh scanner (the first
+//! [`MAX_STARTS`]: enough for any cut, bounded for any file). The regions are
 //! then joined in order: where the previous region's true parse stopped (its first object
 //! start at or past the cut) is one of the next region's recorded starts, the next region's
 //! findings from there on are exactly what a single pass would find (a fresh scanner at the
@@ -34,6 +34,10 @@ pub const PARALLEL_MIN_BYTES: u64 = 4 << 20;
 
 /// Default window: bytes read and checked at a time.
 pub const DEFAULT_WINDOW: usize = 1 << 20;
+
+/// Object starts a region records for the join (16 bytes each); a join point past them is
+/// found by checking that stretch again (tests record few, to take that path).
+const MAX_STARTS: usize = if cfg!(test) { 8 } else { 1 << 16 };
 
 /// What a check found.
 #[derive(Debug, Default)]
@@ -72,19 +76,6 @@ pub fn check_file(
 ) -> io::Result<CheckReport> {
     let len = file.metadata()?.len();
     check_at(file, len, limits, threads, window, PARALLEL_MIN_BYTES)
-}
-
-/// Checks every object of `input` on up to `threads` threads.
-pub fn check_all(input: &[u8], limits: &Limits, threads: usize) -> CheckReport {
-    check_at(
-        input,
-        input.len() as u64,
-        limits,
-        threads,
-        DEFAULT_WINDOW,
-        PARALLEL_MIN_BYTES,
-    )
-    .unwrap_or_else(|_| unreachable!("reading a byte slice cannot fail"))
 }
 
 /// A source read at offsets, shared by the threads that check it.
@@ -172,15 +163,15 @@ fn check_at<S: ReadAt + ?Sized>(
     let (mut at, mut stopped) = (first.end, first.stopped);
     for region in regions {
         while stopped {
-            if let Ok(i) = region.starts.binary_search(&at) {
-                let started = (region.starts.len() - i) as u64;
+            if let Ok(i) = region.starts.binary_search_by_key(&at, |s| s.0) {
+                let before = region.starts[i].1;
                 let taken: Vec<SoifError> = region
                     .errors
                     .into_iter()
                     .filter(|(start, _)| *start >= at)
                     .map(|(_, e)| e)
                     .collect();
-                report.objects += started - taken.len() as u64;
+                report.objects += region.objects - before;
                 report.errors.extend(taken);
                 (at, stopped) = (region.end, region.stopped);
                 break;
@@ -191,7 +182,7 @@ fn check_at<S: ReadAt + ?Sized>(
             // The cut fell inside a value: check again from the true position.
             let (starts, end, cut) = (&region.starts, region.end, region.stopped);
             let again = Region::check(from(at), at, limits, window, false, |p| {
-                (cut && p >= end) || starts.binary_search(&p).is_ok()
+                (cut && p >= end) || starts.binary_search_by_key(&p, |s| s.0).is_ok()
             })?;
             report.objects += again.objects;
             report
@@ -233,8 +224,9 @@ struct Region {
     end: u64,
     /// It ended at a stop (else at the end of the input).
     stopped: bool,
-    /// Offsets at which it began an object with a fresh scanner, ascending (when recorded).
-    starts: Vec<u64>,
+    /// The first [`MAX_STARTS`] offsets at which it began an object with a fresh scanner
+    /// (when recorded), ascending, each with the objects it had parsed whole before it.
+    starts: Vec<(u64, u64)>,
     /// Errors, each with the offset its object began at.
     errors: Vec<(u64, SoifError)>,
     /// Objects that parsed whole.
@@ -292,8 +284,9 @@ impl Region {
                     region.stopped = true;
                     return Ok(region);
                 }
-                if record_starts {
-                    region.starts.push(base + at as u64);
+                let recorded = record_starts && region.starts.len() < MAX_STARTS;
+                if recorded {
+                    region.starts.push((base + at as u64, region.objects));
                 }
                 match scan_object_at(&buf, at, &mut st, limits, eof) {
                     Ok(Some(end)) => {
@@ -302,7 +295,7 @@ impl Region {
                     }
                     // Part of an object: read on from its start (recorded when done).
                     Ok(None) => {
-                        if record_starts {
+                        if recorded {
                             region.starts.pop();
                         }
                         break at;
@@ -377,6 +370,20 @@ mod tests {
         }
     }
 
+    /// Checks bytes in memory as a file is checked.
+    fn check_bytes(input: &[u8], threads: usize) -> CheckReport {
+        let len = input.len() as u64;
+        check_at(
+            input,
+            len,
+            &Limits::default(),
+            threads,
+            DEFAULT_WINDOW,
+            PARALLEL_MIN_BYTES,
+        )
+        .unwrap()
+    }
+
     fn says(report: &CheckReport) -> (u64, Vec<(u64, String)>) {
         let errors = report
             .errors
@@ -425,15 +432,15 @@ mod tests {
             let want = decoder_says(&input, Limits::default());
             assert!(!want.1.is_empty() || seed > 0 || want.0 > 0);
             for threads in [1, 2, 3, 7] {
-                // Small inputs are never split by `check_all`; split them here.
+                // Small inputs are never split by `check_file`; split them here.
                 let report = check_split(&input, threads);
                 assert_eq!(says(&report), want, "seed {seed}, {threads} threads");
             }
-            assert_eq!(says(&check_all(&input, &Limits::default(), 2)), want);
+            assert_eq!(says(&check_bytes(&input, 2)), want);
         }
     }
 
-    /// `check_all` with the size threshold ignored.
+    /// `check_bytes` with the size threshold ignored.
     fn check_split(input: &[u8], threads: usize) -> CheckReport {
         let len = input.len() as u64;
         check_at(input, len, &Limits::default(), threads, 64, 0).unwrap()
@@ -518,8 +525,8 @@ mod tests {
         }
         assert!(!cuts(&input[..], input.len() as u64, 2).unwrap().is_empty());
         let want = decoder_says(&input, Limits::default());
-        assert_eq!(says(&check_all(&input, &Limits::default(), 2)), want);
-        assert_eq!(says(&check_all(&input, &Limits::default(), 4)), want);
+        assert_eq!(says(&check_bytes(&input, 2)), want);
+        assert_eq!(says(&check_bytes(&input, 4)), want);
     }
 
     #[test]
@@ -551,7 +558,7 @@ mod tests {
     fn empty_and_blank_inputs() {
         for input in [&b""[..], b"  \n\n", b"\n@"] {
             let want = decoder_says(input, Limits::default());
-            assert_eq!(says(&check_all(input, &Limits::default(), 2)), want);
+            assert_eq!(says(&check_bytes(input, 2)), want);
         }
     }
 
@@ -560,7 +567,7 @@ mod tests {
         let input = b"@FILE { a\n}\n@FILE { b\nT{1}:\tx\n";
         let (_, errors) = decoder_says(input, Limits::default());
         assert!(errors[0].1.contains("starts at byte 12"), "{errors:?}");
-        assert_eq!(says(&check_all(input, &Limits::default(), 1)).1, errors);
+        assert_eq!(says(&check_bytes(input, 1)).1, errors);
     }
 
     proptest! {

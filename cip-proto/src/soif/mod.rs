@@ -18,8 +18,8 @@
 //!   for sockets and multi-gigabyte files read in chunks. It never rescans a value it has seen.
 //! * [`SoifReader`]: the same grammar over a complete `&[u8]`, yielding borrowed
 //!   [`ObjectRef`]s with no allocation per attribute, for bulk work such as hint building.
-//! * [`check_all`]: validation of a whole in-memory stream, every error listed, split over
-//!   threads for big inputs.
+//! * [`check_stream`] and [`check_file`]: validation without building objects, every error
+//!   listed, a big file split over threads.
 //! * [`write_object`] and [`SoifEncoder`]: canonical output (one pair per line, LF ends).
 //! * [`attr`]: attribute naming and matching (§3.3 multi-value suffixes, §4 matching).
 //! * [`template`]: the templates RFC 2655 names (FILE, DOCUMENT, OBJECT, CIP-HINT, Dublin-Core).
@@ -35,9 +35,7 @@ mod write;
 
 use bytes::Bytes;
 
-pub use check::{
-    CheckReport, DEFAULT_WINDOW, PARALLEL_MIN_BYTES, check_all, check_file, check_stream,
-};
+pub use check::{CheckReport, DEFAULT_WINDOW, PARALLEL_MIN_BYTES, check_file, check_stream};
 pub use error::{SoifError, SoifErrorKind};
 pub use parse::{AttrRef, Limits, ObjectRef, SoifDecoder, SoifReader, parse_all};
 pub use write::{SoifEncoder, write_object, write_object_ref};

@@ -71,7 +71,8 @@ pub struct ImportConfig {
     pub max_batch_entries: usize,
     /// In-bound hints parsed at once on the blocking pool (default: the CPU count).
     pub parsers: usize,
-    /// Threads that index a big batch of hints (default: the CPU count, at most 4).
+    /// Threads that index a big batch of hints; 0 (the default) leaves the choice to the
+    /// table (the CPU count, at most 4: [`hints::table::TableConfig::index_threads`]).
     pub index_threads: usize,
 }
 
@@ -81,7 +82,7 @@ impl Default for ImportConfig {
             queue: 64,
             max_batch_entries: 4_000_000,
             parsers: std::thread::available_parallelism().map_or(2, usize::from),
-            index_threads: std::thread::available_parallelism().map_or(2, |n| n.get().min(4)),
+            index_threads: 0,
         }
     }
 }
