@@ -128,8 +128,17 @@ pub(super) fn skip_ws(buf: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The end of the identifier starting at `i`: the first byte that is not an identifier
+/// byte. Attribute identifiers end at their `{`, found with one `memchr` and the bytes
+/// before it checked in one tight loop; otherwise byte by byte.
 #[inline]
-fn scan_ident(buf: &[u8], mut i: usize) -> usize {
+fn scan_ident(buf: &[u8], i: usize) -> usize {
+    if let Some(n) = memchr::memchr(b'{', &buf[i..]).filter(|&n| n <= 64)
+        && buf[i..i + n].iter().all(|&b| is_identifier_byte(b))
+    {
+        return i + n;
+    }
+    let mut i = i;
     while i < buf.len() && is_identifier_byte(buf[i]) {
         i += 1;
     }
