@@ -148,6 +148,7 @@ fn run(path: Option<PathBuf>) -> ExitCode {
     let options = StartOptions {
         config_path: path,
         log: Some(log),
+        network: None,
     };
     match runtime.block_on(serve(config, options, sample)) {
         Ok(true) => ExitCode::SUCCESS,

@@ -25,6 +25,7 @@ use crate::front::transport::{
 use crate::front::whoispp::WhoisService;
 use crate::model::config::Config;
 use crate::node::{Listeners, Node, NodeError, Status, display_addr};
+use crate::sys::net::{Accepted, Bound, Network};
 use crate::sys::telemetry::LogHandle;
 
 pub mod peer;
@@ -84,6 +85,10 @@ pub struct StartOptions {
     pub config_path: Option<PathBuf>,
     /// The log filter handle, for the admin `log-level` command.
     pub log: Option<LogHandle>,
+    /// A network to bind the plain CIP and Whois++ listeners on and to open CIP
+    /// connections over, instead of the host's TCP (a simulator's; see
+    /// [`crate::sys::net`]). TLS and HTTP listeners stay on the host's TCP.
+    pub network: Option<Arc<dyn Network>>,
 }
 
 /// Entry point.
@@ -109,17 +114,31 @@ impl Daemon {
     ) -> Result<RunningDaemon, StartError> {
         let token = CancellationToken::new();
         let backlog = u32::try_from(config.limits.listen_backlog).unwrap_or(u32::MAX);
+        let network = options.network.clone();
+        let bind_plain = |addr: SocketAddr| {
+            let network = network.clone();
+            async move {
+                match network {
+                    None => bind(addr, backlog).map(Bound::Tcp),
+                    Some(net) => net
+                        .bind(addr)
+                        .await
+                        .map(Bound::Net)
+                        .map_err(|source| StartError::Bind { addr, source }),
+                }
+            }
+        };
         let mut cip = Vec::new();
         for addr in &config.listen.cip {
-            cip.push(bind(*addr, backlog)?);
+            cip.push(bind_plain(*addr).await?);
         }
         let mut whoispp = Vec::new();
         for addr in &config.listen.whoispp {
-            whoispp.push(bind(*addr, backlog)?);
+            whoispp.push(bind_plain(*addr).await?);
         }
         let mut cip_tls = Vec::new();
         for l in &config.listen.cip_tls {
-            cip_tls.push((bind(l.addr, backlog)?, tls_server(l)?));
+            cip_tls.push((Bound::Tcp(bind(l.addr, backlog)?), tls_server(l)?));
         }
         let mut http = Vec::new();
         for addr in &config.listen.http {
@@ -163,6 +182,9 @@ impl Daemon {
             token.clone(),
         )?);
         node.set_listeners(bound.clone());
+        if let Some(net) = options.network {
+            node.set_network(net);
+        }
         // The admin socket first: `cipctl status` shows how far a long start is.
         if let Some((listener, path)) = admin {
             tracing::info!("listening for admin commands on {}", path.display());
@@ -179,7 +201,7 @@ impl Daemon {
         }
         {
             let n = node.clone();
-            let restore = tokio::task::spawn_blocking(move || n.restore_spool());
+            let restore = crate::sys::net::spawn_blocking(move || n.restore_spool());
             // Invariant: restore_spool does not panic; a join error would mean it did.
             if let Err(e) = crate::sys::startup::report_while(node.startup(), restore).await {
                 tracing::error!(error = %e, "spool restore task failed");
@@ -423,7 +445,7 @@ impl Drop for RunningDaemon {
 
 async fn accept_loop(
     node: Arc<Node>,
-    listener: TcpListener,
+    listener: Bound,
     tls_config: Option<Arc<rustls::ServerConfig>>,
     service: Arc<CipService>,
     whois: Option<Arc<WhoisService>>,
@@ -445,7 +467,9 @@ async fn accept_loop(
             () = token.cancelled() => break,
         };
         // Closed by its peer already (a connect/close flood): not worth a slot or a task.
-        if crate::front::conn_limit::peer_gone(&stream) {
+        if let Accepted::Tcp(s) = &stream
+            && crate::front::conn_limit::peer_gone(s)
+        {
             permits.note_gone();
             continue;
         }
@@ -455,7 +479,13 @@ async fn accept_loop(
             Ok(p) => p,
             Err(why) => {
                 let answer = tls_config.is_none().then_some(CIP_BUSY);
-                permits.refuse(stream, remote, why, answer, &node.tracker, &token);
+                match stream {
+                    Accepted::Tcp(s) => {
+                        permits.refuse(s, remote, why, answer, &node.tracker, &token);
+                    }
+                    // A simulated network's connection is closed without an answer.
+                    Accepted::Net(_) => permits.note_refusal(Some(remote), why),
+                }
                 continue;
             }
         };
@@ -474,7 +504,9 @@ async fn accept_loop(
         let span = tracing::info_span!("cip", %remote);
         node.tracker.spawn(tracing::Instrument::instrument(
             async move {
-                let _ = stream.set_nodelay(true);
+                if let Accepted::Tcp(s) = &stream {
+                    let _ = s.set_nodelay(true);
+                }
                 let activity = permit.activity();
                 let hooks = ConnHooks {
                     activity: Some(&activity),
@@ -584,7 +616,7 @@ async fn expire_loop(node: Arc<Node>) {
         }
         // Expiry writes the table (a merge can take a while): off the async workers.
         let n = node.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || n.expire()).await {
+        if let Err(e) = crate::sys::net::spawn_blocking(move || n.expire()).await {
             tracing::error!(error = %e, "expiry task failed");
         }
     }

@@ -284,7 +284,7 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
         while let Some(index_type) = attempts.get(at) {
             let session = match &mut conn {
                 Some(s) => s,
-                None => conn.insert(connect(&config, peer).await?),
+                None => conn.insert(connect(node, &config, peer).await?),
             };
             let request = Request::Poll {
                 index_type: index_type.clone(),
@@ -415,7 +415,7 @@ fn explained_dsi(reply: &ClientReply) -> Option<Dsi> {
     })
 }
 
-async fn connect(config: &Config, peer: &PeerConfig) -> Result<Session, PeerError> {
+async fn connect(node: &Node, config: &Config, peer: &PeerConfig) -> Result<Session, PeerError> {
     if peer.transport == PeerTransport::Http {
         let url = peer.url.as_deref().ok_or(PeerError::NoUrl)?;
         let transport = transport_config(config);
@@ -445,9 +445,14 @@ async fn connect(config: &Config, peer: &PeerConfig) -> Result<Session, PeerErro
             ))
         }
     };
-    Ok(Session::Stream(Box::new(
-        CipClient::connect((peer.host.as_str(), port), tls, &transport_config(config)).await?,
-    )))
+    let transport = transport_config(config);
+    let conn = match node.network() {
+        None => CipClient::connect((peer.host.as_str(), port), tls, &transport).await?,
+        Some(net) => {
+            CipClient::connect_over(net.as_ref(), &peer.host, port, tls, &transport).await?
+        }
+    };
+    Ok(Session::Stream(Box::new(conn)))
 }
 
 async fn push_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) {
@@ -506,7 +511,7 @@ pub async fn push_once(node: &Node, peer: &PeerConfig) -> Result<(), PeerError> 
         body: Bytes::new(),
     };
     tokio::time::timeout(config.limits.poll_timeout, async {
-        let mut conn = connect(&config, peer).await?;
+        let mut conn = connect(node, &config, peer).await?;
         succeeded(conn.request(&changed).await?)?;
         let r = conn.request(&Request::IndexObject(object)).await?;
         let _ = conn.close().await;
@@ -525,18 +530,45 @@ async fn notify_loop(node: Arc<Node>, token: CancellationToken) {
             r = changes.changed() => if r.is_err() { return },
             () = token.cancelled() => return,
         }
+        let generation = *changes.borrow_and_update();
         let config = node.config();
         for peer in config.peers.iter().filter(|p| p.has_role(PeerRole::Poller)) {
             let (n, p, t) = (node.clone(), peer.clone(), token.clone());
             node.tracker.spawn(async move {
                 tokio::select! {
-                    r = send_datachanged(&n, &p) => match r {
-                        Ok(()) => n.update_status(|s| s.datachanged_sent += 1),
-                        Err(e) => tracing::info!(peer = %p.name, error = %e, "datachanged not delivered"),
-                    },
+                    () = notify_until_delivered(&n, &p, generation) => {}
                     () = t.cancelled() => {}
                 }
             });
+        }
+    }
+}
+
+/// Sends `datachanged` for out-bound generation `generation` to `peer` until it is
+/// delivered, retrying with the poll back-off (a notice lost to a partition or a peer's
+/// restart would otherwise leave the peer stale until its next scheduled poll), until a
+/// newer change's notice takes over.
+async fn notify_until_delivered(node: &Node, peer: &PeerConfig, generation: u64) {
+    let changes = node.outbound_changes();
+    let mut failures = 0u32;
+    loop {
+        match send_datachanged(node, peer).await {
+            Ok(()) => {
+                node.update_status(|s| s.datachanged_sent += 1);
+                return;
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::info!(peer = %peer.name, error = %e, failures, "datachanged not delivered; will retry");
+            }
+        }
+        let max_backoff = node.config().limits.max_backoff;
+        tokio::time::sleep(
+            next_delay(peer.poll_interval, failures, max_backoff).min(peer.poll_interval),
+        )
+        .await;
+        if *changes.borrow() != generation {
+            return;
         }
     }
 }
@@ -552,8 +584,11 @@ pub async fn send_datachanged(node: &Node, peer: &PeerConfig) -> Result<(), Peer
         dsi: node.identity().dsi.clone(),
         body: Bytes::new(),
     };
-    tokio::time::timeout(config.limits.poll_timeout, async {
-        let mut conn = connect(&config, peer).await?;
+    // A notice is a few short lines each way: an exchange stuck on a link that went down
+    // is given up after twice the connect timeout (and retried), not a whole poll timeout.
+    let deadline = (config.limits.connect_timeout * 2).min(config.limits.poll_timeout);
+    tokio::time::timeout(deadline, async {
+        let mut conn = connect(node, &config, peer).await?;
         let r = conn.request(&request).await?;
         let _ = conn.close().await;
         // Digest A9: 200 is the answer; a 201 is tolerated (its output is dropped).

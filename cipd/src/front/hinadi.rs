@@ -230,7 +230,7 @@ impl Server {
             c if c.0 == key && c.1.values().any(|d| now < d.fresh_until) => previous,
             _ => now.max(previous.saturating_add(1)),
         };
-        let doc = tokio::task::spawn_blocking(move || {
+        let doc = crate::sys::net::spawn_blocking(move || {
             let config = node.config();
             let identity = node.identity();
             let local = node.local();

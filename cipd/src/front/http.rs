@@ -245,11 +245,13 @@ async fn objects(
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError {
-        status: StatusCode::INTERNAL_SERVER_ERROR,
-        kind: "internal",
-        message: format!("query task failed: {e}"),
-    })
+    crate::sys::net::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            kind: "internal",
+            message: format!("query task failed: {e}"),
+        })
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Response {

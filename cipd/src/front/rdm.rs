@@ -327,7 +327,7 @@ fn need_ql(msg: &Message, expected: &[&str]) -> Result<String, Failure> {
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Failure> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
+    crate::sys::net::spawn_blocking(f).await.map_err(|e| {
         fail(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("task failed: {e}"),
@@ -643,7 +643,7 @@ fn stream(
     produce: impl FnOnce(&mut Chunker) -> io::Result<()> + Send + 'static,
 ) -> Response {
     let (tx, rx) = mpsc::channel(8);
-    tokio::task::spawn_blocking(move || {
+    crate::sys::net::spawn_blocking(move || {
         let mut c = Chunker {
             tx: tx.clone(),
             buf: header,

@@ -158,7 +158,7 @@ impl WhoisService {
         // A Whois++ search reads the stores: it waits its turn among the scanning queries
         // (`limits.max_concurrent_scans`), as the HTTP API's do.
         let permit = self.node.scan_permit().await;
-        let mut found = tokio::task::spawn_blocking(move || local_records(&node, &query))
+        let mut found = crate::sys::net::spawn_blocking(move || local_records(&node, &query))
             .await
             .map_err(|e| format!("search failed: {e}"))??;
         drop(permit);

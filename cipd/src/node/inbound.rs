@@ -2,6 +2,7 @@
 //! through the import queue and spooled; dropping datasets; restoring the spool at start.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use hints::table::PeerMeta;
 
@@ -134,7 +135,7 @@ impl Node {
             let previous = (kind == crate::model::index_kind::IndexKind::Tagged)
                 .then(|| self.index_state.stored(&obj.dsi))
                 .flatten();
-            tokio::task::spawn_blocking(move || {
+            crate::sys::net::spawn_blocking(move || {
                 let converted = crate::pipeline::index_types::convert(
                     kind,
                     &payload,
@@ -198,7 +199,7 @@ impl Node {
         // An uncommitted entry is removed (a file system call: not on this worker).
         let discard = |staged: Option<crate::store::spool::StagedEntry>| {
             if let Some(s) = staged {
-                drop(tokio::task::spawn_blocking(move || drop(s)));
+                drop(crate::sys::net::spawn_blocking(move || drop(s)));
             }
         };
         // The table refuses our own DSI, loops (provenance) and implausible counts; a
@@ -279,7 +280,7 @@ impl Node {
             tracing::info!(took = ?started.elapsed(), "routing table merged after the start");
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(work)),
+            Ok(_) => drop(crate::sys::net::spawn_blocking(work)),
             Err(_) => work(),
         }
     }
@@ -577,7 +578,7 @@ async fn spool_io<T: Send + 'static>(
     peer: &str,
     write: impl FnOnce() -> Result<T, crate::store::spool::SpoolError> + Send + 'static,
 ) -> Option<T> {
-    let done = tokio::task::spawn_blocking(write)
+    let done = crate::sys::net::spawn_blocking(write)
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));

@@ -16,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
@@ -42,6 +42,7 @@ use crate::store::local_index::LoadedCollection;
 pub use crate::store::local_index::LocalIndex;
 use crate::store::spool::{Spool, SpoolEntry};
 use crate::sys::metrics::{Gauges, Metrics};
+use crate::sys::net::Network;
 use crate::sys::telemetry::LogHandle;
 
 pub use crate::model::answer::{ObjectJson, ObjectsAnswer, QueryAnswer, ReferralJson};
@@ -134,7 +135,10 @@ pub struct Node {
     /// ([`crate::daemon::peer::supervise`]) restarts the peer tasks on it.
     peers_changed: watch::Sender<u64>,
     log: Option<LogHandle>,
-    started: Instant,
+    /// The network CIP connections are opened over when not the host's TCP (a
+    /// simulator's; [`crate::sys::net`]).
+    network: std::sync::OnceLock<Arc<dyn Network>>,
+    started: tokio::time::Instant,
     metrics: Metrics,
     /// Keyed hash of the payload whose hint the table holds, per dataset: an unchanged
     /// hint re-polled still refreshes its expiry, but the out-bound aggregate is not
@@ -263,7 +267,8 @@ impl Node {
             peer_token: Mutex::new(peer_token),
             peers_changed: watch::channel(0).0,
             log,
-            started: Instant::now(),
+            network: std::sync::OnceLock::new(),
+            started: tokio::time::Instant::now(),
             metrics: Metrics::default(),
             imported,
             payload_hasher: std::hash::RandomState::new(),
@@ -401,6 +406,17 @@ impl Node {
     /// The log filter handle, when the process installed one.
     pub fn log_handle(&self) -> Option<&LogHandle> {
         self.log.as_ref()
+    }
+
+    /// The network CIP connections go over instead of the host's TCP, if one was given
+    /// at start ([`crate::daemon::StartOptions::network`]).
+    pub fn network(&self) -> Option<&Arc<dyn Network>> {
+        self.network.get()
+    }
+
+    /// Sets [`Node::network`]; only the first call counts (the daemon's start).
+    pub(crate) fn set_network(&self, network: Arc<dyn Network>) {
+        let _ = self.network.set(network);
     }
 
     /// Time since the node started.
@@ -631,7 +647,7 @@ impl Node {
             if !force && let Some(prev) = previous {
                 let fp = {
                     let s = source.clone();
-                    tokio::task::spawn_blocking(move || s.fingerprint().ok())
+                    crate::sys::net::spawn_blocking(move || s.fingerprint().ok())
                         .await
                         .ok()
                         .flatten()
@@ -672,7 +688,7 @@ impl Node {
         if starting {
             startup.begin("loading collections", "bytes", 0);
         }
-        let pass = tokio::task::spawn_blocking(move || {
+        let pass = crate::sys::net::spawn_blocking(move || {
             let rebuild =
                 || crate::store::local::rebuild(jobs, &dir, export.attributes, export.thresholds);
             let (outcomes, b) = if starting {

@@ -2,6 +2,7 @@
 //! the quick-path check and local objects.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use hints::rank::QueryOptions;
 

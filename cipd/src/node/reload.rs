@@ -114,7 +114,7 @@ impl Node {
                 // import thread's lock: a hint of that peer in flight has either landed (and
                 // goes here) or will be vetoed by its vouch.
                 let node = self.clone();
-                let dropped = tokio::task::spawn_blocking(move || {
+                let dropped = crate::sys::net::spawn_blocking(move || {
                     node.drop_dataset_if(&dsi, |p| p.via.as_deref() == Some(peer.as_str()))
                         .then_some((peer, dsi))
                 })

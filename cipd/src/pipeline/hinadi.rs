@@ -302,7 +302,7 @@ async fn fetch_one(
         last_modified,
     };
     let max = cfg.max_fetch_bytes;
-    tokio::task::spawn_blocking(move || {
+    crate::sys::net::spawn_blocking(move || {
         // A `.di.gz` file (gzip as a file, not as a transfer encoding) is kept decoded.
         let text = gunzip_file(bytes, max)?;
         durable::write(&copy, &text)

@@ -99,10 +99,29 @@ impl Importer {
         digests: Digests,
         outbound: Arc<Pipeline>,
     ) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel(config.queue.max(1));
-        std::thread::Builder::new()
-            .name("hint-import".into())
-            .spawn(move || worker(rx, config, &table, &digests, &outbound))?;
+        let (tx, mut rx) = mpsc::channel(config.queue.max(1));
+        if crate::sys::net::inline() {
+            // Under a simulator: a task on the host's runtime does the thread's work.
+            tokio::spawn(async move {
+                let mut batch = Vec::new();
+                while let Some(first) = rx.recv().await {
+                    write_batch(
+                        first, &mut rx, &config, &table, &digests, &outbound, &mut batch,
+                    );
+                }
+            });
+        } else {
+            std::thread::Builder::new()
+                .name("hint-import".into())
+                .spawn(move || {
+                    let mut batch = Vec::new();
+                    while let Some(first) = rx.blocking_recv() {
+                        write_batch(
+                            first, &mut rx, &config, &table, &digests, &outbound, &mut batch,
+                        );
+                    }
+                })?;
+        }
         Ok(Self { tx })
     }
 
@@ -134,53 +153,55 @@ impl Importer {
     }
 }
 
-fn worker(
-    mut rx: mpsc::Receiver<Job>,
-    config: ImportConfig,
+/// Takes `first` and whatever else has queued up (within
+/// [`ImportConfig::max_batch_entries`]), writes them to the table in one go and answers
+/// each job; `batch` is scratch space, left empty.
+fn write_batch(
+    first: Job,
+    rx: &mut mpsc::Receiver<Job>,
+    config: &ImportConfig,
     table: &RoutingTable,
     digests: &Digests,
     outbound: &Pipeline,
+    batch: &mut Vec<Job>,
 ) {
-    let mut batch: Vec<Job> = Vec::new();
-    while let Some(first) = rx.blocking_recv() {
-        let mut entries = entries_of(&first.hint);
-        batch.push(first);
-        while entries < config.max_batch_entries {
-            match rx.try_recv() {
-                Ok(job) => {
-                    entries += entries_of(&job.hint);
-                    batch.push(job);
-                }
-                Err(_) => break,
+    let mut entries = entries_of(&first.hint);
+    batch.push(first);
+    while entries < config.max_batch_entries {
+        match rx.try_recv() {
+            Ok(job) => {
+                entries += entries_of(&job.hint);
+                batch.push(job);
             }
+            Err(_) => break,
         }
-        let write = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            import_batch(table, digests, &mut batch)
-        }));
-        let (results, changed) = match write {
-            Ok(done) => done,
-            Err(panic) => {
-                let why = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic".to_owned());
-                tracing::error!(error = %why, hints = batch.len(), "import batch failed");
-                let failed = batch
-                    .iter()
-                    .map(|_| Err(QueueError::Internal(why.clone())))
-                    .collect();
-                (failed, false)
-            }
-        };
-        if changed {
-            outbound.request();
+    }
+    let write = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        import_batch(table, digests, batch)
+    }));
+    let (results, changed) = match write {
+        Ok(done) => done,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_owned());
+            tracing::error!(error = %why, hints = batch.len(), "import batch failed");
+            let failed = batch
+                .iter()
+                .map(|_| Err(QueueError::Internal(why.clone())))
+                .collect();
+            (failed, false)
         }
-        tracing::debug!(hints = batch.len(), entries, "imported a batch");
-        for (job, result) in batch.drain(..).zip(results) {
-            // The caller may have gone (shutdown, timeout); the import stands.
-            let _ = job.reply.send(result);
-        }
+    };
+    if changed {
+        outbound.request();
+    }
+    tracing::debug!(hints = batch.len(), entries, "imported a batch");
+    for (job, result) in batch.drain(..).zip(results) {
+        // The caller may have gone (shutdown, timeout); the import stands.
+        let _ = job.reply.send(result);
     }
 }
 

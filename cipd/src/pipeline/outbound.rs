@@ -29,7 +29,9 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -388,7 +390,7 @@ impl Pipeline {
         }
         let (input, table) = input();
         let d = poller.clone();
-        let built = tokio::task::spawn_blocking(move || build(&input, &table, Some(&d))).await;
+        let built = crate::sys::net::spawn_blocking(move || build(&input, &table, Some(&d))).await;
         match built {
             Ok(b) => {
                 let mut payloads = lock(&out.payloads);
@@ -475,7 +477,7 @@ pub async fn run<H: OutboundHost>(node: Arc<H>, token: CancellationToken) {
         let input = node.build_input();
         let table = node.table();
         let hook = pipeline.hook();
-        let job = tokio::task::spawn_blocking(move || {
+        let job = crate::sys::net::spawn_blocking(move || {
             let built = build(&input, &table, None);
             if let Some(h) = hook {
                 h(seq);

@@ -337,7 +337,7 @@ pub async fn pull_once(
     let soif = crate::model::config::soif_limits(config);
     let replace = since.is_none();
     let (copy2, dels) = (copy.clone(), deletions.clone());
-    let applied = tokio::task::spawn_blocking(move || apply(&copy2, rds, &dels, replace, soif))
+    let applied = crate::sys::net::spawn_blocking(move || apply(&copy2, rds, &dels, replace, soif))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
@@ -354,7 +354,7 @@ pub async fn pull_once(
         last_pull: Some(server_now - 1),
     };
     let body = serde_json::to_vec(&next).map_err(|e| e.to_string())?;
-    tokio::task::spawn_blocking(move || crate::sys::durable::write(&state_path, &body))
+    crate::sys::net::spawn_blocking(move || crate::sys::durable::write(&state_path, &body))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;

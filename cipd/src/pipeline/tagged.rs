@@ -122,7 +122,7 @@ pub async fn local_object(
     local: Arc<LocalIndex>,
     identity: &Identity,
 ) -> Result<IndexObject, String> {
-    let payload = tokio::task::spawn_blocking(move || -> Result<Bytes, String> {
+    let payload = crate::sys::net::spawn_blocking(move || -> Result<Bytes, String> {
         let exported: Vec<(String, String)> = config
             .export
             .attributes

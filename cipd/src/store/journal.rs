@@ -260,7 +260,7 @@ pub async fn journal_loop<H: JournalHost>(node: Arc<H>) {
         if generation != last {
             last = generation;
             let n = node.clone();
-            let synced = tokio::task::spawn_blocking(move || sync_all(&*n)).await;
+            let synced = crate::sys::net::spawn_blocking(move || sync_all(&*n)).await;
             if let Err(e) = synced {
                 tracing::error!(error = %e, "rdm journal task failed");
             }

@@ -3,7 +3,8 @@
 //! notification ([`notify`]), start-up progress ([`startup`]), durable file writes
 //! ([`durable`]), the in-flight byte budget ([`budget`]), big buffers the allocator
 //! returns promptly ([`alloc`]), file-descriptor limits
-//! ([`fds`]), TLS configurations ([`tls`]) and the one HTTP client ([`http`]). Imports
+//! ([`fds`]), TLS configurations ([`tls`]), the one HTTP client ([`http`]) and the network
+//! seam a simulator plugs into ([`net`]). Imports
 //! nothing from the crate but its own modules.
 
 pub mod alloc;
@@ -12,6 +13,7 @@ pub mod durable;
 pub mod fds;
 pub mod http;
 pub mod metrics;
+pub mod net;
 pub mod notify;
 pub mod startup;
 pub mod telemetry;

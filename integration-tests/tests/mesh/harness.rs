@@ -220,6 +220,7 @@ impl TestNode {
             StartOptions {
                 config_path: Some(path),
                 log: None,
+                network: None,
             },
         )
         .await

@@ -164,7 +164,7 @@ impl AdminBackend for NodeAdmin {
                 let parsed = Dsi::new(&dsi)
                     .map_err(|e| AdminError::InvalidArgument(format!("dsi {dsi:?}: {e}")))?;
                 let n = node.clone();
-                let dropped = tokio::task::spawn_blocking(move || n.drop_dataset(&parsed))
+                let dropped = crate::sys::net::spawn_blocking(move || n.drop_dataset(&parsed))
                     .await
                     .map_err(|e| AdminError::Failed(format!("drop-peer failed: {e}")))?;
                 if dropped {

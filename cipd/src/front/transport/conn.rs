@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sys::net::{Conn as NetConn, Network};
 use bytes::{BufMut, BytesMut};
 use cip_proto::cip::stream::{CIP_VERSION, encode_status};
 use cip_proto::cip::{
@@ -291,11 +292,43 @@ impl CipClient {
                 phase: Phase::Connect,
             })??;
         tcp.set_nodelay(true)?;
+        Self::start(tcp, tls, deadline, config).await
+    }
+
+    /// As [`CipClient::connect`], over `network` instead of the host's TCP (a simulator's;
+    /// see [`crate::sys::net`]).
+    ///
+    /// # Errors
+    /// As [`CipClient::connect`].
+    pub async fn connect_over(
+        network: &dyn Network,
+        host: &str,
+        port: u16,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+        config: &TransportConfig,
+    ) -> Result<CipConnection, TransportError> {
+        let deadline = Instant::now() + config.connect_timeout;
+        let stream = timeout_at(deadline, network.connect(host, port))
+            .await
+            .map_err(|_| TransportError::Timeout {
+                phase: Phase::Connect,
+            })??;
+        Self::start(stream, tls, deadline, config).await
+    }
+
+    /// The TLS handshake (when `tls` is given, by `deadline`) and the version negotiation
+    /// over a connected stream.
+    async fn start<S: NetConn>(
+        stream: S,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+        deadline: Instant,
+        config: &TransportConfig,
+    ) -> Result<CipConnection, TransportError> {
         match tls {
-            None => CipConnection::negotiate(tcp, config).await,
+            None => CipConnection::negotiate(stream, config).await,
             Some((tls_config, name)) => {
                 let connector = tokio_rustls::TlsConnector::from(tls_config);
-                let stream = timeout_at(deadline, connector.connect(name, tcp))
+                let stream = timeout_at(deadline, connector.connect(name, stream))
                     .await
                     .map_err(|_| TransportError::Timeout {
                         phase: Phase::Handshake,

@@ -1,0 +1,131 @@
+//! `cipd-sim`: runs a mesh of real cipd nodes on a simulated network from one seed and
+//! prints its figures (see `integration_tests::sim`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use integration_tests::sim::data::DataSpec;
+use integration_tests::sim::{Fault, SimSpec, run};
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Simulates a tree of cipd nodes deterministically and reports hint sizes, table memory,
+/// poll traffic, convergence and change-to-root times and the root's exactness.
+#[derive(Debug, Parser)]
+#[command(name = "cipd-sim", version)]
+struct Args {
+    /// Children per inner node.
+    #[arg(short = 'F', long, default_value_t = 4)]
+    fan_in: usize,
+    /// Levels below the root (nodes = 1 + F + F^2 + ... + F^D).
+    #[arg(short = 'D', long, default_value_t = 2)]
+    depth: usize,
+    /// Seed of the data, the network and the daemons' jitter.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Run this many seeds from --seed on (a sweep); each must be exact after every fault.
+    #[arg(long, default_value_t = 1)]
+    seeds: u64,
+    /// Objects per leaf.
+    #[arg(long, default_value_t = 200)]
+    objects: usize,
+    /// Values every leaf draws from.
+    #[arg(long, default_value_t = 2000)]
+    vocabulary: usize,
+    /// Zipf exponent of the shared values.
+    #[arg(long, default_value_t = 1.0)]
+    zipf: f64,
+    /// Share of objects with a value of the leaf's own.
+    #[arg(long, default_value_t = 0.3)]
+    tail: f64,
+    /// Out-bound thresholds by level, root first, comma-separated (the last repeats).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    thresholds: Vec<u64>,
+    /// One-way latency, least, in milliseconds.
+    #[arg(long, default_value_t = 1)]
+    min_latency_ms: u64,
+    /// One-way latency, most, in milliseconds.
+    #[arg(long, default_value_t = 5)]
+    max_latency_ms: u64,
+    /// Simulation step in milliseconds.
+    #[arg(long, default_value_t = 5)]
+    tick_ms: u64,
+    /// Longest simulated wait for any convergence, in seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout_s: u64,
+    /// Leaf changes timed to the root.
+    #[arg(long, default_value_t = 3)]
+    changes: usize,
+    /// Faults after the changes: partition:MS, crash:MS, flap:N, slow:MS (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<Fault>,
+    /// Every peer's poll interval in seconds.
+    #[arg(long, default_value_t = 60)]
+    poll_interval_s: u64,
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
+    let mut failed = false;
+    for seed in a.seed..a.seed + a.seeds.max(1) {
+        let spec = SimSpec {
+            fan_in: a.fan_in,
+            depth: a.depth,
+            seed,
+            data: DataSpec {
+                objects: a.objects,
+                vocabulary: a.vocabulary,
+                zipf: a.zipf,
+                tail: a.tail,
+            },
+            thresholds: a.thresholds.clone(),
+            latency: (
+                Duration::from_millis(a.min_latency_ms),
+                Duration::from_millis(a.max_latency_ms.max(a.min_latency_ms)),
+            ),
+            tick: Duration::from_millis(a.tick_ms.max(1)),
+            timeout: Duration::from_secs(a.timeout_s),
+            changes: a.changes,
+            faults: a.faults.clone(),
+            poll_interval: Duration::from_secs(a.poll_interval_s.max(1)),
+            ..SimSpec::default()
+        };
+        match run(&spec) {
+            Ok(r) => {
+                let exact = r.all_exact
+                    && r.changes.iter().all(Option::is_some)
+                    && r.faults.iter().all(|f| f.recovered_after.is_some());
+                if a.seeds > 1 {
+                    println!(
+                        "seed {seed}: {} (converged {:?}, faults {:?})",
+                        if exact { "exact" } else { "NOT EXACT" },
+                        r.converged_at,
+                        r.faults
+                            .iter()
+                            .map(|f| f.recovered_after)
+                            .collect::<Vec<_>>()
+                    );
+                } else {
+                    println!("seed {seed}\n{}", r.render());
+                }
+                failed |= !exact;
+            }
+            Err(e) => {
+                eprintln!("cipd-sim: seed {seed}: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

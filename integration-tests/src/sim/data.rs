@@ -1,0 +1,207 @@
+//! The simulated mesh's shape, its leaves' generated collections, and the brute-force
+//! answer the root must give.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// One node of the mesh.
+#[derive(Debug, Clone)]
+pub struct SimNode {
+    /// Depth from the root (the root is 0).
+    pub level: usize,
+    /// The node it reports to (none for the root).
+    pub parent: Option<usize>,
+    /// The nodes reporting to it.
+    pub children: Vec<usize>,
+}
+
+/// A tree of `fan_in` children per inner node, `depth` levels below the root, numbered
+/// breadth-first (the root is 0).
+#[derive(Debug, Clone)]
+pub struct Tree {
+    /// The nodes, breadth-first.
+    pub nodes: Vec<SimNode>,
+    /// Levels below the root.
+    pub depth: usize,
+}
+
+impl Tree {
+    /// Builds the tree.
+    pub fn new(fan_in: usize, depth: usize) -> Self {
+        let mut nodes = vec![SimNode {
+            level: 0,
+            parent: None,
+            children: Vec::new(),
+        }];
+        let mut level_start = 0;
+        for level in 1..=depth {
+            let level_end = nodes.len();
+            for parent in level_start..level_end {
+                for _ in 0..fan_in {
+                    let id = nodes.len();
+                    nodes.push(SimNode {
+                        level,
+                        parent: Some(parent),
+                        children: Vec::new(),
+                    });
+                    nodes[parent].children.push(id);
+                }
+            }
+            level_start = level_end;
+        }
+        Self { nodes, depth }
+    }
+
+    /// Whether `id` holds a collection (a node without children).
+    pub fn is_leaf(&self, id: usize) -> bool {
+        self.nodes[id].children.is_empty()
+    }
+
+    /// The ids of level `level`.
+    pub fn level(&self, level: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.nodes.len()).filter(move |&i| self.nodes[i].level == level)
+    }
+}
+
+/// How the leaves' values are drawn.
+#[derive(Debug, Clone, Copy)]
+pub struct DataSpec {
+    /// Objects per leaf.
+    pub objects: usize,
+    /// Values every leaf draws from (the popular head).
+    pub vocabulary: usize,
+    /// Zipf exponent of the head.
+    pub zipf: f64,
+    /// Share of objects whose value is the leaf's own (the long tail).
+    pub tail: f64,
+}
+
+/// Per value, how many objects hold it.
+pub type Counts = BTreeMap<String, u64>;
+
+/// Draws leaf `leaf`'s collection: one `DOCUMENT:Author` value per object.
+pub fn leaf_counts(spec: &DataSpec, seed: u64, leaf: usize, cdf: &[f64]) -> Counts {
+    let mut rng =
+        fastrand::Rng::with_seed(seed ^ (leaf as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut counts = Counts::new();
+    for k in 0..spec.objects {
+        let value = if rng.f64() < spec.tail || cdf.is_empty() {
+            format!("t{leaf}-{k}")
+        } else {
+            let u = rng.f64();
+            let rank = cdf.partition_point(|&c| c < u).min(cdf.len() - 1);
+            format!("a{rank}")
+        };
+        *counts.entry(value).or_default() += 1;
+    }
+    counts
+}
+
+/// The cumulative distribution of a Zipf law over `n` ranks with exponent `s`.
+pub fn zipf_cdf(n: usize, s: f64) -> Vec<f64> {
+    let weights: Vec<f64> = (1..=n).map(|r| 1.0 / (r as f64).powf(s)).collect();
+    let total: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    weights
+        .iter()
+        .map(|w| {
+            acc += w / total;
+            acc
+        })
+        .collect()
+}
+
+/// A leaf's collection as SOIF, an object per value occurrence.
+pub fn soif(leaf: usize, counts: &Counts) -> String {
+    let mut out = String::new();
+    let mut k = 0;
+    for (value, n) in counts {
+        for _ in 0..*n {
+            let _ = write!(
+                out,
+                "@DOCUMENT {{ http://leaf{leaf}.sim/{k}\nAuthor{{{}}}:\t{value}\n}}\n",
+                value.len()
+            );
+            k += 1;
+        }
+    }
+    out
+}
+
+/// What each node's out-bound hint must hold, computed without the daemon: a node's
+/// collection plus its children's hints, summed per value, then its level's threshold
+/// applied (values held by fewer objects are left out).
+pub fn expected_hints(
+    tree: &Tree,
+    leaves: &BTreeMap<usize, Counts>,
+    thresholds: &[u64],
+) -> Vec<Counts> {
+    let mut out = vec![Counts::new(); tree.nodes.len()];
+    for id in (0..tree.nodes.len()).rev() {
+        let mut sum = leaves.get(&id).cloned().unwrap_or_default();
+        for &c in &tree.nodes[id].children {
+            for (v, n) in &out[c] {
+                *sum.entry(v.clone()).or_default() += n;
+            }
+        }
+        let t = threshold_of(thresholds, tree.nodes[id].level);
+        sum.retain(|_, n| *n >= t);
+        out[id] = sum;
+    }
+    out
+}
+
+/// The threshold of `level`: its entry, else the last one given, else 1.
+pub fn threshold_of(thresholds: &[u64], level: usize) -> u64 {
+    thresholds
+        .get(level)
+        .or(thresholds.last())
+        .copied()
+        .unwrap_or(1)
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_sizes() {
+        let t = Tree::new(3, 2);
+        assert_eq!(t.nodes.len(), 13);
+        assert_eq!(t.level(2).count(), 9);
+        assert!(t.is_leaf(12) && !t.is_leaf(3));
+        assert_eq!(t.nodes[4].parent, Some(1));
+    }
+
+    #[test]
+    fn thresholds_drop_rare_values_at_each_level() {
+        let t = Tree::new(2, 1);
+        let mut leaves = BTreeMap::new();
+        leaves.insert(1, Counts::from([("x".into(), 1), ("y".into(), 3)]));
+        leaves.insert(2, Counts::from([("x".into(), 1)]));
+        // Leaves keep everything (threshold 1); the root needs 2: x (1 + 1) and y stay.
+        let h = expected_hints(&t, &leaves, &[2, 1]);
+        assert_eq!(h[0], Counts::from([("x".into(), 2), ("y".into(), 3)]));
+        // Leaves need 2: x is left out at each leaf and never reaches the root.
+        let h = expected_hints(&t, &leaves, &[1, 2]);
+        assert_eq!(h[0], Counts::from([("y".into(), 3)]));
+    }
+
+    #[test]
+    fn draws_are_reproducible_and_skewed() {
+        let spec = DataSpec {
+            objects: 2000,
+            vocabulary: 500,
+            zipf: 1.0,
+            tail: 0.3,
+        };
+        let cdf = zipf_cdf(spec.vocabulary, spec.zipf);
+        let a = leaf_counts(&spec, 7, 3, &cdf);
+        assert_eq!(a, leaf_counts(&spec, 7, 3, &cdf));
+        assert_ne!(a, leaf_counts(&spec, 8, 3, &cdf));
+        assert_eq!(a.values().sum::<u64>(), 2000);
+        // The most popular value is far above the median one.
+        assert!(a["a0"] > 20 * a.get("a250").copied().unwrap_or(1));
+    }
+}
