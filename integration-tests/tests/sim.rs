@@ -82,3 +82,24 @@ fn every_table_is_exact_again_after_each_fault() {
         }
     }
 }
+
+/// A DAG (every node below level 1 reports to two parents): a leaf's values reach the root
+/// by two ways, each child's aggregate still exactly what brute force says, before and
+/// after a crash.
+#[test]
+fn a_dag_converges_exact_and_survives_a_crash() {
+    let mut spec = small(21);
+    spec.fan_in = 2;
+    spec.depth = 3;
+    spec.parents = 2;
+    spec.changes = 1;
+    spec.faults = vec![Fault::Crash(Duration::from_millis(800))];
+    let r = run(&spec).expect("the simulation runs");
+    assert!(r.all_exact, "{}", r.render());
+    assert!(r.changes.iter().all(Option::is_some), "{}", r.render());
+    assert!(
+        r.faults.iter().all(|f| f.recovered_after.is_some()),
+        "{}",
+        r.render()
+    );
+}

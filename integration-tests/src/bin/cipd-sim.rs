@@ -22,6 +22,10 @@ struct Args {
     /// Levels below the root (nodes = 1 + F + F^2 + ... + F^D).
     #[arg(short = 'D', long, default_value_t = 2)]
     depth: usize,
+    /// Parents of every node below level 1: 1 makes a tree, 2 or more a DAG (a node also
+    /// reports to the nodes after its parent on the parent's level).
+    #[arg(long, default_value_t = 1)]
+    parents: usize,
     /// Seed of the data, the network and the daemons' jitter.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         let spec = SimSpec {
             fan_in: a.fan_in,
             depth: a.depth,
+            parents: a.parents.max(1),
             seed,
             data: DataSpec {
                 objects: a.objects,

@@ -9,14 +9,15 @@ use std::fmt::Write as _;
 pub struct SimNode {
     /// Depth from the root (the root is 0).
     pub level: usize,
-    /// The node it reports to (none for the root).
-    pub parent: Option<usize>,
+    /// The nodes it reports to: none for the root, one in a tree, more in a DAG (the first
+    /// is its place in the tree).
+    pub parents: Vec<usize>,
     /// The nodes reporting to it.
     pub children: Vec<usize>,
 }
 
 /// A tree of `fan_in` children per inner node, `depth` levels below the root, numbered
-/// breadth-first (the root is 0).
+/// breadth-first (the root is 0); with more than one parent per node, a DAG.
 #[derive(Debug, Clone)]
 pub struct Tree {
     /// The nodes, breadth-first.
@@ -26,11 +27,13 @@ pub struct Tree {
 }
 
 impl Tree {
-    /// Builds the tree.
-    pub fn new(fan_in: usize, depth: usize) -> Self {
+    /// Builds the tree, then, for `parents` above 1, has every node below level 1 also
+    /// report to the `parents - 1` nodes that follow its parent on the parent's level
+    /// (wrapping round), so that its data reaches the root by several ways.
+    pub fn new(fan_in: usize, depth: usize, parents: usize) -> Self {
         let mut nodes = vec![SimNode {
             level: 0,
-            parent: None,
+            parents: Vec::new(),
             children: Vec::new(),
         }];
         let mut level_start = 0;
@@ -41,15 +44,32 @@ impl Tree {
                     let id = nodes.len();
                     nodes.push(SimNode {
                         level,
-                        parent: Some(parent),
+                        parents: vec![parent],
                         children: Vec::new(),
                     });
                     nodes[parent].children.push(id);
                 }
             }
+            // Extra parents: the nodes after the first one on its level.
+            let width = level_end - level_start;
+            if level >= 2 {
+                for id in level_end..nodes.len() {
+                    let first = nodes[id].parents[0];
+                    for k in 1..parents.min(width) {
+                        let other = level_start + (first - level_start + k) % width;
+                        nodes[id].parents.push(other);
+                        nodes[other].children.push(id);
+                    }
+                }
+            }
             level_start = level_end;
         }
         Self { nodes, depth }
+    }
+
+    /// The first parent (the tree's), none for the root.
+    pub fn parent(&self, id: usize) -> Option<usize> {
+        self.nodes[id].parents.first().copied()
     }
 
     /// Whether `id` holds a collection (a node without children).
@@ -167,16 +187,29 @@ mod tests {
 
     #[test]
     fn tree_sizes() {
-        let t = Tree::new(3, 2);
+        let t = Tree::new(3, 2, 1);
         assert_eq!(t.nodes.len(), 13);
         assert_eq!(t.level(2).count(), 9);
         assert!(t.is_leaf(12) && !t.is_leaf(3));
-        assert_eq!(t.nodes[4].parent, Some(1));
+        assert_eq!(t.parent(4), Some(1));
+        assert_eq!(t.nodes[1].children, [4, 5, 6]);
+    }
+
+    #[test]
+    fn a_dag_gives_nodes_below_level_one_more_parents() {
+        let t = Tree::new(3, 2, 2);
+        assert_eq!(t.nodes.len(), 13);
+        // Node 4 (first child of 1) also reports to 2; node 12 (last child of 3) to 1.
+        assert_eq!(t.nodes[4].parents, [1, 2]);
+        assert_eq!(t.nodes[12].parents, [3, 1]);
+        assert_eq!(t.nodes[1].children, [4, 5, 6, 10, 11, 12]);
+        // Level 1 keeps the root alone.
+        assert_eq!(t.nodes[2].parents, [0]);
     }
 
     #[test]
     fn thresholds_drop_rare_values_at_each_level() {
-        let t = Tree::new(2, 1);
+        let t = Tree::new(2, 1, 1);
         let mut leaves = BTreeMap::new();
         leaves.insert(1, Counts::from([("x".into(), 1), ("y".into(), 3)]));
         leaves.insert(2, Counts::from([("x".into(), 1)]));

@@ -101,6 +101,8 @@ pub struct SimSpec {
     pub fan_in: usize,
     /// Levels below the root.
     pub depth: usize,
+    /// Parents of each node below level 1 (1: a tree; more: a DAG, see [`Tree::new`]).
+    pub parents: usize,
     /// Seeds the data, the network and the daemons' jitter.
     pub seed: u64,
     /// The leaves' collections.
@@ -130,6 +132,7 @@ impl Default for SimSpec {
         Self {
             fan_in: 4,
             depth: 2,
+            parents: 1,
             seed: 1,
             data: DataSpec {
                 objects: 200,
@@ -358,7 +361,7 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
     cipd::sys::net::set_inline(true);
     // The daemons' jitter draws from this thread's generator: every host runs here.
     fastrand::seed(spec.seed);
-    let tree = Tree::new(spec.fan_in, spec.depth);
+    let tree = Tree::new(spec.fan_in, spec.depth, spec.parents);
     let cdf = data::zipf_cdf(spec.data.vocabulary, spec.data.zipf);
     let leaves: BTreeMap<usize, Counts> = (0..tree.nodes.len())
         .filter(|&id| tree.is_leaf(id))
@@ -484,7 +487,7 @@ fn config_text(
             dsi_of(other)
         );
     };
-    if let Some(p) = node.parent {
+    for &p in &node.parents {
         peer(p, "poller");
     }
     for &c in &node.children {
@@ -673,7 +676,7 @@ impl Mesh<'_> {
     /// `id`'s ancestor on `level` (itself when on it).
     fn ancestor_at(&self, mut id: usize, level: usize) -> usize {
         while self.tree.nodes[id].level > level {
-            id = self.tree.nodes[id].parent.expect("below the root");
+            id = self.tree.parent(id).expect("below the root");
         }
         id
     }
