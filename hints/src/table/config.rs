@@ -3,7 +3,6 @@
 
 use cip_proto::Dsi;
 
-use crate::hint::CipHint;
 use crate::summary::SummaryConfig;
 
 /// Default for [`TableLimits::max_peers`].
@@ -12,8 +11,10 @@ pub const DEFAULT_MAX_PEERS: usize = 10_000;
 pub const DEFAULT_MAX_ENTRIES_PER_HINT: usize = 20_000_000;
 /// Default for [`TableLimits::max_value_len`].
 pub const DEFAULT_MAX_VALUE_LEN: usize = 4096;
-/// Default for [`TableLimits::max_provenance`].
-pub const DEFAULT_MAX_PROVENANCE: usize = 256;
+/// Default for [`TableLimits::max_provenance`]: an aggregate names every dataset below it,
+/// so a node of a mesh of hundreds of thousands of datasets must take lists this long (the
+/// DSIs are charged against the memory budgets, [`super::budget_bytes`]).
+pub const DEFAULT_MAX_PROVENANCE: usize = 65_536;
 /// Default for [`TableLimits::max_attributes`].
 pub const DEFAULT_MAX_ATTRIBUTES: usize = 65_536;
 
@@ -30,17 +31,18 @@ pub const DEFAULT_MAX_TABLE_BYTES: u64 = 8 << 30;
 /// holds the value (the README's sizing: 8 bytes per entry plus 65 per distinct value).
 pub const ENTRY_BUDGET_BYTES: u64 = 73;
 
-/// What a hint is charged against the memory budgets: every entry as if its value were
-/// held by no other peer, so an upper bound of what the hint adds to the table.
-pub fn budget_bytes(hint: &CipHint) -> u64 {
-    hint.weightlists
+/// Bytes a provenance DSI is charged beside its own: its place in the peer's list.
+pub const PROVENANCE_BUDGET_BYTES: u64 = 32;
+
+/// What a hint's provenance list is charged ([`super::budget_bytes`]).
+pub(crate) fn provenance_charge(provenance: &[cip_proto::Dsi]) -> u64 {
+    provenance
         .iter()
-        .flat_map(|(_, w)| w.iter())
-        .map(|(value, _)| entry_charge(value.len()))
+        .map(|d| d.as_str().len() as u64 + PROVENANCE_BUDGET_BYTES)
         .sum()
 }
 
-/// What one entry whose value has `len` bytes is charged ([`budget_bytes`]).
+/// What one entry whose value has `len` bytes is charged ([`super::budget_bytes`]).
 pub(crate) fn entry_charge(len: usize) -> u64 {
     len as u64 + ENTRY_BUDGET_BYTES
 }
@@ -61,7 +63,7 @@ pub struct TableLimits {
     /// Largest `Total-Object-Count` a hint may claim; a larger one cannot be true and would
     /// outrank every honest peer, so the hint is refused.
     pub max_total_objects: u64,
-    /// Largest memory charge ([`budget_bytes`]) of one peer's hint.
+    /// Largest memory charge ([`super::budget_bytes`]) of one peer's hint.
     pub max_peer_bytes: u64,
     /// Largest memory charge of all hints in the table together.
     pub max_table_bytes: u64,

@@ -107,7 +107,7 @@ use config::entry_charge;
 pub use config::{
     DEFAULT_MAX_ATTRIBUTES, DEFAULT_MAX_ENTRIES_PER_HINT, DEFAULT_MAX_PEER_BYTES,
     DEFAULT_MAX_PEERS, DEFAULT_MAX_PROVENANCE, DEFAULT_MAX_TABLE_BYTES, DEFAULT_MAX_TOTAL_OBJECTS,
-    DEFAULT_MAX_VALUE_LEN, ENTRY_BUDGET_BYTES, TableConfig, TableLimits, budget_bytes,
+    DEFAULT_MAX_VALUE_LEN, ENTRY_BUDGET_BYTES, PROVENANCE_BUDGET_BYTES, TableConfig, TableLimits,
 };
 pub use eval::{Route, TableRow};
 pub use state::RoutingTable;
@@ -402,6 +402,20 @@ fn build_run(
     }
     built.segments.push(bulk.finish(hasher, grams)?);
     Ok(built)
+}
+
+/// What a hint is charged against the memory budgets: every entry as if its value were
+/// held by no other peer, and every provenance DSI, so an upper bound of what the hint
+/// adds to the table.
+pub fn budget_bytes(hint: &CipHint) -> u64 {
+    let entries: u64 = hint
+        .weightlists
+        .iter()
+        .flat_map(|(_, w)| w.iter())
+        .map(|(value, _)| entry_charge(value.len()))
+        .sum();
+    let provenance = provenance(hint).unwrap_or_default();
+    entries + config::provenance_charge(&provenance)
 }
 
 /// The DSIs a hint's `Provenance` / `Provenance-N` attributes list (values may also hold
@@ -728,7 +742,7 @@ impl RoutingTable {
         }
         // One reading of each weightlist (a parsed one is read from its text each time):
         // the checks, the charge ([`budget_bytes`]) and the entries to index, with a count.
-        let mut budget = 0u64;
+        let mut budget = config::provenance_charge(&provenance);
         let mut counted = Vec::with_capacity(hint.weightlists.len());
         for (spec, w) in &hint.weightlists {
             let (mut above, mut too_long) = (None, None);

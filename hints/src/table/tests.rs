@@ -763,6 +763,46 @@ fn limits_are_enforced() {
     assert_eq!(t.query(&q("A=abc"), &QueryOptions::default()).len(), 1);
 }
 
+/// An aggregate names every dataset below it: a mesh node with a thousand datasets under
+/// it must be taken by default (the old default of 256 refused a simulated mesh's
+/// aggregates), with its provenance charged against the memory budget and a list over the
+/// configured limit refused.
+#[test]
+fn long_provenance_lists_are_taken_and_charged() {
+    let mut h = hint(1000, &[("DOCUMENT", "Author", &[("x", 1)])]);
+    for k in 0..1000 {
+        h.extra.push(
+            cip_proto::soif::Attribute::new(
+                &format!("Provenance-{}", k + 1),
+                Bytes::from(format!("1.5.{k}")),
+            )
+            .unwrap(),
+        );
+    }
+    // "1.5.0".."1.5.9" are 5 bytes, "1.5.10".. 6, "1.5.100".. 7; each 32 more.
+    let dsi_bytes: u64 = 10 * 5 + 90 * 6 + 900 * 7;
+    assert_eq!(budget_bytes(&h), 1 + 73 + dsi_bytes + 1000 * 32);
+    let t = RoutingTable::new(TableConfig::default());
+    t.replace(meta("1.7"), &h).unwrap();
+    let p = t.peers().into_iter().find(|p| p.dsi == dsi("1.7")).unwrap();
+    assert_eq!(p.provenance.len(), 1000);
+    assert_eq!(t.stats().budget_bytes, budget_bytes(&h));
+    let strict = RoutingTable::new(TableConfig {
+        limits: TableLimits {
+            max_provenance: 999,
+            ..TableLimits::default()
+        },
+        ..TableConfig::default()
+    });
+    assert_eq!(
+        strict.replace(meta("1.7"), &h),
+        Err(ImportError::TooManyProvenance {
+            count: 1000,
+            max: 999
+        })
+    );
+}
+
 #[test]
 fn memory_budgets_are_enforced_at_import() {
     // "abc" costs 3 + 73 bytes: a per-peer budget of 200 takes two such entries, a table

@@ -65,6 +65,9 @@ struct Args {
     /// Faults after the changes: partition:MS, crash:MS, flap:N, slow:MS (comma-separated).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<Fault>,
+    /// Print progress (simulated time, steps) to standard error every 5 s.
+    #[arg(long)]
+    progress: bool,
     /// Every peer's poll interval in seconds.
     #[arg(long, default_value_t = 60)]
     poll_interval_s: u64,
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
             changes: a.changes,
             faults: a.faults.clone(),
             poll_interval: Duration::from_secs(a.poll_interval_s.max(1)),
+            progress: a.progress,
             ..SimSpec::default()
         };
         match run(&spec) {

@@ -125,6 +125,8 @@ pub struct SimSpec {
     pub poll_interval: Duration,
     /// How often leaves look at their collection files.
     pub watch_interval: Duration,
+    /// Print the simulated time and steps to standard error every few seconds of real time.
+    pub progress: bool,
 }
 
 impl Default for SimSpec {
@@ -149,6 +151,7 @@ impl Default for SimSpec {
             faults: Vec::new(),
             poll_interval: Duration::from_secs(60),
             watch_interval: Duration::from_millis(100),
+            progress: false,
         }
     }
 }
@@ -330,6 +333,8 @@ struct Mesh<'a> {
     dirs: Vec<PathBuf>,
     dsis: Vec<Dsi>,
     author: AttrSpec,
+    steps: u64,
+    last_progress: Instant,
 }
 
 fn dsi_of(id: usize) -> String {
@@ -407,6 +412,8 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
             .map(|id| Dsi::new(&dsi_of(id)).expect("a valid dsi"))
             .collect(),
         author: AttrSpec::parse("DOCUMENT:Author").expect("a valid spec"),
+        steps: 0,
+        last_progress: Instant::now(),
     };
     for (id, config) in configs.into_iter().enumerate() {
         mesh.register(id, config);
@@ -550,15 +557,29 @@ impl Mesh<'_> {
             if now - start > self.spec.timeout {
                 return Ok(None);
             }
-            self.sim.step().map_err(|e| SimError::Sim(e.to_string()))?;
+            self.step()?;
         }
+    }
+
+    fn step(&mut self) -> Result<(), SimError> {
+        self.steps += 1;
+        if self.spec.progress && self.last_progress.elapsed() >= Duration::from_secs(5) {
+            self.last_progress = Instant::now();
+            eprintln!(
+                "cipd-sim: simulated {} ms, {} steps",
+                self.sim.elapsed().as_millis(),
+                self.steps
+            );
+        }
+        self.sim.step().map_err(|e| SimError::Sim(e.to_string()))?;
+        Ok(())
     }
 
     /// Steps for `d` of simulated time.
     fn run_for(&mut self, d: Duration) -> Result<(), SimError> {
         let end = self.sim.elapsed() + d;
         while self.sim.elapsed() < end {
-            self.sim.step().map_err(|e| SimError::Sim(e.to_string()))?;
+            self.step()?;
         }
         Ok(())
     }

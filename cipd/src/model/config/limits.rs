@@ -167,7 +167,7 @@ pub struct Limits {
     /// Collection change check interval; `None` = never (default 30 s).
     pub watch_interval: Option<Duration>,
     /// Routing table bounds (defaults: 10,000 peers, 20,000,000 entries per hint, 4 KiB
-    /// values, 256 provenance DSIs, 65,536 attributes). Take effect at restart.
+    /// values, 65,536 provenance DSIs, 65,536 attributes). Take effect at restart.
     pub table: hints::table::TableLimits,
     /// Query bounds (default 16 terms, 4096 bytes).
     pub query: hints::query::QueryLimits,
