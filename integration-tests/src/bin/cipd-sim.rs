@@ -65,6 +65,14 @@ struct Args {
     /// Faults after the changes: partition:MS, crash:MS, flap:N, slow:MS (comma-separated).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<Fault>,
+    /// Instead of one run: run meshes of depth 1 to --report-depth for each of
+    /// --thresholds, fit laws, compare export policies and write scale.md and its SVG
+    /// plots into this directory.
+    #[arg(long, value_name = "DIR")]
+    report: Option<std::path::PathBuf>,
+    /// Deepest mesh of --report.
+    #[arg(long, default_value_t = 3)]
+    report_depth: usize,
     /// Print progress (simulated time, steps) to standard error every 5 s.
     #[arg(long)]
     progress: bool,
@@ -80,6 +88,31 @@ fn main() -> ExitCode {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .init();
     }
+    let data = DataSpec {
+        objects: a.objects,
+        vocabulary: a.vocabulary,
+        zipf: a.zipf,
+        tail: a.tail,
+    };
+    if let Some(dir) = &a.report {
+        let spec = integration_tests::sim::report::ReportSpec {
+            fan_in: a.fan_in,
+            max_depth: a.report_depth.max(1),
+            thresholds: a.thresholds.clone(),
+            seed: a.seed,
+            data,
+        };
+        return match integration_tests::sim::report::write_report(&spec, dir) {
+            Ok(md) => {
+                println!("{md}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cipd-sim: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut failed = false;
     for seed in a.seed..a.seed + a.seeds.max(1) {
         let spec = SimSpec {
@@ -87,12 +120,7 @@ fn main() -> ExitCode {
             depth: a.depth,
             parents: a.parents.max(1),
             seed,
-            data: DataSpec {
-                objects: a.objects,
-                vocabulary: a.vocabulary,
-                zipf: a.zipf,
-                tail: a.tail,
-            },
+            data,
             thresholds: a.thresholds.clone(),
             latency: (
                 Duration::from_millis(a.min_latency_ms),

@@ -18,6 +18,7 @@
 
 pub mod data;
 pub mod net;
+pub mod report;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
