@@ -132,14 +132,18 @@ pub fn next_delay(interval: Duration, failures: u32, max_backoff: Duration) -> D
 }
 
 /// True when `e` says the peer is not a CIPv3 server at all: it refused the version line
-/// with a 5xx, or answered it with Whois++ (or other) text.
+/// with a 5xx, or answered it with Whois++ (or other) text. A `520` (aborting: the
+/// server timed out waiting for the version line, or is shutting down) is a transient
+/// failure, retried with the usual back-off (digest A26): the mesh simulation saw a lost
+/// version line on a flaky link put a CIPv3 peer on the hourly legacy schedule.
 pub fn not_cipv3(e: &PeerError) -> bool {
-    matches!(
-        e,
-        PeerError::Transport(
-            TransportError::VersionRefused { .. } | TransportError::NotCipV3 { .. }
-        )
-    )
+    match e {
+        PeerError::Transport(TransportError::VersionRefused { status }) => {
+            status.code != ResponseCode::Aborting
+        }
+        PeerError::Transport(TransportError::NotCipV3 { .. }) => true,
+        _ => false,
+    }
 }
 
 /// How long a peer found not to speak CIPv3 waits before the next try: an hour, or longer
@@ -613,6 +617,25 @@ fn succeeded(reply: ClientReply) -> Result<(), PeerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_lasting_refusal_of_the_version_marks_a_peer_legacy() {
+        let refused = |code| {
+            PeerError::Transport(TransportError::VersionRefused {
+                status: cip_proto::cip::stream::Status {
+                    code,
+                    comment: "no".into(),
+                    continuation: Vec::new(),
+                },
+            })
+        };
+        assert!(not_cipv3(&refused(ResponseCode::BadMimeFormat)));
+        assert!(!not_cipv3(&refused(ResponseCode::Aborting)));
+        assert!(not_cipv3(&PeerError::Transport(TransportError::NotCipV3 {
+            answer: "% 200".into()
+        })));
+        assert!(!not_cipv3(&PeerError::Timeout));
+    }
 
     #[test]
     fn backoff_grows_and_is_capped() {

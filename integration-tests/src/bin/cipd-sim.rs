@@ -36,10 +36,10 @@ struct Args {
     #[arg(long, default_value_t = 200)]
     objects: usize,
     /// Values every leaf draws from.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2250)]
     vocabulary: usize,
-    /// Zipf exponent of the shared values.
-    #[arg(long, default_value_t = 1.0)]
+    /// Zipf exponent of the shared values (1.15: Debian's `Maintainer` field).
+    #[arg(long, default_value_t = 1.15)]
     zipf: f64,
     /// Share of objects with a value of the leaf's own.
     #[arg(long, default_value_t = 0.3)]
@@ -53,6 +53,13 @@ struct Args {
     /// One-way latency, most, in milliseconds.
     #[arg(long, default_value_t = 5)]
     max_latency_ms: u64,
+    /// Per step, the chance that a healthy link breaks (random partitions: lost messages
+    /// and connections); 0 turns it off.
+    #[arg(long, default_value_t = 0.0)]
+    fail_rate: f64,
+    /// Per step, the chance that a broken link heals.
+    #[arg(long, default_value_t = 1.0)]
+    repair_rate: f64,
     /// Simulation step in milliseconds.
     #[arg(long, default_value_t = 5)]
     tick_ms: u64,
@@ -126,6 +133,8 @@ fn main() -> ExitCode {
                 Duration::from_millis(a.min_latency_ms),
                 Duration::from_millis(a.max_latency_ms.max(a.min_latency_ms)),
             ),
+            fail_rate: a.fail_rate.clamp(0.0, 1.0),
+            repair_rate: a.repair_rate.clamp(0.0, 1.0),
             tick: Duration::from_millis(a.tick_ms.max(1)),
             timeout: Duration::from_secs(a.timeout_s),
             changes: a.changes,

@@ -183,9 +183,13 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
          that seed; run it again for the same ones). Every node is the real daemon on a \
          simulated network (`integration-tests/src/sim`); leaves hold {} objects each, one \
          `DOCUMENT:Author` value per object: with probability {:.2} a value of the leaf's own \
-         (the long tail), else one of {} shared values drawn by a Zipf law of exponent {}. \
-         Simulated time counts network latency (1-5 ms each way) and the daemon's timers, \
-         not CPU time.\n",
+         (the long tail), else one of {} shared values drawn by a Zipf law of exponent {} \
+         (the defaults' head is calibrated on Debian bookworm main's `Maintainer` field: \
+         63,440 package records, 2,248 distinct values, exponent 1.12 over the top 100 ranks \
+         and 1.19 over the top 1,000; the tail is set far above that field's 1 % of \
+         singletons, as for authors or titles). Simulated time counts network latency \
+         (1-5 ms each way) and the daemon's timers, not CPU time. Memory figures are the \
+         routing table's own estimate of its heap bytes (`cipd_table_*` in `/metrics`).\n",
         spec.fan_in,
         spec.max_depth,
         spec.thresholds
