@@ -86,6 +86,23 @@ struct Args {
     /// Every peer's poll interval in seconds.
     #[arg(long, default_value_t = 60)]
     poll_interval_s: u64,
+    /// Also run the same mesh for real, each node a cipd process in its own network
+    /// namespace behind a latency proxy (needs root), and compare the two figure by figure.
+    #[arg(long)]
+    real: bool,
+    /// With --real: chance that a proxied chunk is lost and delivered --rto-ms late (the
+    /// simulation has no such loss; its figures are then shown, not compared).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// With --real: the retransmission timeout a lost chunk costs, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    rto_ms: u64,
+    /// With --real: the cipd binary (default: beside this program).
+    #[arg(long, value_name = "PATH")]
+    cipd: Option<std::path::PathBuf>,
+    /// With --real: the cipd-sim-proxy binary (default: beside this program).
+    #[arg(long, value_name = "PATH")]
+    proxy: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -143,6 +160,10 @@ fn main() -> ExitCode {
             progress: a.progress,
             ..SimSpec::default()
         };
+        if a.real {
+            failed |= !real_and_compare(&a, spec);
+            continue;
+        }
         match run(&spec) {
             Ok(r) => {
                 let exact = r.all_exact
@@ -174,4 +195,55 @@ fn main() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Runs `spec` simulated and for real, prints both reports and their comparison; true when
+/// both are exact and agree within the margins.
+fn real_and_compare(a: &Args, spec: SimSpec) -> bool {
+    use integration_tests::real::{self, RealSpec, compare};
+    let mut real_spec = RealSpec::beside_this_program(spec.clone());
+    if let Some(p) = &a.cipd {
+        real_spec.cipd.clone_from(p);
+    }
+    if let Some(p) = &a.proxy {
+        real_spec.proxy.clone_from(p);
+    }
+    real_spec.loss = a.loss.clamp(0.0, 1.0);
+    real_spec.rto = Duration::from_millis(a.rto_ms);
+    let sim = match run(&spec) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cipd-sim: seed {}: {e}", spec.seed);
+            return false;
+        }
+    };
+    println!("seed {} simulated\n{}", spec.seed, sim.render());
+    let real = match real::run(&real_spec) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cipd-sim: seed {} for real: {e}", spec.seed);
+            return false;
+        }
+    };
+    println!(
+        "seed {} for real ({} cipd processes in network namespaces; peak RSS is their sum)\n{}",
+        spec.seed,
+        real.nodes,
+        real.render()
+    );
+    let rows = compare::compare(&sim, &real, &compare::Margins::default());
+    println!("{}", compare::render(&rows));
+    let exact = real.all_exact
+        && real.changes.iter().all(Option::is_some)
+        && real.faults.iter().all(|f| f.recovered_after.is_some());
+    if real_spec.loss > 0.0 {
+        println!("with loss {}: figures shown, not judged", real_spec.loss);
+        return exact;
+    }
+    let agree = compare::agree(&rows);
+    println!(
+        "simulation and real run {}",
+        if agree { "agree" } else { "DISAGREE" }
+    );
+    exact && agree
 }

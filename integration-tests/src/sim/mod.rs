@@ -18,10 +18,10 @@
 
 pub mod data;
 pub mod net;
+pub mod plan;
 pub mod report;
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -35,11 +35,13 @@ use cipd::model::config::{Config, read_config};
 use cipd::node::Node;
 use hints::hint::AttrSpec;
 
-use data::{Counts, DataSpec, Tree};
+use data::{Counts, DataSpec};
 use net::{SimNet, Traffic};
+use plan::{Addressing, NodeFigures, PORT, Plan, dsi_of, name_of};
 
-/// The CIP port every simulated node listens on.
-const PORT: u16 = 7000;
+/// How long a mesh must open no connection to count as settled after its cold start,
+/// before its figures are taken and its changes timed.
+pub const SETTLE: Duration = Duration::from_millis(500);
 
 /// A fault applied to a converged mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +183,10 @@ pub struct LevelFigures {
     pub table_values: (f64, usize),
     /// A routing table's approximate heap bytes, mean and most.
     pub table_bytes: (f64, usize),
+    /// Live `(value, peer)` entries in a node's routing table, mean and most (unlike
+    /// values and bytes, which count a value once per index segment until segments merge,
+    /// independent of the order hints arrived in).
+    pub table_entries: (f64, usize),
     /// Values in a node's out-bound hint, mean and most.
     pub hint_values: (f64, usize),
     /// Bytes its nodes read over their out-going connections (polls), in all.
@@ -212,10 +218,13 @@ pub struct Report {
     pub converged_at: Option<Duration>,
     /// Whether every node's table was exact then.
     pub all_exact: bool,
-    /// Per level, once converged.
+    /// Per level, once converged and settled.
     pub levels: Vec<LevelFigures>,
     /// Simulated time of each leaf change to the root.
     pub changes: Vec<Option<Duration>>,
+    /// Per level, poll bytes read and connections opened while the changes went up (the
+    /// steady state's traffic, apart from the cold start's).
+    pub change_traffic: Vec<(u64, u64)>,
     /// The faults.
     pub faults: Vec<FaultOutcome>,
     /// Values the root's children report, in all (brute force), and how many of them the
@@ -269,19 +278,21 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "\n| level | nodes | hint bytes mean / max | hint values mean / max | table values mean / max | table bytes mean / max | poll bytes in | connections |"
+            "\n| level | nodes | hint bytes mean / max | hint values mean / max | table entries mean / max | table values mean / max | table bytes mean / max | poll bytes in | connections |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         for l in &self.levels {
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.0} / {} | {:.0} / {} | {:.0} / {} | {:.0} / {} | {} | {} |",
+                "| {} | {} | {:.0} / {} | {:.0} / {} | {:.0} / {} | {:.0} / {} | {:.0} / {} | {} | {} |",
                 l.level,
                 l.nodes,
                 l.hint_bytes.0,
                 l.hint_bytes.1,
                 l.hint_values.0,
                 l.hint_values.1,
+                l.table_entries.0,
+                l.table_entries.1,
                 l.table_values.0,
                 l.table_values.1,
                 l.table_bytes.0,
@@ -293,6 +304,13 @@ impl Report {
         if !self.changes.is_empty() {
             let times: Vec<String> = self.changes.iter().map(|c| fmt_opt(*c)).collect();
             let _ = writeln!(s, "\nleaf change to root: {}", times.join(", "));
+            let traffic: Vec<String> = self
+                .change_traffic
+                .iter()
+                .enumerate()
+                .map(|(l, (b, c))| format!("level {l} {b} bytes in {c} connections"))
+                .collect();
+            let _ = writeln!(s, "polls while they went up: {}", traffic.join(", "));
         }
         for f in &self.faults {
             let _ = writeln!(
@@ -336,25 +354,15 @@ type Registry = Rc<RefCell<Vec<Option<Arc<Node>>>>>;
 /// The mesh under simulation.
 struct Mesh<'a> {
     sim: turmoil::Sim<'a>,
-    tree: Tree,
+    plan: Plan,
     spec: SimSpec,
     nodes: Registry,
     traffic: Vec<Arc<Traffic>>,
-    leaves: BTreeMap<usize, Counts>,
-    expected: Vec<Counts>,
     dirs: Vec<PathBuf>,
     dsis: Vec<Dsi>,
     author: AttrSpec,
     steps: u64,
     last_progress: Instant,
-}
-
-fn dsi_of(id: usize) -> String {
-    format!("1.3.6.1.4.1.99999.88.{id}")
-}
-
-fn name_of(id: usize) -> String {
-    format!("n{id}")
 }
 
 /// Runs the simulation `spec` in a fresh temporary directory.
@@ -378,13 +386,7 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
     cipd::sys::net::set_inline(true);
     // The daemons' jitter draws from this thread's generator: every host runs here.
     fastrand::seed(spec.seed);
-    let tree = Tree::new(spec.fan_in, spec.depth, spec.parents);
-    let cdf = data::zipf_cdf(spec.data.vocabulary, spec.data.zipf);
-    let leaves: BTreeMap<usize, Counts> = (0..tree.nodes.len())
-        .filter(|&id| tree.is_leaf(id))
-        .map(|id| (id, data::leaf_counts(&spec.data, spec.seed, id, &cdf)))
-        .collect();
-    let expected = data::expected_hints(&tree, &leaves, &spec.thresholds);
+    let plan = Plan::new(spec);
 
     let sim = turmoil::Builder::new()
         .simulation_duration(Duration::from_secs(100 * 365 * 86_400))
@@ -395,32 +397,34 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
         .repair_rate(spec.repair_rate)
         .rng_seed(spec.seed)
         .build();
-    let n = tree.nodes.len();
-    let ips: Vec<_> = (0..n).map(|id| sim.lookup(name_of(id))).collect();
+    let n = plan.len();
+    let net = Addressing {
+        listen: format!("0.0.0.0:{PORT}"),
+        peers: (0..n).map(|id| sim.lookup(name_of(id))).collect(),
+        extra: String::new(),
+    };
     let mut dirs = Vec::with_capacity(n);
     let mut configs = Vec::with_capacity(n);
     for id in 0..n {
         let dir = root.join(name_of(id));
         std::fs::create_dir_all(dir.join("spool")).map_err(|e| SimError::Setup(e.to_string()))?;
-        if let Some(counts) = leaves.get(&id) {
+        if let Some(counts) = plan.leaves.get(&id) {
             std::fs::write(dir.join("docs.soif"), data::soif(id, counts))
                 .map_err(|e| SimError::Setup(e.to_string()))?;
         }
-        let text = config_text(spec, &tree, id, &dir, &ips);
         let path = dir.join("cipd.toml");
-        std::fs::write(&path, text).map_err(|e| SimError::Setup(e.to_string()))?;
+        std::fs::write(&path, plan.config_text(id, &dir, &net))
+            .map_err(|e| SimError::Setup(e.to_string()))?;
         let config = read_config(&path).map_err(|e| SimError::Setup(format!("n{id}: {e}")))?;
         configs.push(Arc::new(config));
         dirs.push(dir);
     }
     let mut mesh = Mesh {
         sim,
-        tree,
+        plan,
         spec: spec.clone(),
         nodes: Rc::new(RefCell::new(vec![None; n])),
         traffic: (0..n).map(|_| Arc::new(Traffic::default())).collect(),
-        leaves,
-        expected,
         dirs,
         dsis: (0..n)
             .map(|id| Dsi::new(&dsi_of(id)).expect("a valid dsi"))
@@ -433,31 +437,81 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
         mesh.register(id, config);
     }
 
-    let converged_at = mesh.wait(|m| m.root_exact())?;
+    measure(&mut mesh, wall)
+}
+
+/// A mesh under measurement, simulated ([`run`]) or real ([`crate::real::run`]); [`measure`]
+/// takes both through the same protocol.
+pub trait MeshUnderTest {
+    /// Why a step could not be carried out.
+    type Error;
+    /// The plan it runs.
+    fn plan(&self) -> &Plan;
+    /// Waits from the start until the root's table is exact; the time that took (none: not
+    /// within the timeout).
+    fn converge(&mut self) -> Result<Option<Duration>, Self::Error>;
+    /// Whether every node's table is exact.
+    fn all_exact(&mut self) -> bool;
+    /// Waits until no node has opened a connection for [`SETTLE`] (or a minute).
+    fn settle(&mut self) -> Result<(), Self::Error>;
+    /// The figures per level.
+    fn levels(&mut self) -> Result<Vec<LevelFigures>, Self::Error>;
+    /// What the root's table holds from child `child`.
+    fn root_held(&mut self, child: usize) -> Counts;
+    /// Adds the new value `value` to `leaf`'s collection ([`Plan::change`]) and times it to
+    /// the root.
+    fn change_and_wait(
+        &mut self,
+        leaf: usize,
+        value: &str,
+    ) -> Result<Option<Duration>, Self::Error>;
+    /// Applies fault number `k` to the node [`Plan::fault_target`] names, then waits until
+    /// every table is exact.
+    fn apply(&mut self, fault: Fault, k: usize) -> Result<FaultOutcome, Self::Error>;
+    /// Peak resident memory (KiB).
+    fn rss_kib(&mut self) -> u64;
+}
+
+/// Measures a started mesh: convergence from cold, exactness, figures per level once
+/// settled, the root's agreement with brute force, the plan's changes and faults.
+///
+/// # Errors
+/// The mesh's, when a step cannot be carried out.
+pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, M::Error> {
+    let converged_at = mesh.converge()?;
     let all_exact = converged_at.is_some() && mesh.all_exact();
-    let levels = mesh.levels();
-    let (root_expected, root_matched, root_extra) = mesh.root_agreement();
-    let truth: std::collections::BTreeSet<&String> =
-        mesh.leaves.values().flat_map(|c| c.keys()).collect();
-    let truth_values = truth.len();
-    let truth_at_root = mesh.expected[0].len();
+    mesh.settle()?;
+    let levels = mesh.levels()?;
+    let mut held: std::collections::BTreeMap<usize, Counts> = mesh.plan().tree.nodes[0]
+        .children
+        .clone()
+        .into_iter()
+        .map(|c| (c, mesh.root_held(c)))
+        .collect();
+    let (root_expected, root_matched, root_extra) = mesh
+        .plan()
+        .root_agreement(|c| held.remove(&c).unwrap_or_default());
+    let (truth_values, truth_at_root) = mesh.plan().truth();
+    let spec = mesh.plan().spec.clone();
 
     let mut changes = Vec::new();
     for k in 0..spec.changes {
-        let leaf = mesh.pick_leaf(None, k as u64);
+        let leaf = mesh.plan().pick_leaf(None, k as u64);
         changes.push(mesh.change_and_wait(leaf, &format!("chg{k}"))?);
     }
+    let change_traffic = traffic_between(&levels, &mesh.levels()?);
     let mut faults = Vec::new();
     for (k, fault) in spec.faults.iter().enumerate() {
         faults.push(mesh.apply(*fault, k)?);
     }
     Ok(Report {
-        nodes: n,
-        leaves: mesh.leaves.len(),
+        nodes: mesh.plan().len(),
+        leaves: mesh.plan().leaves.len(),
         converged_at,
         all_exact,
         levels,
         changes,
+        change_traffic,
         faults,
         root_expected,
         root_matched,
@@ -465,61 +519,32 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
         truth_values,
         truth_at_root,
         wall: wall.elapsed(),
-        rss_kib: peak_rss_kib(),
+        rss_kib: mesh.rss_kib(),
     })
 }
 
-fn config_text(
-    spec: &SimSpec,
-    tree: &Tree,
-    id: usize,
-    dir: &Path,
-    ips: &[std::net::IpAddr],
-) -> String {
-    let node = &tree.nodes[id];
-    let mut t = format!(
-        "data_dir = {data:?}\n[node]\ndsi = \"{dsi}\"\ndescription = \"simulated node {id}\"\nbase_uri = \"cip://n{id}.sim:7000\"\n\
-         [listen]\ncip = [\"0.0.0.0:{PORT}\"]\nhttp = []\n",
-        data = dir.join("spool").display().to_string(),
-        dsi = dsi_of(id),
-    );
-    if tree.is_leaf(id) {
-        let _ = write!(
-            t,
-            "[[collection]]\nname = \"docs\"\ntype = \"soif\"\npath = {:?}\n",
-            dir.join("docs.soif").display().to_string()
-        );
-    }
-    let _ = write!(
-        t,
-        "[export]\nattributes = [\"DOCUMENT:Author\"]\ndefault_threshold = {}\n\
-         [limits]\nwatch_interval = \"{}ms\"\nshutdown_grace = \"1s\"\nconnect_timeout = \"2s\"\nhandshake_timeout = \"5s\"\nrequest_timeout = \"10s\"\n",
-        data::threshold_of(&spec.thresholds, node.level),
-        spec.watch_interval.as_millis()
-    );
-    let mut peer = |other: usize, role: &str| {
-        let _ = write!(
-            t,
-            "[[peer]]\nname = \"{}\"\nhost = \"{}\"\nport = {PORT}\nrole = [\"{role}\"]\n\
-             poll_interval = \"{}ms\"\ndsi = \"{}\"\n",
-            name_of(other),
-            ips[other],
-            spec.poll_interval.as_millis(),
-            dsi_of(other)
-        );
-    };
-    for &p in &node.parents {
-        peer(p, "poller");
-    }
-    for &c in &node.children {
-        peer(c, "poll");
-    }
-    t
+/// Per level, the poll bytes read and connections opened between two measurements.
+pub fn traffic_between(before: &[LevelFigures], after: &[LevelFigures]) -> Vec<(u64, u64)> {
+    before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| {
+            (
+                a.poll_bytes_in.saturating_sub(b.poll_bytes_in),
+                a.connections.saturating_sub(b.connections),
+            )
+        })
+        .collect()
 }
 
 /// Peak resident memory of this process (KiB), from `/proc/self/status`.
 pub fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    peak_rss_kib_of("self")
+}
+
+/// Peak resident memory of process `pid` (a number, or `self`), in KiB; 0 when unknown.
+pub fn peak_rss_kib_of(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -589,6 +614,25 @@ impl Mesh<'_> {
         Ok(())
     }
 
+    /// Steps until no node has opened a connection for [`SETTLE`] (the cold start's last
+    /// notices and polls), or for at most a minute.
+    fn settle_down(&mut self) -> Result<(), SimError> {
+        let total = |m: &Self| -> u64 {
+            m.traffic
+                .iter()
+                .map(|t| t.connections.load(Ordering::Relaxed))
+                .sum()
+        };
+        for _ in 0..(60_000 / SETTLE.as_millis()) {
+            let before = total(self);
+            self.run_for(SETTLE)?;
+            if total(self) == before {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Steps for `d` of simulated time.
     fn run_for(&mut self, d: Duration) -> Result<(), SimError> {
         let end = self.sim.elapsed() + d;
@@ -617,129 +661,53 @@ impl Mesh<'_> {
         let Some(node) = self.node(id) else {
             return false;
         };
-        let children = &self.tree.nodes[id].children;
-        node.table().peers().len() == children.len()
-            && children
-                .iter()
-                .all(|&c| self.held(&node, c) == self.expected[c])
+        self.plan.exact_at(id, node.table().peers().len(), |c| {
+            Some(self.held(&node, c))
+        })
     }
 
     fn root_exact(&self) -> bool {
         self.exact_at(0)
     }
 
-    fn all_exact(&self) -> bool {
-        (0..self.tree.nodes.len()).all(|id| self.tree.is_leaf(id) || self.exact_at(id))
+    fn tables_exact(&self) -> bool {
+        (0..self.plan.len()).all(|id| self.plan.tree.is_leaf(id) || self.exact_at(id))
     }
 
-    /// (expected entries, matched with the right count, extra) at the root.
-    fn root_agreement(&self) -> (usize, usize, usize) {
-        let Some(root) = self.node(0) else {
-            return (0, 0, 0);
-        };
-        let (mut expected, mut matched, mut extra) = (0, 0, 0);
-        for &c in &self.tree.nodes[0].children {
-            let held = self.held(&root, c);
-            expected += self.expected[c].len();
-            matched += self.expected[c]
-                .iter()
-                .filter(|(v, n)| held.get(*v) == Some(n))
-                .count();
-            extra += held
-                .keys()
-                .filter(|v| !self.expected[c].contains_key(*v))
-                .count();
-        }
-        (expected, matched, extra)
+    fn figures(&self) -> Vec<LevelFigures> {
+        self.plan.levels(
+            |id| {
+                let node = self.node(id)?;
+                let stats = node.table().stats();
+                Some(NodeFigures {
+                    hint_bytes: node.outbound().current().payload.len(),
+                    table_values: stats.distinct_values,
+                    table_bytes: stats.approx_bytes,
+                    table_entries: stats.entries,
+                })
+            },
+            |id| {
+                let t = &self.traffic[id];
+                (
+                    t.bytes_in.load(Ordering::Relaxed),
+                    t.connections.load(Ordering::Relaxed),
+                )
+            },
+        )
     }
 
-    fn levels(&self) -> Vec<LevelFigures> {
-        (0..=self.tree.depth)
-            .map(|level| {
-                let ids: Vec<usize> = self.tree.level(level).collect();
-                let mut f = LevelFigures {
-                    level,
-                    nodes: ids.len(),
-                    ..LevelFigures::default()
-                };
-                let mut sums = [0usize; 4];
-                for &id in &ids {
-                    let traffic = &self.traffic[id];
-                    f.poll_bytes_in += traffic.bytes_in.load(Ordering::Relaxed);
-                    f.connections += traffic.connections.load(Ordering::Relaxed);
-                    let Some(node) = self.node(id) else { continue };
-                    let stats = node.table().stats();
-                    let figures = [
-                        node.outbound().current().payload.len(),
-                        self.expected[id].len(),
-                        stats.distinct_values,
-                        stats.approx_bytes,
-                    ];
-                    let maxes = [
-                        &mut f.hint_bytes.1,
-                        &mut f.hint_values.1,
-                        &mut f.table_values.1,
-                        &mut f.table_bytes.1,
-                    ];
-                    for ((sum, max), v) in sums.iter_mut().zip(maxes).zip(figures) {
-                        *sum += v;
-                        *max = (*max).max(v);
-                    }
-                }
-                let mean = |s: usize| s as f64 / ids.len().max(1) as f64;
-                f.hint_bytes.0 = mean(sums[0]);
-                f.hint_values.0 = mean(sums[1]);
-                f.table_values.0 = mean(sums[2]);
-                f.table_bytes.0 = mean(sums[3]);
-                f
-            })
-            .collect()
-    }
-
-    /// A leaf (under level-1 node `under` when given), chosen from the seed and `k`.
-    fn pick_leaf(&self, under: Option<usize>, k: u64) -> usize {
-        let leaves: Vec<usize> = self
-            .leaves
-            .keys()
-            .copied()
-            .filter(|&l| under.is_none_or(|u| self.ancestor_at(l, 1) == u))
-            .collect();
-        let mut rng = fastrand::Rng::with_seed(self.spec.seed.wrapping_add(k * 7919));
-        leaves[rng.usize(..leaves.len())]
-    }
-
-    /// `id`'s ancestor on `level` (itself when on it).
-    fn ancestor_at(&self, mut id: usize, level: usize) -> usize {
-        while self.tree.nodes[id].level > level {
-            id = self.tree.parent(id).expect("below the root");
-        }
-        id
-    }
-
-    /// Adds to `leaf`'s collection enough objects with the new value `value` to pass every
-    /// threshold, rewrites its file and updates the expected hints.
+    /// Adds a new value to `leaf`'s collection (see [`Plan::change`]) and rewrites its file.
     fn change(&mut self, leaf: usize, value: &str) -> Result<(), SimError> {
-        let copies = self
-            .spec
-            .thresholds
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        let counts = self.leaves.get_mut(&leaf).expect("a leaf");
-        counts.insert(value.to_owned(), copies);
-        std::fs::write(self.dirs[leaf].join("docs.soif"), data::soif(leaf, counts))
-            .map_err(|e| SimError::Setup(e.to_string()))?;
-        self.expected = data::expected_hints(&self.tree, &self.leaves, &self.spec.thresholds);
-        Ok(())
+        let text = self.plan.change(leaf, value);
+        std::fs::write(self.dirs[leaf].join("docs.soif"), text)
+            .map_err(|e| SimError::Setup(e.to_string()))
     }
 
     /// Changes `leaf` and waits until the root holds the new value under the right child.
-    fn change_and_wait(&mut self, leaf: usize, value: &str) -> Result<Option<Duration>, SimError> {
+    fn change_then_wait(&mut self, leaf: usize, value: &str) -> Result<Option<Duration>, SimError> {
         self.change(leaf, value)?;
-        let child = self.ancestor_at(leaf, 1);
-        let want = self.expected[child].get(value).copied();
+        let child = self.plan.ancestor_at(leaf, 1);
+        let want = self.plan.expected[child].get(value).copied();
         self.wait(|m| {
             m.node(0)
                 .is_some_and(|root| m.held(&root, child).get(value).copied() == want)
@@ -747,12 +715,10 @@ impl Mesh<'_> {
     }
 
     /// Applies fault number `k`, then waits until every table is exact.
-    fn apply(&mut self, fault: Fault, k: usize) -> Result<FaultOutcome, SimError> {
-        let target =
-            self.tree.nodes[0].children[fastrand::Rng::with_seed(self.spec.seed ^ k as u64)
-                .usize(..self.tree.nodes[0].children.len())];
+    fn apply_fault(&mut self, fault: Fault, k: usize) -> Result<FaultOutcome, SimError> {
+        let target = self.plan.fault_target(k);
         let (a, root) = (name_of(target), name_of(0));
-        let leaf = self.pick_leaf(Some(target), 1000 + k as u64);
+        let leaf = self.plan.pick_leaf(Some(target), 1000 + k as u64);
         let value = format!("fault{k}");
         match fault {
             Fault::Partition(d) => {
@@ -780,7 +746,7 @@ impl Mesh<'_> {
             Fault::Slow(d) => {
                 self.sim.set_link_latency(a.as_str(), root.as_str(), d);
                 self.change(leaf, &value)?;
-                let done = self.wait(|m| m.all_exact())?;
+                let done = self.wait(|m| m.tables_exact())?;
                 self.sim
                     .set_link_latency(a.as_str(), root.as_str(), self.spec.latency.1);
                 return Ok(FaultOutcome {
@@ -790,11 +756,53 @@ impl Mesh<'_> {
                 });
             }
         }
-        let recovered_after = self.wait(|m| m.all_exact())?;
+        let recovered_after = self.wait(|m| m.tables_exact())?;
         Ok(FaultOutcome {
             fault,
             node: target,
             recovered_after,
         })
+    }
+}
+
+impl MeshUnderTest for Mesh<'_> {
+    type Error = SimError;
+
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn converge(&mut self) -> Result<Option<Duration>, SimError> {
+        self.wait(|m| m.root_exact())
+    }
+
+    fn all_exact(&mut self) -> bool {
+        self.tables_exact()
+    }
+
+    fn settle(&mut self) -> Result<(), SimError> {
+        self.settle_down()
+    }
+
+    fn levels(&mut self) -> Result<Vec<LevelFigures>, SimError> {
+        Ok(self.figures())
+    }
+
+    fn root_held(&mut self, child: usize) -> Counts {
+        self.node(0)
+            .map(|root| self.held(&root, child))
+            .unwrap_or_default()
+    }
+
+    fn change_and_wait(&mut self, leaf: usize, value: &str) -> Result<Option<Duration>, SimError> {
+        self.change_then_wait(leaf, value)
+    }
+
+    fn apply(&mut self, fault: Fault, k: usize) -> Result<FaultOutcome, SimError> {
+        self.apply_fault(fault, k)
+    }
+
+    fn rss_kib(&mut self) -> u64 {
+        peak_rss_kib()
     }
 }

@@ -216,7 +216,9 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
          and 1.19 over the top 1,000; the tail is set far above that field's 1 % of \
          singletons, as for authors or titles). Simulated time counts network latency \
          (1-5 ms each way) and the daemon's timers, not CPU time. Memory figures are the \
-         routing table's own estimate of its heap bytes (`cipd_table_*` in `/metrics`).\n",
+         routing table's own estimate of its heap bytes (`cipd_table_*` in `/metrics`). \
+         The simulation is checked against the same meshes run as real processes, each in \
+         its own network namespace: [scale-real.md](scale-real.md).\n",
         spec.fan_in,
         spec.max_depth,
         spec.thresholds

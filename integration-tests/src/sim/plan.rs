@@ -1,0 +1,273 @@
+//! A mesh run's plan: its shape, its leaves' data, each node's configuration, the
+//! brute-force answer every table must hold, and which leaves change and which nodes a fault
+//! hits. The simulation ([`super::run`]) and the run of real processes in network namespaces
+//! ([`crate::real`]) both work from one, so that for the same spec they build the same mesh
+//! and judge it by the same yardstick.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::Path;
+
+use super::data::{self, Counts, Tree};
+use super::{LevelFigures, SimSpec};
+
+/// DSI of node `id`.
+pub fn dsi_of(id: usize) -> String {
+    format!("1.3.6.1.4.1.99999.88.{id}")
+}
+
+/// Host name of node `id` (its base URI's host).
+pub fn name_of(id: usize) -> String {
+    format!("n{id}")
+}
+
+/// The CIP port every node's peers connect to.
+pub const PORT: u16 = 7000;
+
+/// Where a node listens and how it reaches its peers.
+#[derive(Debug, Clone)]
+pub struct Addressing {
+    /// The node's CIP listener.
+    pub listen: String,
+    /// Each node's address, by id (peers connect to it on [`PORT`]).
+    pub peers: Vec<IpAddr>,
+    /// Lines added to the `[listen]` section (an admin socket, say).
+    pub extra: String,
+}
+
+/// What one node reports, for [`Plan::levels`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeFigures {
+    /// Its out-bound hint's bytes.
+    pub hint_bytes: usize,
+    /// Distinct values in its routing table.
+    pub table_values: usize,
+    /// Its routing table's approximate heap bytes.
+    pub table_bytes: usize,
+    /// Live entries in its routing table.
+    pub table_entries: usize,
+}
+
+/// A mesh run's shape, data and expected answers.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// What to run.
+    pub spec: SimSpec,
+    /// The shape.
+    pub tree: Tree,
+    /// Each leaf's collection.
+    pub leaves: BTreeMap<usize, Counts>,
+    /// Each node's out-bound hint, by brute force.
+    pub expected: Vec<Counts>,
+}
+
+impl Plan {
+    /// The plan of `spec`: the tree and every leaf's collection, drawn from its seed.
+    pub fn new(spec: &SimSpec) -> Self {
+        let tree = Tree::new(spec.fan_in, spec.depth, spec.parents);
+        let cdf = data::zipf_cdf(spec.data.vocabulary, spec.data.zipf);
+        let leaves: BTreeMap<usize, Counts> = (0..tree.nodes.len())
+            .filter(|&id| tree.is_leaf(id))
+            .map(|id| (id, data::leaf_counts(&spec.data, spec.seed, id, &cdf)))
+            .collect();
+        let expected = data::expected_hints(&tree, &leaves, &spec.thresholds);
+        Self {
+            spec: spec.clone(),
+            tree,
+            leaves,
+            expected,
+        }
+    }
+
+    /// Nodes in the mesh.
+    pub fn len(&self) -> usize {
+        self.tree.nodes.len()
+    }
+
+    /// Whether the mesh has no node (never: it has at least its root).
+    pub fn is_empty(&self) -> bool {
+        self.tree.nodes.is_empty()
+    }
+
+    /// Node `id`'s configuration file, its spool and collection under `dir`.
+    pub fn config_text(&self, id: usize, dir: &Path, net: &Addressing) -> String {
+        let node = &self.tree.nodes[id];
+        let mut t = format!(
+            "data_dir = {data:?}\n[node]\ndsi = \"{dsi}\"\ndescription = \"mesh node {id}\"\nbase_uri = \"cip://n{id}.sim:{PORT}\"\n\
+             [listen]\ncip = [\"{listen}\"]\nhttp = []\n{extra}",
+            data = dir.join("spool").display().to_string(),
+            extra = net.extra,
+            listen = net.listen,
+            dsi = dsi_of(id),
+        );
+        if self.tree.is_leaf(id) {
+            let _ = write!(
+                t,
+                "[[collection]]\nname = \"docs\"\ntype = \"soif\"\npath = {:?}\n",
+                dir.join("docs.soif").display().to_string()
+            );
+        }
+        let _ = write!(
+            t,
+            "[export]\nattributes = [\"DOCUMENT:Author\"]\ndefault_threshold = {}\n\
+             [limits]\nwatch_interval = \"{}ms\"\nshutdown_grace = \"1s\"\nconnect_timeout = \"2s\"\nhandshake_timeout = \"5s\"\nrequest_timeout = \"10s\"\n",
+            data::threshold_of(&self.spec.thresholds, node.level),
+            self.spec.watch_interval.as_millis()
+        );
+        let mut peer = |other: usize, role: &str| {
+            let _ = write!(
+                t,
+                "[[peer]]\nname = \"{}\"\nhost = \"{}\"\nport = {PORT}\nrole = [\"{role}\"]\n\
+                 poll_interval = \"{}ms\"\ndsi = \"{}\"\n",
+                name_of(other),
+                net.peers[other],
+                self.spec.poll_interval.as_millis(),
+                dsi_of(other)
+            );
+        };
+        for &p in &node.parents {
+            peer(p, "poller");
+        }
+        for &c in &node.children {
+            peer(c, "poll");
+        }
+        t
+    }
+
+    /// A leaf (under level-1 node `under` when given), chosen from the seed and `k`.
+    pub fn pick_leaf(&self, under: Option<usize>, k: u64) -> usize {
+        let leaves: Vec<usize> = self
+            .leaves
+            .keys()
+            .copied()
+            .filter(|&l| under.is_none_or(|u| self.ancestor_at(l, 1) == u))
+            .collect();
+        let mut rng = fastrand::Rng::with_seed(self.spec.seed.wrapping_add(k * 7919));
+        leaves[rng.usize(..leaves.len())]
+    }
+
+    /// `id`'s ancestor on `level` (itself when on it).
+    pub fn ancestor_at(&self, mut id: usize, level: usize) -> usize {
+        while self.tree.nodes[id].level > level {
+            id = self.tree.parent(id).expect("below the root");
+        }
+        id
+    }
+
+    /// The level-1 node fault number `k` hits.
+    pub fn fault_target(&self, k: usize) -> usize {
+        let top = &self.tree.nodes[0].children;
+        top[fastrand::Rng::with_seed(self.spec.seed ^ k as u64).usize(..top.len())]
+    }
+
+    /// Adds to `leaf`'s collection enough objects with the new value `value` to pass every
+    /// threshold and updates the expected hints; returns the leaf's new collection file.
+    pub fn change(&mut self, leaf: usize, value: &str) -> String {
+        let copies = self
+            .spec
+            .thresholds
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let counts = self.leaves.get_mut(&leaf).expect("a leaf");
+        counts.insert(value.to_owned(), copies);
+        let text = data::soif(leaf, counts);
+        self.expected = data::expected_hints(&self.tree, &self.leaves, &self.spec.thresholds);
+        text
+    }
+
+    /// Whether node `id` (with `peers` datasets in its table) holds exactly its children's
+    /// expected hints; `held(child)` reads what it holds from one child.
+    pub fn exact_at(
+        &self,
+        id: usize,
+        peers: usize,
+        mut held: impl FnMut(usize) -> Option<Counts>,
+    ) -> bool {
+        let children = &self.tree.nodes[id].children;
+        peers == children.len()
+            && children
+                .iter()
+                .all(|&c| held(c).is_some_and(|h| h == self.expected[c]))
+    }
+
+    /// (expected entries, matched with the right count, extra) at the root, given what it
+    /// holds from each child.
+    pub fn root_agreement(&self, mut held: impl FnMut(usize) -> Counts) -> (usize, usize, usize) {
+        let (mut expected, mut matched, mut extra) = (0, 0, 0);
+        for &c in &self.tree.nodes[0].children {
+            let held = held(c);
+            expected += self.expected[c].len();
+            matched += self.expected[c]
+                .iter()
+                .filter(|(v, n)| held.get(*v) == Some(n))
+                .count();
+            extra += held
+                .keys()
+                .filter(|v| !self.expected[c].contains_key(*v))
+                .count();
+        }
+        (expected, matched, extra)
+    }
+
+    /// Distinct values over all leaves, and how many reach the root.
+    pub fn truth(&self) -> (usize, usize) {
+        let truth: std::collections::BTreeSet<&String> =
+            self.leaves.values().flat_map(|c| c.keys()).collect();
+        (truth.len(), self.expected[0].len())
+    }
+
+    /// Figures per level from each node's (`figures`, none while it is down) and its
+    /// out-going traffic (`traffic`: bytes read, connections opened).
+    pub fn levels(
+        &self,
+        mut figures: impl FnMut(usize) -> Option<NodeFigures>,
+        mut traffic: impl FnMut(usize) -> (u64, u64),
+    ) -> Vec<LevelFigures> {
+        (0..=self.tree.depth)
+            .map(|level| {
+                let ids: Vec<usize> = self.tree.level(level).collect();
+                let mut f = LevelFigures {
+                    level,
+                    nodes: ids.len(),
+                    ..LevelFigures::default()
+                };
+                let mut sums = [0usize; 5];
+                for &id in &ids {
+                    let (bytes_in, connections) = traffic(id);
+                    f.poll_bytes_in += bytes_in;
+                    f.connections += connections;
+                    let Some(node) = figures(id) else { continue };
+                    let values = [
+                        node.hint_bytes,
+                        self.expected[id].len(),
+                        node.table_values,
+                        node.table_bytes,
+                        node.table_entries,
+                    ];
+                    let maxes = [
+                        &mut f.hint_bytes.1,
+                        &mut f.hint_values.1,
+                        &mut f.table_values.1,
+                        &mut f.table_bytes.1,
+                        &mut f.table_entries.1,
+                    ];
+                    for ((sum, max), v) in sums.iter_mut().zip(maxes).zip(values) {
+                        *sum += v;
+                        *max = (*max).max(v);
+                    }
+                }
+                let mean = |s: usize| s as f64 / ids.len().max(1) as f64;
+                f.hint_bytes.0 = mean(sums[0]);
+                f.hint_values.0 = mean(sums[1]);
+                f.table_values.0 = mean(sums[2]);
+                f.table_bytes.0 = mean(sums[3]);
+                f.table_entries.0 = mean(sums[4]);
+                f
+            })
+            .collect()
+    }
+}
