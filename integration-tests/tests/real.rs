@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use integration_tests::real::{self, RealSpec, compare, lab};
@@ -37,6 +38,10 @@ fn cipd_binary() -> PathBuf {
     cipd
 }
 
+/// The tests that make namespaces run one at a time: a run removes dead runs' leftovers,
+/// which one of them makes on purpose.
+static NAMESPACES: Mutex<()> = Mutex::new(());
+
 fn namespaces_left(pid: u32) -> Vec<String> {
     let out = Command::new("ip")
         .args(["netns", "list"])
@@ -51,6 +56,9 @@ fn namespaces_left(pid: u32) -> Vec<String> {
 
 #[test]
 fn thirty_one_real_processes_agree_with_the_simulation() {
+    let _one = NAMESPACES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Err(why) = lab::available() {
         eprintln!("skipped: {why}");
         return;
@@ -110,4 +118,51 @@ fn a_missing_binary_is_a_clear_error_and_leaves_nothing_behind() {
     real_spec.cipd = PathBuf::from("/nonexistent/cipd");
     let e = real::run(&real_spec).expect_err("no binary");
     assert!(e.to_string().contains("no cipd binary"), "{e}");
+}
+
+/// A run that died (killed, or interrupted past its handler) leaves namespaces and daemons
+/// behind; the next run removes them, and the processes in them.
+#[test]
+fn a_dead_runs_namespaces_and_processes_are_removed() {
+    let _one = NAMESPACES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Err(why) = lab::available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // pid_max itself is never a process id: the run that "made" this one is dead.
+    let dead: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .expect("pid_max")
+        .trim()
+        .parse()
+        .expect("a number");
+    let name = format!("cipdsim-{dead}-0-n0");
+    let made = Command::new("ip")
+        .args(["netns", "add", &name])
+        .status()
+        .expect("ip runs");
+    assert!(made.success());
+    let mut sleeper = Command::new("ip")
+        .args(["netns", "exec", &name, "sleep", "600"])
+        .spawn()
+        .expect("sleep starts");
+    // Wait until the sleeper is inside the namespace.
+    let inside = (0..500).any(|_| {
+        let pids = Command::new("ip")
+            .args(["netns", "pids", &name])
+            .output()
+            .expect("ip runs");
+        let found = !pids.stdout.trim_ascii().is_empty();
+        if !found {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        found
+    });
+    assert!(inside, "the sleeper never entered {name}");
+
+    assert!(lab::remove_leftovers(None) >= 1);
+    let status = sleeper.wait().expect("the sleeper is reaped");
+    assert!(!status.success(), "the sleeper was killed: {status}");
+    assert!(namespaces_left(dead).is_empty());
 }

@@ -137,6 +137,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    if a.real {
+        integration_tests::real::lab::clean_up_on_interrupt();
+    }
     let mut failed = false;
     for seed in a.seed..a.seed + a.seeds.max(1) {
         let spec = SimSpec {

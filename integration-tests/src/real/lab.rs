@@ -11,6 +11,7 @@
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -48,7 +49,7 @@ pub fn available() -> Result<(), String> {
         ));
     }
     // A namespace made and removed at once: root in a container may still be refused.
-    let probe = format!("cipdsim-{}-probe", std::process::id());
+    let probe = format!("{PREFIX}{}-probe", std::process::id());
     batch(&[], &format!("netns add {probe}\nnetns del {probe}\n"))
         .map_err(|e| format!("cannot make a network namespace here: {}", e.0))
 }
@@ -83,16 +84,77 @@ fn batch(args: &[&str], lines: &str) -> Result<(), LabError> {
     }
 }
 
+/// Prefix of every namespace a run makes: `cipdsim-PID-RUN-...`.
+const PREFIX: &str = "cipdsim-";
+
+/// Removes the namespaces of runs that ended without removing their own (a run killed, or
+/// interrupted while the daemons ran), and the processes still in them: those of process
+/// `pid` when given (an interrupted run cleaning up after itself), else those whose run is
+/// no longer alive. Returns how many namespaces it removed.
+pub fn remove_leftovers(pid: Option<u32>) -> usize {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return 0;
+    };
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let mut removed = 0;
+    for name in listing.lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some(owner) = name
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let doomed = match pid {
+            Some(p) => owner == p,
+            None => !alive(owner),
+        };
+        if doomed {
+            kill_processes_in(name);
+            let _ = batch(&["-force"], &format!("netns del {name}\n"));
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Whether process `pid` runs (a zombie, killed but not yet reaped, does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("State:"))
+            .is_some_and(|state| !state.trim_start().starts_with('Z'))
+    })
+}
+
+/// Kills (SIGKILL) every process in namespace `name`.
+fn kill_processes_in(name: &str) {
+    let Ok(out) = Command::new("ip").args(["netns", "pids", name]).output() else {
+        return;
+    };
+    let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    if !pids.is_empty() {
+        let _ = Command::new("kill").arg("-KILL").args(&pids).status();
+    }
+}
+
 impl Lab {
-    /// Makes `nodes` namespaces on one bridge.
+    /// Makes `nodes` namespaces on one bridge, after removing those that dead runs left.
     ///
     /// # Errors
     /// When `ip` fails (not root, no namespaces in this kernel).
     pub fn create(nodes: usize) -> Result<Self, LabError> {
         available().map_err(LabError)?;
+        let stale = remove_leftovers(None);
+        if stale > 0 {
+            eprintln!("cipd-sim: removed {stale} network namespaces that ended runs left behind");
+        }
         let run = RUNS.fetch_add(1, Ordering::Relaxed);
         let lab = Self {
-            prefix: format!("cipdsim-{}-{run}", std::process::id()),
+            prefix: format!("{PREFIX}{}-{run}", std::process::id()),
             nodes,
         };
         // From here on, dropping `lab` removes whatever was made.
@@ -137,7 +199,7 @@ impl Lab {
     }
 
     /// `program` to run inside node `id`'s namespace.
-    pub fn command(&self, id: usize, program: &std::path::Path) -> Command {
+    pub fn command(&self, id: usize, program: &Path) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.ns(id)]).arg(program);
         c
@@ -146,9 +208,11 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        // Removing a namespace removes its end of the veth pair, and the pair with it.
+        // Removing a namespace removes its end of the veth pair, and the pair with it; a
+        // process still in it (none, when the run's own were reaped) would keep it alive.
         let mut del = String::new();
         for id in 0..self.nodes {
+            kill_processes_in(&self.ns(id));
             del.push_str(&format!("netns del {}\n", self.ns(id)));
         }
         del.push_str(&format!("netns del {}\n", self.switch()));
@@ -156,4 +220,36 @@ impl Drop for Lab {
             eprintln!("cipd-sim: removing the namespaces: {e}");
         }
     }
+}
+
+/// Has an interrupt or termination signal remove this process's namespaces and the daemons
+/// in them before it exits (status 130): dropping a [`Lab`] is not enough, as a signal ends
+/// the process without running destructors.
+pub fn clean_up_on_interrupt() {
+    std::thread::spawn(|| {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut int), Ok(mut term)) = (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) else {
+                return;
+            };
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            let n = remove_leftovers(Some(std::process::id()));
+            eprintln!(
+                "cipd-sim: interrupted; removed {n} network namespaces and the processes in them"
+            );
+            std::process::exit(130);
+        });
+    });
 }
