@@ -248,8 +248,8 @@ impl Conn {
         let (latency, loss, rto) = (self.latency, self.loss, self.rto);
         let reader = async move {
             let mut last = Instant::now();
+            let mut buf = vec![0u8; 64 * 1024];
             loop {
-                let mut buf = vec![0u8; 64 * 1024];
                 let n = from.read(&mut buf).await.unwrap_or(0);
                 let delay = {
                     let mut rng = rng
@@ -271,8 +271,7 @@ impl Conn {
                     let _ = tx.send(Chunk::Eof(last)).await;
                     return;
                 }
-                buf.truncate(n);
-                if tx.send(Chunk::Data(last, buf)).await.is_err() {
+                if tx.send(Chunk::Data(last, buf[..n].to_vec())).await.is_err() {
                     return;
                 }
             }
