@@ -42,6 +42,21 @@ fn cipd_binary() -> PathBuf {
 /// which one of them makes on purpose.
 static NAMESPACES: Mutex<()> = Mutex::new(());
 
+/// The namespace tests' turn, or none (and a line saying why) where namespaces cannot be
+/// made.
+fn namespaces_or_skip() -> Option<std::sync::MutexGuard<'static, ()>> {
+    let turn = NAMESPACES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match lab::available() {
+        Ok(()) => Some(turn),
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
 fn namespaces_left(pid: u32) -> Vec<String> {
     let out = Command::new("ip")
         .args(["netns", "list"])
@@ -56,13 +71,9 @@ fn namespaces_left(pid: u32) -> Vec<String> {
 
 #[test]
 fn thirty_one_real_processes_agree_with_the_simulation() {
-    let _one = NAMESPACES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Err(why) = lab::available() {
-        eprintln!("skipped: {why}");
+    let Some(_turn) = namespaces_or_skip() else {
         return;
-    }
+    };
     let mut spec = SimSpec {
         fan_in: 5,
         depth: 2,
@@ -124,13 +135,9 @@ fn a_missing_binary_is_a_clear_error_and_leaves_nothing_behind() {
 /// behind; the next run removes them, and the processes in them.
 #[test]
 fn a_dead_runs_namespaces_and_processes_are_removed() {
-    let _one = NAMESPACES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Err(why) = lab::available() {
-        eprintln!("skipped: {why}");
+    let Some(_turn) = namespaces_or_skip() else {
         return;
-    }
+    };
     // pid_max itself is never a process id: the run that "made" this one is dead.
     let dead: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .expect("pid_max")
