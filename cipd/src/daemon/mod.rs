@@ -230,7 +230,8 @@ impl Daemon {
         let config = node.config();
         let caps = config.limits.max_connections
             + config.limits.max_http_connections
-            + config.limits.admin.max_connections;
+            + config.limits.admin.max_connections
+            + config.limits.max_concurrent_polls;
         let fds = crate::sys::fds::ensure(caps as u64);
         if !fds.enough() {
             tracing::warn!(

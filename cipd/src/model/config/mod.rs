@@ -777,11 +777,22 @@ impl Validator<'_> {
             );
         }
         let thesaurus = raw.thesaurus.file.map(|f| self.path(f));
-        let limits = self.limits(raw.limits);
+        let (polls_given, queue_given) = (
+            raw.limits.max_concurrent_polls.is_some(),
+            raw.import.queue.is_some(),
+        );
+        let mut limits = self.limits(raw.limits);
         let spool_ttl = self.duration("spool.ttl", raw.spool.ttl, DEFAULT_SPOOL_TTL);
         let index = self.index(raw.index);
         let outbound = self.outbound(raw.outbound);
-        let import = self.import(raw.import);
+        let mut import = self.import(raw.import);
+        pipeline::scale_to_peers(
+            &mut limits.max_concurrent_polls,
+            polls_given,
+            &mut import.queue,
+            queue_given,
+            peers.iter().filter(|p| p.has_role(PeerRole::Poll)).count(),
+        );
         let hinadi = self.hinadi(raw.hinadi);
         let rdm = self.rdm(raw.rdm, &collections);
         self.optional_routes(&hinadi, &rdm);
