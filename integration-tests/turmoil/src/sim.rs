@@ -156,10 +156,6 @@ impl<'a> Sim<'a> {
     /// Crashes the resolved hosts. Nothing will be running on the matched hosts
     /// after this method. You can use [`Sim::bounce`] to start the hosts up
     /// again.
-    ///
-    /// For filesystem simulation (requires `unstable-fs` feature), this
-    /// discards any pending (unsynced) writes. Data that was synced via
-    /// `sync_all()` survives the crash.
     pub fn crash(&mut self, addrs: impl ToIpAddrs) {
         let hosts = self.world.borrow_mut().lookup_many(addrs);
         for h in hosts {
@@ -169,15 +165,6 @@ impl<'a> Sim<'a> {
 
             World::enter(&self.world, || {
                 rt.crash();
-
-                // Discard pending filesystem operations
-                #[cfg(feature = "unstable-fs")]
-                World::current(|world| {
-                    let addr = world.current.expect("current host missing");
-                    let World { hosts, rng, .. } = world;
-                    let host = hosts.get_mut(&addr).unwrap();
-                    host.fs.lock().unwrap().discard_pending(&mut **rng);
-                });
 
                 tracing::trace!(target: TRACING_TARGET, addr = ?h, "Crash");
             });
