@@ -173,3 +173,35 @@ fn a_dead_runs_namespaces_and_processes_are_removed() {
     assert!(!status.success(), "the sleeper was killed: {status}");
     assert!(namespaces_left(dead).is_empty());
 }
+
+/// A daemon or proxy that does not start is named in a clear error, and the run leaves no
+/// namespace behind.
+#[test]
+fn a_node_that_does_not_start_is_a_clear_error() {
+    let Some(_turn) = namespaces_or_skip() else {
+        return;
+    };
+    let spec = SimSpec {
+        fan_in: 2,
+        depth: 1,
+        changes: 0,
+        ..SimSpec::default()
+    };
+    let fails = PathBuf::from("/bin/false");
+
+    let mut bad_daemon = RealSpec::beside_this_program(spec.clone());
+    bad_daemon.cipd = fails.clone();
+    bad_daemon.proxy = PathBuf::from(env!("CARGO_BIN_EXE_cipd-sim-proxy"));
+    let e = real::run(&bad_daemon).expect_err("the daemon exits at once");
+    assert!(e.to_string().contains("n0's cipd exited"), "not named: {e}");
+
+    let mut bad_proxy = RealSpec::beside_this_program(spec);
+    bad_proxy.cipd = cipd_binary();
+    bad_proxy.proxy = fails;
+    let e = real::run(&bad_proxy).expect_err("the proxy exits at once");
+    assert!(
+        e.to_string().contains("n0's proxy did not start"),
+        "not named: {e}"
+    );
+    assert!(namespaces_left(std::process::id()).is_empty());
+}

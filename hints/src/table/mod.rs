@@ -334,11 +334,12 @@ impl<'h> HintEntries<'h> {
 const FLUSH_AT: usize = (u32::MAX / 2) as usize;
 
 /// Batches of at least this many entries are indexed on several threads (tests take the
-/// parallel path with small batches): a spool restore, and the batches of a polled cold
-/// start (the import queue's 192 hints of a hub's 1,000 peers x 10,000 entries are 1.9 M
+/// parallel path with small batches): a spool restore, and the batches of a big hub's
+/// polled cold start (1,000 peers x 10,000 entries: the import queue's 187 hints are 1.87 M
 /// entries). Each run adds a segment to the cold start's pile, but at 1 M entries a batch
 /// indexed on two threads more than pays for the merge: every peer of that hub in the table
-/// after 4.5-4.7 s instead of 5.8 s with batches of 64 hints on one thread.
+/// after 4.65-5.72 s (median 4.96 s over nine runs) instead of 5.69-6.43 s (median 5.80 s)
+/// with batches of 64 hints on one thread.
 const PARALLEL_BUILD_ENTRIES: usize = if cfg!(test) { 64 } else { 1_000_000 };
 
 /// What [`build_run`] made of a run of hints.

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::sim::Report;
+use crate::sim::{Report, fmt_opt as ms};
 
 /// How far a real figure may stray from the simulated one and still agree.
 #[derive(Debug, Clone, Copy)]
@@ -48,10 +48,6 @@ pub struct Row {
     pub margin: String,
     /// Whether real is within the margin of sim (none: shown, not judged).
     pub within: Option<bool>,
-}
-
-fn ms(d: Option<Duration>) -> String {
-    d.map_or_else(|| "never".to_owned(), |d| format!("{} ms", d.as_millis()))
 }
 
 fn mean(ds: &[Option<Duration>]) -> Option<Duration> {

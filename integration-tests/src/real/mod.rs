@@ -317,11 +317,12 @@ impl RealMesh {
 
     /// What node `id`'s table holds from child `child`, none when it does not answer.
     fn held(&self, id: usize, child: usize) -> Option<Counts> {
+        let dsi = dsi_of(child);
         let rows = self.admin(
             id,
             AdminRequest::Table {
                 attr: Some("DOCUMENT:Author".into()),
-                peer: Some(dsi_of(child)),
+                peer: Some(dsi.clone()),
                 prefix: None,
                 top: usize::MAX,
             },
@@ -334,7 +335,7 @@ impl RealMesh {
                 .get("peers")?
                 .as_array()?
                 .iter()
-                .find(|p| p.get(0).and_then(Value::as_str) == Some(dsi_of(child).as_str()))
+                .find(|p| p.get(0).and_then(Value::as_str) == Some(dsi.as_str()))
                 .and_then(|p| p.get(1)?.as_u64())?;
             out.insert(value, n);
         }

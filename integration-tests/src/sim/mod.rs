@@ -331,7 +331,8 @@ impl Report {
     }
 }
 
-fn fmt_opt(d: Option<Duration>) -> String {
+/// A simulated or measured time, or "never (timeout)".
+pub(crate) fn fmt_opt(d: Option<Duration>) -> String {
     d.map_or_else(
         || "never (timeout)".to_owned(),
         |d| format!("{} ms", d.as_millis()),

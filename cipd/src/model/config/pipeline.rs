@@ -95,8 +95,8 @@ impl Default for ImportConfig {
 /// are indexed on several threads once they reach a million entries, while the hints
 /// parsed and waiting grow with the table they fill (the import's peak stays near 1.4x
 /// the settled memory): every peer of a 1,000 x 10,000-entry hub in the table after
-/// 4.4-4.8 s on two cores, against 5.8 s with 128 polls and batches of 64 hints on one
-/// thread.
+/// 4.65-5.72 s on two cores (median 4.96 s over nine runs), against 5.69-6.43 s (median
+/// 5.80 s) with 128 polls and batches of 64 hints on one thread.
 pub fn scale_to_peers(
     polls: &mut usize,
     polls_given: bool,
