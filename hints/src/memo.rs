@@ -5,7 +5,7 @@
 //! it is built. Needles below their threshold (a few hundred to a few tens of thousands of
 //! matching values) are still costly to scan in a table of millions of values, and real
 //! workloads repeat them; and finding the candidates of even a narrow needle intersects
-//! trigram lists over millions of values. So when a substring term under one attribute
+//! 4-gram lists over millions of values. So when a substring term under one attribute
 //! matches at least [`crate::summary::SummaryConfig::memo_min_candidates`] candidates (by
 //! default one) in a big segment, the
 //! segment's sums for it (the same [`Store`] a summary uses: per attribute and slot, the

@@ -9,10 +9,10 @@
 //! attribute and slot: the summed count, the number of values matched and the slot's best
 //! [`SUMMARY_TOPS`] values. A query for exactly such an n-gram under one attribute reads
 //! the summary (work proportional to the peers) instead of the values; every other needle
-//! matches fewer values than the threshold, which the trigram index finds quickly.
+//! matches fewer values than the threshold, which the substring index finds quickly.
 //!
 //! Mining is level-wise (an n-gram is frequent only if both its (n-1)-grams are): one pass
-//! over the values per length counts the candidates, starting from the trigram index's
+//! over the values per length counts the candidates, starting from the substring index's
 //! counts. Summaries are then computed broadest first, on
 //! [`SummaryConfig::threads`] threads, until their bytes reach the segment's record bytes
 //! divided by [`SummaryConfig::budget_divisor`]. Which n-grams are summarized changes only
@@ -58,7 +58,7 @@ pub struct SummaryConfig {
     /// Bytes of memoized substring sums the table may hold (0: none kept; see
     /// [`crate::memo`]).
     pub memo_bytes: usize,
-    /// A substring term whose trigram candidates in a segment of at least
+    /// A substring term whose index candidates in a segment of at least
     /// [`SummaryConfig::min_values`] values are at least this many has its sums memoized.
     pub memo_min_candidates: usize,
 }
@@ -217,15 +217,13 @@ impl Segment {
 fn mine(seg: &Segment, threshold: usize) -> Vec<(u64, u32)> {
     let n = seg.len();
     let mut found: Vec<(u64, u32)> = Vec::new();
-    // Level 3 from the trigram index; a bitmap over trigram keys (24 bits) to test them.
+    // Level 3 from the substring index; a bitmap over trigram keys (24 bits) to test them.
     let mut tri = vec![0u64; 1 << 18];
-    for (key, card) in seg.gram_cards() {
-        if card as usize >= threshold {
-            tri[key as usize / 64] |= 1 << (key % 64);
-            let b = [(key >> 16) as u8, (key >> 8) as u8, key as u8];
-            if let Some(p) = pack(&b) {
-                found.push((p, card));
-            }
+    for (key, card) in seg.gram_cards(threshold) {
+        tri[key as usize / 64] |= 1 << (key % 64);
+        let b = [(key >> 16) as u8, (key >> 8) as u8, key as u8];
+        if let Some(p) = pack(&b) {
+            found.push((p, card));
         }
     }
     if found.is_empty() {

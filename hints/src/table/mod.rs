@@ -25,7 +25,7 @@
 //!
 //! [`RoutingTable::replace_all`] imports many hints into one new segment, interning values
 //! in a hash map and sorting only the distinct ones: the path for loading at start-up.
-//! During a bulk load ([`RoutingTable::set_bulk_load`]) its segments get no trigram index
+//! During a bulk load ([`RoutingTable::set_bulk_load`]) its segments get no substring index
 //! (substring searches scan them) until the final merge indexes everything once.
 //! Writes run on the caller's thread and may take a while when they trigger a big merge:
 //! call them from a blocking task, not an async executor thread.
@@ -39,7 +39,7 @@
 //!
 //! # Queries
 //!
-//! A term's matching values come from each segment's exact table or trigram index; their
+//! A term's matching values come from each segment's exact table or substring index; their
 //! postings are summed per slot in flat per-thread arrays indexed by slot (no hashing, no
 //! per-query allocation of them), so the work is one pass over the matching postings.
 //!
@@ -520,7 +520,7 @@ impl RoutingTable {
     /// Starts or ends a bulk load (a hub's cold start, hundreds of hints arriving within
     /// seconds). Meanwhile imports pile their segments up instead of merging them tier by
     /// tier (up to 4, past which the two smallest neighbours are merged), and the segments
-    /// of [`RoutingTable::replace_all`] get neither a trigram index, an exact-match table
+    /// of [`RoutingTable::replace_all`] get neither a substring index, an exact-match table
     /// nor summaries (nearly all are merged away; substring searches scan them and exact
     /// lookups binary-search them meanwhile, which changes only speed). Ending it merges
     /// everything into one segment, publishes it, then indexes and summarizes it: call it
@@ -896,11 +896,11 @@ impl RoutingTable {
         next.compact(&self.hasher, true, false);
         next.rerank();
         // The same contents, laid out anew: the generation stays. Published before its
-        // trigram index is built, so that the merged-away segments are freed first
+        // substring index is built, so that the merged-away segments are freed first
         // (substring searches scan meanwhile, as during the bulk load).
         let next = Arc::new(next);
         self.current.store(next.clone());
-        // Segments without their lookup structures (the merged one has no trigram index;
+        // Segments without their lookup structures (the merged one has no substring index;
         // one a bulk load left unmerged, alone or too big to merge, has neither) get them.
         for seg in &next.segments {
             seg.ensure_exact(&self.hasher);

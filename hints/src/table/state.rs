@@ -300,7 +300,7 @@ impl Snapshot {
     /// Applies the merge policy of the module doc; `full` merges everything into one.
     ///
     /// The segment of a full merge, and those merged during a bulk load, come without
-    /// their trigram index and exact-match table: the caller builds them once the
+    /// their substring index and exact-match table: the caller builds them once the
     /// merged-away segments are gone (lowering the peak of the merge that ends a cold
     /// start).
     pub(super) fn compact(&mut self, hasher: &RandomState, full: bool, bulk: bool) {

@@ -927,7 +927,7 @@ fn a_bulk_load_piles_segments_up_and_merges_them_at_its_end() {
     for i in 0..4u64 {
         let v = format!("v{i}");
         let h = hint(10, &[("D", "A", &[("shared", 1 + i), (v.as_str(), 2)])]);
-        // One at a time, and in batches, which leave the trigram index for later.
+        // One at a time, and in batches, which leave the substring index for later.
         if i < 2 {
             t.replace(meta(&format!("1.{i}")), &h).unwrap();
         } else {
@@ -935,7 +935,7 @@ fn a_bulk_load_piles_segments_up_and_merges_them_at_its_end() {
         }
     }
     assert_eq!(t.stats().segments, 4, "no tiered merges during the load");
-    // Per segment: (trigram index built, exact-match table built).
+    // Per segment: (substring index built, exact-match table built).
     let built = |t: &RoutingTable| -> Vec<(bool, bool)> {
         t.current
             .load()
