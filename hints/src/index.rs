@@ -1629,21 +1629,21 @@ impl GramIndex {
     /// Puts in `out` the ids (ascending) of the values holding trigram `key`.
     fn trigram_ids(&self, key: u32, out: &mut Vec<u32>) {
         out.clear();
-        let quads = self.quads.range(key << 8, key << 8 | 0xff);
-        let mut lists = quads.chain(self.ends.list(key).map(|l| l.0));
-        let (Some(first), second) = (lists.next(), lists.next()) else {
-            return;
-        };
-        first.decode(out);
-        if let Some(second) = second {
+        let lists = self.trigram_lists(key);
+        let mut it = lists.clone();
+        match (it.next(), it.next()) {
+            (None, _) => {}
+            (Some((only, _)), None) => only.decode(out),
             // A union: values with the trigram in two places are in two lists.
-            second.decode(out);
-            for l in lists {
-                l.decode(out);
-            }
-            out.sort_unstable();
-            out.dedup();
+            _ => union(lists, self.quads.words.max(self.ends.words), out),
         }
+    }
+
+    /// The lists whose union holds the values with trigram `key`, with their lengths.
+    fn trigram_lists(&self, key: u32) -> impl Iterator<Item = (GramList<'_>, u32)> + Clone {
+        self.quads
+            .range(key << 8, key << 8 | 0xff)
+            .chain(self.ends.list(key))
     }
 
     /// `(trigram key, number of values holding it)` for every trigram held by at least
@@ -1670,43 +1670,13 @@ impl GramIndex {
                 false
             }
         });
-        // The union of a trigram's lists, counted in a bitmap over the value ids.
-        let mut seen = vec![0u64; self.quads.words.max(self.ends.words)];
-        let mut union = |lists: &mut dyn Iterator<Item = GramList<'_>>| {
-            for l in lists {
-                match l {
-                    GramList::Ids(list) => {
-                        for id in Ids::new(list) {
-                            if let Some(w) = seen.get_mut(id as usize / 64) {
-                                *w |= 1 << (id % 64);
-                            }
-                        }
-                    }
-                    GramList::Bits(words) => {
-                        for (w, &b) in seen.iter_mut().zip(words) {
-                            *w |= b;
-                        }
-                    }
-                }
-            }
-            let card: u32 = seen.iter().map(|w| w.count_ones()).sum();
-            seen.fill(0);
-            card
-        };
+        let mut ids = Vec::new();
         bounds
             .into_iter()
             .filter(|b| b.1 >= min as u64)
-            .filter_map(|(key, bound)| {
-                let mut lists = self
-                    .quads
-                    .range(key << 8, key << 8 | 0xff)
-                    .chain(self.ends.list(key).map(|l| l.0));
-                // One list is its own union.
-                let card = if bound <= u64::from(u32::MAX) && lists.clone().nth(1).is_none() {
-                    bound as u32
-                } else {
-                    union(&mut lists)
-                };
+            .filter_map(|(key, _)| {
+                self.trigram_ids(key, &mut ids);
+                let card = u32::try_from(ids.len()).unwrap_or(u32::MAX);
                 (card as usize >= min).then_some((key, card))
             })
             .collect()
@@ -1715,6 +1685,54 @@ impl GramIndex {
     fn heap_bytes(&self) -> usize {
         self.quads.heap_bytes() + self.ends.heap_bytes()
     }
+}
+
+/// Puts in `out` (empty) the union of `lists` (with their lengths) over values whose ids fit
+/// `words` 64-bit words, ascending: sorted when the lists hold a sixteenth as many ids as
+/// there are words or fewer (sorting costs about 16 steps an id), else marked in a bitmap,
+/// a pass over the words but no sort.
+fn union<'a>(
+    lists: impl Iterator<Item = (GramList<'a>, u32)> + Clone,
+    words: usize,
+    out: &mut Vec<u32>,
+) {
+    let total: u64 = lists.clone().map(|l| u64::from(l.1)).sum();
+    union_by(lists, words, total.saturating_mul(16) <= words as u64, out);
+}
+
+/// [`union`], sorting or through a bitmap as `sort` says.
+fn union_by<'a>(
+    lists: impl Iterator<Item = (GramList<'a>, u32)>,
+    words: usize,
+    sort: bool,
+    out: &mut Vec<u32>,
+) {
+    if sort {
+        for (l, _) in lists {
+            l.decode(out);
+        }
+        out.sort_unstable();
+        out.dedup();
+        return;
+    }
+    let mut bits = vec![0u64; words];
+    for (l, _) in lists {
+        match l {
+            GramList::Ids(list) => {
+                for id in Ids::new(list) {
+                    if let Some(w) = bits.get_mut(id as usize / 64) {
+                        *w |= 1 << (id % 64);
+                    }
+                }
+            }
+            GramList::Bits(b) => {
+                for (w, &x) in bits.iter_mut().zip(b) {
+                    *w |= x;
+                }
+            }
+        }
+    }
+    GramList::Bits(&bits).decode(out);
 }
 
 /// Gram -> the ids of the values containing it: a delta-varint list, or, for a gram in at
@@ -1837,10 +1855,10 @@ impl GramLists {
     }
 
     /// The lists of the keys from `lo` to `hi` (both included).
-    fn range(&self, lo: u32, hi: u32) -> impl Iterator<Item = GramList<'_>> + Clone + '_ {
+    fn range(&self, lo: u32, hi: u32) -> impl Iterator<Item = (GramList<'_>, u32)> + Clone {
         let start = self.keys.partition_point(|&k| k < lo);
         let end = self.keys.partition_point(|&k| k <= hi);
-        (start..end.max(start)).map(|k| self.at(k).0)
+        (start..end.max(start)).map(|k| self.at(k))
     }
 
     /// The list of the `k`-th key, with how many ids it holds.
@@ -2205,6 +2223,42 @@ mod tests {
             a.clear();
             plain.find_substring(&finder, ANY_ATTR, &mut a);
             prop_assert_eq!(values_of(&plain, &a), values_of(&indexed, &b));
+        }
+
+        #[test]
+        fn unions_sorted_or_through_a_bitmap_are_the_set_union(
+            lists in prop::collection::vec(
+                prop::collection::btree_set(0u32..2000, 0..300), 0..6),
+            sort in any::<bool>(),
+        ) {
+            // Ids below 2000 fit 32 words. The third list is coded as a bitmap.
+            let words = 32;
+            let coded: Vec<Vec<u8>> = lists.iter().map(coded).collect();
+            let bitmaps: Vec<Vec<u64>> = lists
+                .iter()
+                .map(|l| {
+                    let mut b = vec![0u64; words];
+                    for &id in l {
+                        b[id as usize / 64] |= 1 << (id % 64);
+                    }
+                    b
+                })
+                .collect();
+            let gram_lists: Vec<(GramList<'_>, u32)> = (0..lists.len())
+                .map(|i| {
+                    let l = if i == 2 {
+                        GramList::Bits(&bitmaps[i])
+                    } else {
+                        GramList::Ids(&coded[i])
+                    };
+                    (l, lists[i].len() as u32)
+                })
+                .collect();
+            let want: std::collections::BTreeSet<u32> = lists.iter().flatten().copied().collect();
+            let want: Vec<u32> = want.into_iter().collect();
+            let mut out = Vec::new();
+            union_by(gram_lists.iter().copied(), words, sort, &mut out);
+            prop_assert_eq!(&out, &want);
         }
 
         #[test]
