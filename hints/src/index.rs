@@ -58,6 +58,9 @@ pub(crate) const TOUCH_BATCH: usize = 16;
 /// two threads.
 const PARALLEL_INDEX: usize = 65_536;
 
+/// Merges of at least this many values run on two threads ([`Segment::merge_from`]).
+const PARALLEL_MERGE: usize = 65_536;
+
 /// Values per batch of the pipeline of [`Segment::for_each_substring`].
 const SCAN_BATCH: usize = 32;
 
@@ -234,6 +237,10 @@ fn tag_home(tag: u32, mask: usize) -> usize {
     tag as usize & mask
 }
 
+/// Values whose spellings [`BulkBuilder::finish`] loads together before building their
+/// records.
+const AHEAD: usize = 16;
+
 impl BulkBuilder {
     fn value(&self, id: u32) -> &[u8] {
         let s = self.spans[id as usize];
@@ -379,9 +386,11 @@ impl BulkBuilder {
         }
         std::hint::black_box(digest);
         // Values this import repeats under one attribute (spelt alike, or folding alike)
-        // become one posting with the counts summed, in place.
+        // become one posting with the counts summed, in place. Only `(value, attr)` needs
+        // ordering (the slot is this import's), and one `u64` key compares faster than the
+        // whole posting.
         let mine = &mut self.postings[begin..];
-        mine.sort_unstable();
+        mine.sort_unstable_by_key(|p| u64::from(p.value) << 32 | u64::from(p.attr));
         let mut kept = begin;
         let mut distinct = 0;
         for k in begin..self.postings.len() {
@@ -441,7 +450,8 @@ impl BulkBuilder {
                 p.value = rank[p.value as usize];
             }
         }
-        postings.sort_unstable();
+        // By value rank only: [`Builder::push`] orders each value's own postings.
+        postings.sort_unstable_by_key(|p| p.value);
         // A bound on the records' size (every byte maybe uppercase, a group per posting):
         // they are written straight into their final buffer, whose pages past the real size
         // are never touched.
@@ -453,14 +463,25 @@ impl BulkBuilder {
         let mut builder = Builder::with_capacity(n, bound);
         let mut run: Vec<(u32, u32, u64)> = Vec::new();
         let mut at = 0;
-        for (r, &id) in order.iter().enumerate() {
-            run.clear();
-            while let Some(p) = postings.get(at).filter(|p| p.value as usize == r) {
-                run.push((p.attr, p.slot, p.count()));
-                at += 1;
+        let mut digest = 0u8;
+        for (chunk, ids) in order.chunks(AHEAD).enumerate() {
+            // The spellings are read in sorted order, scattered over the arena: touch a
+            // chunk's first, in a tight loop, so that their cache misses overlap instead
+            // of stalling each push in turn.
+            for &id in ids {
+                digest ^= value(id).first().copied().unwrap_or(0);
             }
-            builder.push(value(id), &mut run)?;
+            for (k, &id) in ids.iter().enumerate() {
+                let r = chunk * AHEAD + k;
+                run.clear();
+                while let Some(p) = postings.get(at).filter(|p| p.value as usize == r) {
+                    run.push((p.attr, p.slot, p.count()));
+                    at += 1;
+                }
+                builder.push(value(id), &mut run)?;
+            }
         }
+        std::hint::black_box(digest);
         drop((postings, order, arena, spans));
         // A bulk load's segment (`grams` false) goes without both lookup structures until
         // the load ends: most are merged away before then.
@@ -585,90 +606,73 @@ impl Segment {
     /// ([`Segment::ensure_grams`], [`Segment::ensure_exact`]).
     pub(crate) fn merge(
         segments: &[&Segment],
-        live: &dyn Fn(u32) -> bool,
+        live: &(dyn Fn(u32) -> bool + Sync),
         hasher: &RandomState,
         grams: bool,
     ) -> Result<Self, SegmentOverflow> {
-        struct Cursor<'a> {
-            key: &'a [u8],
-            seg: usize,
-            id: u32,
-        }
-        impl PartialEq for Cursor<'_> {
-            fn eq(&self, other: &Self) -> bool {
-                self.cmp(other).is_eq()
-            }
-        }
-        impl Eq for Cursor<'_> {}
-        impl PartialOrd for Cursor<'_> {
-            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-                Some(self.cmp(other))
-            }
-        }
-        impl Ord for Cursor<'_> {
-            // Reversed: BinaryHeap is a max-heap and we want the smallest value first.
-            fn cmp(&self, other: &Self) -> Ordering {
-                cmp_folded(other.key, self.key).then(other.seg.cmp(&self.seg))
-            }
-        }
-        let mut heap = BinaryHeap::with_capacity(segments.len());
-        for (seg, s) in segments.iter().enumerate() {
-            if s.len() > 0 {
-                heap.push(Cursor {
-                    key: s.folded_value(0),
-                    seg,
-                    id: 0,
-                });
-            }
-        }
+        Self::merge_from(segments, live, hasher, grams, PARALLEL_MERGE)
+    }
+
+    /// [`Segment::merge`], on two threads when the segments hold `parallel` values or more
+    /// (tests compare both ways).
+    ///
+    /// The two threads split the values at the middle one of the biggest segment: one
+    /// merges those before it, the other the rest into chunks, which are then appended to
+    /// the first half's records one by one, each freed once copied (so the second half is
+    /// never held twice), with its record starts and value ids moved past the first's.
+    /// The records come out byte for byte as one thread writes them.
+    fn merge_from(
+        segments: &[&Segment],
+        live: &(dyn Fn(u32) -> bool + Sync),
+        hasher: &RandomState,
+        grams: bool,
+        parallel: usize,
+    ) -> Result<Self, SegmentOverflow> {
+        let values: usize = segments.iter().map(|s| s.len()).sum();
         // Merged records are never bigger than the records they merge.
-        let mut builder = Builder::with_capacity(
-            segments.iter().map(|s| s.len()).sum(),
-            segments.iter().map(|s| s.recs.len()).sum(),
-        );
-        let mut group: Vec<(usize, u32)> = Vec::new();
-        let mut postings: Vec<(u32, u32, u64)> = Vec::new();
-        let mut spelling_buf: Vec<u8> = Vec::new();
-        while let Some(first) = heap.pop() {
-            group.clear();
-            group.push((first.seg, first.id));
-            while heap
-                .peek()
-                .is_some_and(|c| cmp_folded(c.key, first.key).is_eq())
-            {
-                if let Some(c) = heap.pop() {
-                    group.push((c.seg, c.id));
-                }
-            }
-            postings.clear();
-            let mut spelling: Option<(&Segment, u32)> = None;
-            for &(seg, id) in &group {
-                let s = segments[seg];
-                let before = postings.len();
-                postings.extend(
-                    s.postings(id)
-                        .filter(|p| live(p.0))
-                        .map(|(slot, attr, count)| (attr, slot, count)),
-                );
-                if postings.len() > before {
-                    spelling = match spelling {
-                        Some((w, wid)) if w.cmp_spelling(wid, s, id).is_le() => Some((w, wid)),
-                        _ => Some((s, id)),
+        let bound: usize = segments.iter().map(|s| s.recs.len()).sum();
+        let mut builder = Builder::with_capacity(values, bound);
+        let whole: Vec<(u32, u32)> = segments.iter().map(|s| (0, s.len() as u32)).collect();
+        let big = segments.iter().max_by_key(|s| s.len());
+        match big.filter(|_| values >= parallel && values > 0) {
+            Some(big) => {
+                let pivot = big.folded_value(big.len() as u32 / 2);
+                let cuts: Vec<u32> = segments
+                    .iter()
+                    .map(|s| {
+                        partition(s.len() as u32, |id| {
+                            cmp_folded(s.folded_value(id), pivot).is_lt()
+                        })
+                    })
+                    .collect();
+                let head: Vec<(u32, u32)> = cuts.iter().map(|&c| (0, c)).collect();
+                let tail: Vec<(u32, u32)> = segments
+                    .iter()
+                    .zip(&cuts)
+                    .map(|(s, &c)| (c, s.len() as u32))
+                    .collect();
+                let tail_values = tail.iter().map(|r| (r.1 - r.0) as usize).sum();
+                let merge_tail = || {
+                    let mut b = Builder::with_sink(tail_values, Chunks::default());
+                    merge_into(&mut b, segments, &tail, live).map(|()| b)
+                };
+                let (head_done, tail_done) = std::thread::scope(|scope| {
+                    let thread = std::thread::Builder::new()
+                        .name("segment-merge".into())
+                        .spawn_scoped(scope, merge_tail);
+                    let head_done = merge_into(&mut builder, segments, &head, live);
+                    // Without a thread (none could be started, or it panicked), the tail
+                    // is merged here.
+                    let tail_done = match thread.map(|t| t.join()) {
+                        Ok(Ok(done)) => done,
+                        _ => merge_tail(),
                     };
-                }
-                if let Some(next) = id.checked_add(1).filter(|&n| (n as usize) < s.len()) {
-                    heap.push(Cursor {
-                        key: s.folded_value(next),
-                        seg,
-                        id: next,
-                    });
-                }
+                    (head_done, tail_done)
+                });
+                head_done?;
+                builder.append(tail_done?)?;
             }
-            if let Some((s, id)) = spelling {
-                spelling_buf.clear();
-                s.write_value(id, &mut spelling_buf);
-                builder.push(&spelling_buf, &mut postings)?;
-            }
+            None => merge_into(&mut builder, segments, &whole, live)?,
         }
         // Without `grams` (a merge that ends or happens during a bulk load), the exact-match
         // table waits too: built once the merged-away segments are freed.
@@ -1434,8 +1438,148 @@ fn partition(n: u32, below: impl Fn(u32) -> bool) -> u32 {
     lo
 }
 
-struct Builder {
-    recs: PagesMut,
+/// Merges the values `ranges[i].0..ranges[i].1` of each of `segments` (in folded order)
+/// into `builder`, keeping only postings whose slot is `live`.
+fn merge_into<S: RecSink>(
+    builder: &mut Builder<S>,
+    segments: &[&Segment],
+    ranges: &[(u32, u32)],
+    live: &(dyn Fn(u32) -> bool + Sync),
+) -> Result<(), SegmentOverflow> {
+    struct Cursor<'a> {
+        key: &'a [u8],
+        seg: usize,
+        id: u32,
+    }
+    impl PartialEq for Cursor<'_> {
+        fn eq(&self, other: &Self) -> bool {
+            self.cmp(other).is_eq()
+        }
+    }
+    impl Eq for Cursor<'_> {}
+    impl PartialOrd for Cursor<'_> {
+        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Cursor<'_> {
+        // Reversed: BinaryHeap is a max-heap and we want the smallest value first.
+        fn cmp(&self, other: &Self) -> Ordering {
+            cmp_folded(other.key, self.key).then(other.seg.cmp(&self.seg))
+        }
+    }
+    let mut heap = BinaryHeap::with_capacity(segments.len());
+    for (seg, (s, &(from, _))) in segments.iter().zip(ranges).enumerate() {
+        if from < ranges[seg].1 {
+            heap.push(Cursor {
+                key: s.folded_value(from),
+                seg,
+                id: from,
+            });
+        }
+    }
+    let mut group: Vec<(usize, u32)> = Vec::new();
+    let mut postings: Vec<(u32, u32, u64)> = Vec::new();
+    let mut spelling_buf: Vec<u8> = Vec::new();
+    while let Some(first) = heap.pop() {
+        group.clear();
+        group.push((first.seg, first.id));
+        while heap
+            .peek()
+            .is_some_and(|c| cmp_folded(c.key, first.key).is_eq())
+        {
+            if let Some(c) = heap.pop() {
+                group.push((c.seg, c.id));
+            }
+        }
+        postings.clear();
+        let mut spelling: Option<(&Segment, u32)> = None;
+        for &(seg, id) in &group {
+            let s = segments[seg];
+            let before = postings.len();
+            postings.extend(
+                s.postings(id)
+                    .filter(|p| live(p.0))
+                    .map(|(slot, attr, count)| (attr, slot, count)),
+            );
+            if postings.len() > before {
+                spelling = match spelling {
+                    Some((w, wid)) if w.cmp_spelling(wid, s, id).is_le() => Some((w, wid)),
+                    _ => Some((s, id)),
+                };
+            }
+            if let Some(next) = id.checked_add(1).filter(|&n| n < ranges[seg].1) {
+                heap.push(Cursor {
+                    key: s.folded_value(next),
+                    seg,
+                    id: next,
+                });
+            }
+        }
+        if let Some((s, id)) = spelling {
+            spelling_buf.clear();
+            s.write_value(id, &mut spelling_buf);
+            builder.push(&spelling_buf, &mut postings)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where a [`Builder`] appends its records.
+trait RecSink {
+    /// Bytes written.
+    fn len(&self) -> usize;
+    /// Appends `bytes`.
+    fn extend_from_slice(&mut self, bytes: &[u8]);
+}
+
+impl RecSink for PagesMut {
+    #[inline]
+    fn len(&self) -> usize {
+        PagesMut::len(self)
+    }
+
+    #[inline]
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        PagesMut::extend_from_slice(self, bytes);
+    }
+}
+
+/// Bytes of one of [`Chunks`]' buffers (tests cross their edges with small records).
+const CHUNK: usize = if cfg!(test) { 64 } else { 8 << 20 };
+
+/// Records written in buffers of [`CHUNK`] bytes, to be appended to other records and
+/// freed one by one ([`Builder::append`]). Each big buffer is a mapping of its own
+/// ([`PagesMut`]), unmapped when dropped: a chunk copied and freed is not still counted
+/// while the next is copied.
+#[derive(Default)]
+struct Chunks {
+    chunks: Vec<PagesMut>,
+    len: usize,
+}
+
+impl RecSink for Chunks {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn extend_from_slice(&mut self, mut bytes: &[u8]) {
+        self.len += bytes.len();
+        while !bytes.is_empty() {
+            match self.chunks.last_mut().filter(|c| c.len() < CHUNK) {
+                Some(last) => {
+                    let n = (CHUNK - last.len()).min(bytes.len());
+                    last.extend_from_slice(&bytes[..n]);
+                    bytes = &bytes[n..];
+                }
+                None => self.chunks.push(PagesMut::with_capacity(CHUNK)),
+            }
+        }
+    }
+}
+
+struct Builder<S = PagesMut> {
+    recs: S,
     /// Where [`Builder::push`] puts a record together.
     scratch: Vec<u8>,
     starts: Vec<u32>,
@@ -1449,8 +1593,56 @@ struct Builder {
 impl Builder {
     /// A builder for about `values` values whose records take at most `bound` bytes.
     fn with_capacity(values: usize, bound: usize) -> Self {
+        Builder::with_sink(values, PagesMut::with_capacity(bound))
+    }
+
+    /// Appends the records of `tail`, whose values all come after this builder's in
+    /// folded order ([`Segment::merge_from`]): copied a chunk at a time, each freed once
+    /// copied, with the tail's record starts, count positions and value ids moved past
+    /// this builder's.
+    fn append(&mut self, tail: Builder<Chunks>) -> Result<(), SegmentOverflow> {
+        let base = self.recs.len();
+        let first = self.starts.len();
+        // Record starts and count positions stay u32, value ids below u32::MAX.
+        if u32::try_from(base + tail.recs.len).is_err()
+            || u32::try_from(first + tail.starts.len()).is_err()
+        {
+            return Err(SegmentOverflow);
+        }
+        let (base, first) = (base as u32, first as u32);
+        for mut chunk in tail.recs.chunks {
+            self.recs.extend_from_slice(chunk.bytes_mut());
+        }
+        let recs = self.recs.bytes_mut();
+        for &start in &tail.starts {
+            let at = (base + start) as usize + 8;
+            let id = rd32(recs, at) + first;
+            recs[at..at + 4].copy_from_slice(&id.to_le_bytes());
+        }
+        self.starts.extend(tail.starts.iter().map(|&s| s + base));
+        self.attr_bits.extend_from_slice(&tail.attr_bits);
+        self.big_counts.extend(
+            tail.big_counts
+                .iter()
+                .map(|&(at, count)| (at + base, count)),
+        );
+        if self.slot_entries.len() < tail.slot_entries.len() {
+            self.slot_entries.resize(tail.slot_entries.len(), 0);
+        }
+        for (n, m) in self.slot_entries.iter_mut().zip(&tail.slot_entries) {
+            *n += m;
+        }
+        self.entries += tail.entries;
+        self.value_bytes += tail.value_bytes;
+        Ok(())
+    }
+}
+
+impl<S: RecSink> Builder<S> {
+    /// A builder for about `values` values writing its records to `recs`.
+    fn with_sink(values: usize, recs: S) -> Self {
         Self {
-            recs: PagesMut::with_capacity(bound),
+            recs,
             scratch: Vec::new(),
             starts: Vec::with_capacity(values),
             attr_bits: Vec::with_capacity(values),
@@ -1559,7 +1751,9 @@ impl Builder {
         self.attr_bits.push(bits);
         Ok(())
     }
+}
 
+impl Builder {
     fn finish(self) -> Segment {
         let mut seg = Segment {
             recs: self.recs.freeze(),
@@ -2112,6 +2306,59 @@ mod tests {
         assert_eq!(m.prefix_range(b"B"), 1..2);
         assert_eq!(m.prefix_range(b""), 0..3);
         assert_eq!(m.prefix_range(b"zz"), 3..3);
+    }
+
+    proptest! {
+        /// A merge on two threads writes its segment byte for byte as one thread does,
+        /// whatever the values (folding alike across segments, big counts, dead slots).
+        #[test]
+        fn a_merge_on_two_threads_writes_what_one_does(
+            segs in prop::collection::vec(
+                prop::collection::vec(
+                    (
+                        "[abAB]{0,6}",
+                        0u32..3,
+                        0u32..4,
+                        prop_oneof![1u64..100, Just(u64::from(u32::MAX) + 5)],
+                    ),
+                    0..60,
+                ),
+                1..4,
+            ),
+            dead in 0u32..5,
+        ) {
+            let h = RandomState::default();
+            let built: Vec<Segment> = segs
+                .iter()
+                .map(|entries| {
+                    let mut bulk = BulkBuilder::default();
+                    for slot in 0..4u32 {
+                        let mine: Vec<(&[u8], u32, u64)> = entries
+                            .iter()
+                            .filter(|e| e.2 == slot)
+                            .map(|e| (e.0.as_bytes(), e.1, e.3))
+                            .collect();
+                        bulk.add(mine, slot, &h).unwrap();
+                    }
+                    bulk.finish(&h, false).unwrap()
+                })
+                .collect();
+            let refs: Vec<&Segment> = built.iter().collect();
+            let live = |s: u32| s != dead;
+            let one = Segment::merge_from(&refs, &live, &h, true, usize::MAX).unwrap();
+            let two = Segment::merge_from(&refs, &live, &h, true, 0).unwrap();
+            prop_assert_eq!(&one.recs[..], &two.recs[..]);
+            prop_assert_eq!(&one.starts, &two.starts);
+            prop_assert_eq!(&one.attr_bits, &two.attr_bits);
+            prop_assert_eq!(&one.big_counts, &two.big_counts);
+            prop_assert_eq!(one.slots(), two.slots());
+            prop_assert_eq!(one.entries(), two.entries());
+            prop_assert_eq!(one.value_bytes(), two.value_bytes());
+            for id in 0..two.len() as u32 {
+                let lower = two.folded_value(id).to_vec();
+                prop_assert_eq!(two.find_exact(hash_lower(&h, &lower), &lower), Some(id));
+            }
+        }
     }
 
     /// A sorted id set as a gram list codes it.
