@@ -342,7 +342,17 @@ const FLUSH_AT: usize = (u32::MAX / 2) as usize;
 /// with batches of 64 hints on one thread.
 const PARALLEL_BUILD_ENTRIES: usize = if cfg!(test) { 64 } else { 1_000_000 };
 
-/// What [`build_run`] made of a run of hints.
+/// What [`add_run`] made of a run of hints: the values taken, not yet sorted into a segment.
+struct Added {
+    /// Segments already flushed (a run past `FLUSH_AT`).
+    segments: Vec<Segment>,
+    /// The values of the run's last hints.
+    bulk: BulkBuilder,
+    /// Per hint: `(index in the results, slot, distinct values, entries)`.
+    counts: Vec<(usize, u32, usize, usize)>,
+}
+
+/// What [`finish_run`] made of a run of hints.
 struct Built {
     segments: Vec<Segment>,
     /// Per hint: `(index in the results, slot, distinct values, entries)`.
@@ -371,12 +381,15 @@ fn split_runs(
     runs
 }
 
-/// Indexes a run of checked hints into bulk segments (one, unless it passes `FLUSH_AT`).
-fn build_run(
+/// Takes the values of a run of checked hints into a bulk builder (flushing a segment
+/// whenever it would pass `FLUSH_AT`). Once this is done the hints' text is no longer
+/// needed: [`RoutingTable::replace_all`] drops it before [`finish_run`] sorts the values
+/// into their segment.
+fn add_run(
     run: &[(usize, u32, HintEntries<'_>)],
     hasher: &RandomState,
     grams: bool,
-) -> Result<Built, SegmentOverflow> {
+) -> Result<Added, SegmentOverflow> {
     let (entries, bytes) = run
         .iter()
         .fold((0usize, 0usize), |(n, b), p| (n + p.2.len, b + p.2.bytes));
@@ -387,24 +400,57 @@ fn build_run(
         entries.min(FLUSH_AT),
         bytes.min(FLUSH_AT),
     );
-    let mut built = Built {
+    let mut added = Added {
         segments: Vec::new(),
+        bulk: BulkBuilder::default(),
         counts: Vec::with_capacity(run.len()),
     };
     let (mut bulk_bytes, mut bulk_entries) = (0usize, 0usize);
     for (i, slot, entries) in run {
         if bulk_bytes + entries.bytes > FLUSH_AT || bulk_entries + entries.len > FLUSH_AT {
             let full = std::mem::take(&mut bulk);
-            built.segments.push(full.finish(hasher, grams)?);
+            added.segments.push(full.finish(hasher, grams)?);
             (bulk_bytes, bulk_entries) = (0, 0);
         }
         bulk_bytes += entries.bytes;
         bulk_entries += entries.len;
         let (distinct, count) = bulk.add(entries.iter(), *slot, hasher)?;
-        built.counts.push((*i, *slot, distinct, count));
+        added.counts.push((*i, *slot, distinct, count));
     }
-    built.segments.push(bulk.finish(hasher, grams)?);
-    Ok(built)
+    added.bulk = bulk;
+    Ok(added)
+}
+
+/// Sorts and writes the values [`add_run`] took into their segment.
+fn finish_run(added: Added, hasher: &RandomState, grams: bool) -> Result<Built, SegmentOverflow> {
+    let Added {
+        mut segments,
+        bulk,
+        counts,
+    } = added;
+    segments.push(bulk.finish(hasher, grams)?);
+    Ok(Built { segments, counts })
+}
+
+/// Runs `work` on each of `items`, on a thread each when there are several (the calling
+/// thread waits); a panic on one of them is resumed here.
+fn on_threads<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
+    if items.len() <= 1 {
+        return items.into_iter().map(work).collect();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .into_iter()
+            .map(|item| {
+                let work = &work;
+                s.spawn(move || work(item))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// What a hint is charged against the memory budgets: every entry as if its value were
@@ -646,24 +692,18 @@ impl RoutingTable {
             1
         };
         let grams = !self.bulk();
-        let runs = split_runs(&passed, threads);
-        let built: Vec<Result<Built, SegmentOverflow>> = if runs.len() == 1 {
-            vec![build_run(&passed, &self.hasher, grams)]
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = runs
-                    .iter()
-                    .map(|run| {
-                        let run = &passed[run.clone()];
-                        s.spawn(move || build_run(run, &self.hasher, grams))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                    .collect()
-            })
-        };
+        let runs: Vec<_> = split_runs(&passed, threads)
+            .into_iter()
+            .map(|run| &passed[run])
+            .collect();
+        let added = on_threads(runs, |run| add_run(run, &self.hasher, grams));
+        // The values are taken: the hints' text (for one hint of millions of values, tens
+        // of megabytes) goes before their segments are built.
+        drop(passed);
+        drop(hints);
+        let built = on_threads(added, |added| {
+            added.and_then(|added| finish_run(added, &self.hasher, grams))
+        });
         for run in built {
             let Ok(run) = run else {
                 // Unreachable with FLUSH_AT well under the offsets' range; refuse the batch
