@@ -58,8 +58,11 @@ pub(crate) const TOUCH_BATCH: usize = 16;
 /// two threads.
 const PARALLEL_INDEX: usize = 65_536;
 
-/// Merges of at least this many values run on two threads ([`Segment::merge_from`]).
-const PARALLEL_MERGE: usize = 65_536;
+/// Merges of at least this many values run on two threads ([`Segment::merge_from`]): the
+/// pile merges of a 1,000-peer cold start are bigger, those of a 200-peer one mostly not
+/// (where the second thread's buffers weighed more on the import's peak than the time
+/// saved).
+const PARALLEL_MERGE: usize = 1_000_000;
 
 /// Values per batch of the pipeline of [`Segment::for_each_substring`].
 const SCAN_BATCH: usize = 32;
