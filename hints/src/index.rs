@@ -50,6 +50,7 @@ use crate::hasher::RandomState;
 use crate::memo::Memo;
 use crate::pages::{Pages, PagesMut};
 use crate::sums::{Store, Summaries, Summary};
+use crate::threads::spawn_or_run;
 
 /// Most ids [`Segment::touch_postings`] takes at once.
 pub(crate) const TOUCH_BATCH: usize = 16;
@@ -604,16 +605,23 @@ impl Segment {
         Ok(builder.finish())
     }
 
-    /// Merges segments, keeping only postings whose slot is `live`; without `grams`, the
-    /// substring index and the exact-match table are left for later
-    /// ([`Segment::ensure_grams`], [`Segment::ensure_exact`]).
+    /// Merges segments, keeping only postings whose slot is `live`, on two threads when it
+    /// is big and `threads` allows; without `grams`, the substring index and the
+    /// exact-match table are left for later ([`Segment::ensure_grams`],
+    /// [`Segment::ensure_exact`]).
     pub(crate) fn merge(
         segments: &[&Segment],
         live: &(dyn Fn(u32) -> bool + Sync),
         hasher: &RandomState,
         grams: bool,
+        threads: usize,
     ) -> Result<Self, SegmentOverflow> {
-        Self::merge_from(segments, live, hasher, grams, PARALLEL_MERGE)
+        let parallel = if threads >= 2 {
+            PARALLEL_MERGE
+        } else {
+            usize::MAX
+        };
+        Self::merge_from(segments, live, hasher, grams, parallel)
     }
 
     /// [`Segment::merge`], on two threads when the segments hold `parallel` values or more
@@ -660,14 +668,12 @@ impl Segment {
                     merge_into(&mut b, segments, &tail, live).map(|()| b)
                 };
                 let (head_done, tail_done) = std::thread::scope(|scope| {
-                    let thread = std::thread::Builder::new()
-                        .name("segment-merge".into())
-                        .spawn_scoped(scope, merge_tail);
+                    let name = std::thread::Builder::new().name("segment-merge".into());
+                    let tail = spawn_or_run(scope, name, merge_tail);
                     let head_done = merge_into(&mut builder, segments, &head, live);
-                    // Without a thread (none could be started, or it panicked), the tail
-                    // is merged here.
-                    let tail_done = match thread.map(|t| t.join()) {
-                        Ok(Ok(done)) => done,
+                    // If the tail's thread panicked, the tail is merged again here.
+                    let tail_done = match tail.join() {
+                        Some(Ok(done)) => done,
                         _ => merge_tail(),
                     };
                     (head_done, tail_done)
@@ -688,10 +694,14 @@ impl Segment {
         // segment is big enough to be worth a thread.
         if exact && grams && self.len() >= PARALLEL_INDEX {
             let (table, grams) = std::thread::scope(|s| {
-                let grams = s.spawn(|| GramIndex::build(&self));
+                let grams =
+                    spawn_or_run(s, std::thread::Builder::new(), || GramIndex::build(&self));
                 let table = self.exact_table(hasher);
                 // The thread only builds a value; if it panicked, build it here.
-                let grams = grams.join().unwrap_or_else(|_| GramIndex::build(&self));
+                let grams = match grams.join() {
+                    Some(Ok(grams)) => grams,
+                    _ => GramIndex::build(&self),
+                };
                 (table, grams)
             });
             self.table = OnceLock::from(table);
@@ -2282,7 +2292,7 @@ mod tests {
         );
         let counts: Vec<u64> = (0..2).flat_map(|id| s.postings(id).map(|p| p.2)).collect();
         assert_eq!(counts, vec![u64::MAX - 1, u64::from(u32::MAX)]);
-        let m = Segment::merge(&[&s], &|_| true, &h, true).unwrap();
+        let m = Segment::merge(&[&s], &|_| true, &h, true, 1).unwrap();
         let counts: Vec<u64> = (0..2).flat_map(|id| m.postings(id).map(|p| p.2)).collect();
         assert_eq!(counts, vec![u64::MAX - 1, u64::from(u32::MAX)]);
     }
@@ -2293,7 +2303,7 @@ mod tests {
         let a = seg(&[("alpha", 0, 1), ("beta", 0, 2)], 0, &h);
         let b = seg(&[("BETA", 0, 3), ("gamma", 0, 4)], 1, &h);
         let c = seg(&[("delta", 0, 4)], 2, &h);
-        let m = Segment::merge(&[&a, &b, &c], &|s| s != 2, &h, true).unwrap();
+        let m = Segment::merge(&[&a, &b, &c], &|s| s != 2, &h, true, 2).unwrap();
         let values: Vec<Vec<u8>> = (0..m.len() as u32)
             .map(|id| m.value(id).into_owned())
             .collect();

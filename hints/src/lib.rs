@@ -23,3 +23,4 @@ pub mod summary;
 mod sums;
 pub mod table;
 pub mod thesaurus;
+mod threads;

@@ -28,6 +28,7 @@ use crate::hasher::RandomState;
 use crate::index::{Group, Segment};
 use crate::memo::MemoBudget;
 use crate::sums::{Blocks, MAX_GRAM, Store, SumEntry, Summaries, pack, unpack};
+use crate::threads::spawn_or_run;
 
 pub use crate::sums::SUMMARY_TOPS;
 
@@ -341,10 +342,17 @@ fn aggregate(
         vec![work()]
     } else {
         std::thread::scope(|s| {
-            let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+            // A worker whose thread does not start works here first (taking every n-gram
+            // the others have not).
+            let jobs: Vec<_> = (1..threads)
+                .map(|_| spawn_or_run(s, std::thread::Builder::new(), work))
+                .collect();
             let mut parts = vec![work()];
             // A worker that panicked leaves its n-grams unsummarized: only speed is lost.
-            parts.extend(handles.into_iter().filter_map(|h| h.join().ok()));
+            parts.extend(
+                jobs.into_iter()
+                    .filter_map(|j| j.join().and_then(Result::ok)),
+            );
             parts
         })
     };

@@ -93,8 +93,9 @@ pub struct TableConfig {
     pub limits: TableLimits,
     /// Summaries of broad substrings in big segments.
     pub summaries: SummaryConfig,
-    /// Threads that index a big batch of hints ([`super::RoutingTable::replace_all`]);
-    /// 0 (the default): one per CPU, at most four.
+    /// Threads that index a big batch of hints ([`super::RoutingTable::replace_all`]); at
+    /// 1, big merges stay on one thread too (else they take two). 0 (the default): one per
+    /// CPU, at most four.
     pub index_threads: usize,
 }
 

@@ -96,6 +96,7 @@ use crate::hasher::RandomState;
 use crate::hint::{AttrSpec, CipHint};
 use crate::index::{BulkBuilder, Segment, SegmentOverflow};
 use crate::memo::MemoBudget;
+use crate::threads::on_threads;
 
 pub mod answer;
 mod config;
@@ -432,27 +433,6 @@ fn finish_run(added: Added, hasher: &RandomState, grams: bool) -> Result<Built, 
     Ok(Built { segments, counts })
 }
 
-/// Runs `work` on each of `items`, on a thread each when there are several (the calling
-/// thread waits); a panic on one of them is resumed here.
-fn on_threads<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R + Sync) -> Vec<R> {
-    if items.len() <= 1 {
-        return items.into_iter().map(work).collect();
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = items
-            .into_iter()
-            .map(|item| {
-                let work = &work;
-                s.spawn(move || work(item))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
-}
-
 /// What a hint is charged against the memory budgets: every entry as if its value were
 /// held by no other peer, and every provenance DSI, so an upper bound of what the hint
 /// adds to the table.
@@ -644,7 +624,12 @@ impl RoutingTable {
         entry.entries = segment.entries();
         let outcome = install(&mut next, slot, entry);
         next.segments.push(Arc::new(segment));
-        next.compact(&self.hasher, false, self.bulk());
+        next.compact(
+            &self.hasher,
+            false,
+            self.bulk(),
+            self.config.index_threads(),
+        );
         next.rerank();
         self.summarize(&next);
         self.publish(next);
@@ -728,7 +713,12 @@ impl RoutingTable {
             }
             next.segments.extend(run.segments.into_iter().map(Arc::new));
         }
-        next.compact(&self.hasher, false, self.bulk());
+        next.compact(
+            &self.hasher,
+            false,
+            self.bulk(),
+            self.config.index_threads(),
+        );
         next.rerank();
         self.summarize(&next);
         self.publish(next);
@@ -899,7 +889,12 @@ impl RoutingTable {
         if !next.kill(dsi) {
             return false;
         }
-        next.compact(&self.hasher, false, self.bulk());
+        next.compact(
+            &self.hasher,
+            false,
+            self.bulk(),
+            self.config.index_threads(),
+        );
         next.rerank();
         self.summarize(&next);
         self.publish(next);
@@ -922,7 +917,12 @@ impl RoutingTable {
         for d in &gone {
             next.kill(d);
         }
-        next.compact(&self.hasher, false, self.bulk());
+        next.compact(
+            &self.hasher,
+            false,
+            self.bulk(),
+            self.config.index_threads(),
+        );
         next.rerank();
         self.summarize(&next);
         self.publish(next);
@@ -933,7 +933,7 @@ impl RoutingTable {
     pub fn compact(&self) {
         let _writer = self.lock();
         let mut next = (*self.current.load_full()).clone();
-        next.compact(&self.hasher, true, false);
+        next.compact(&self.hasher, true, false, self.config.index_threads());
         next.rerank();
         // The same contents, laid out anew: the generation stays. Published before its
         // substring index is built, so that the merged-away segments are freed first

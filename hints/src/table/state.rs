@@ -275,6 +275,7 @@ impl Snapshot {
         range: std::ops::Range<usize>,
         hasher: &RandomState,
         grams: bool,
+        threads: usize,
     ) -> bool {
         let parts: Vec<&Segment> = self.segments[range.clone()].iter().map(|s| &**s).collect();
         let bytes: usize = parts.iter().map(|s| s.value_bytes()).sum();
@@ -288,7 +289,7 @@ impl Snapshot {
         }
         let slots = &self.slots;
         let live = |s: u32| slots.get(s as usize).is_some_and(Option::is_some);
-        match Segment::merge(&parts, &live, hasher, grams) {
+        match Segment::merge(&parts, &live, hasher, grams, threads) {
             Ok(merged) => {
                 self.segments.splice(range, [Arc::new(merged)]);
                 true
@@ -302,8 +303,8 @@ impl Snapshot {
     /// The segment of a full merge, and those merged during a bulk load, come without
     /// their substring index and exact-match table: the caller builds them once the
     /// merged-away segments are gone (lowering the peak of the merge that ends a cold
-    /// start).
-    pub(super) fn compact(&mut self, hasher: &RandomState, full: bool, bulk: bool) {
+    /// start). Merges use up to `threads` threads ([`super::TableConfig::index_threads`]).
+    pub(super) fn compact(&mut self, hasher: &RandomState, full: bool, bulk: bool, threads: usize) {
         self.segments.retain(|s| s.entries() > 0);
         let dead = self
             .segments
@@ -311,7 +312,7 @@ impl Snapshot {
             .any(|s| self.live_entries(s) < s.entries() as u64);
         if full && (self.segments.len() > 1 || dead) {
             let n = self.segments.len();
-            self.merge_range(0..n, hasher, false);
+            self.merge_range(0..n, hasher, false, threads);
         }
         loop {
             self.segments.retain(|s| s.entries() > 0);
@@ -322,7 +323,7 @@ impl Snapshot {
                 // In a bulk load, segments pile up (up to a bound) for one merge at the end;
                 // otherwise they are merged tier by tier.
                 let tiered = !bulk && older <= newer.saturating_mul(2);
-                if tiered && self.merge_range(n - 2..n, hasher, true) {
+                if tiered && self.merge_range(n - 2..n, hasher, true, threads) {
                     continue;
                 }
                 // Past the bound, the adjacent pair smallest together is merged: the pile
@@ -333,7 +334,7 @@ impl Snapshot {
                             self.segments[i].entries() + self.segments[i + 1].entries()
                         })
                         .unwrap_or(n - 2);
-                    if self.merge_range(i..i + 2, hasher, false) {
+                    if self.merge_range(i..i + 2, hasher, false, threads) {
                         continue;
                     }
                 }
@@ -344,8 +345,8 @@ impl Snapshot {
             });
             if let Some(i) = dirty {
                 let n = self.segments.len();
-                if (i + 1 < n && self.merge_range(i..i + 2, hasher, !bulk))
-                    || self.merge_range(i..i + 1, hasher, !bulk)
+                if (i + 1 < n && self.merge_range(i..i + 2, hasher, !bulk, threads))
+                    || self.merge_range(i..i + 1, hasher, !bulk, threads)
                 {
                     continue;
                 }

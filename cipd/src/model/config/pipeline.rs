@@ -30,7 +30,8 @@ pub struct RawImport {
     pub max_batch_entries: Option<usize>,
     /// In-bound hints parsed at once (default: the CPU count).
     pub parsers: Option<usize>,
-    /// Threads that index a big batch of hints (default: the CPU count, at most 4).
+    /// Threads that index a big batch of hints, and at 1 keep big merges on one thread
+    /// (default: the CPU count, at most 4).
     pub index_threads: Option<usize>,
 }
 
@@ -72,8 +73,8 @@ pub struct ImportConfig {
     pub max_batch_entries: usize,
     /// In-bound hints parsed at once on the blocking pool (default: the CPU count).
     pub parsers: usize,
-    /// Threads that index a big batch of hints; 0 (the default) leaves the choice to the
-    /// table (the CPU count, at most 4: [`hints::table::TableConfig::index_threads`]).
+    /// Threads that index a big batch of hints (at 1, big merges stay on one thread too);
+    /// 0 (the default) leaves the choice to the table (the CPU count, at most 4: [`hints::table::TableConfig::index_threads`]).
     pub index_threads: usize,
 }
 
