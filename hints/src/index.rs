@@ -794,6 +794,15 @@ impl Segment {
         self.summaries.get()?.lookup(needle, attr)
     }
 
+    /// True when `needle` (ASCII-lowercased) is not summarized here although the
+    /// segment's narrow summaries would hold it if enough values did ([`crate::narrow`]):
+    /// then fewer than that many values hold it, and searching for it is cheap.
+    pub(crate) fn covers_narrowly(&self, needle: &[u8]) -> bool {
+        self.summaries
+            .get()
+            .is_some_and(|s| s.covers_narrowly(needle))
+    }
+
     /// The memoized sums of `needle` (ASCII-lowercased) under `attr`, if a query kept
     /// them.
     #[inline]
@@ -825,6 +834,28 @@ impl Segment {
     /// `min` values (ASCII-folded; a key is the three bytes big-endian).
     pub(crate) fn gram_cards(&self, min: usize) -> Vec<(u32, u32)> {
         self.gram_index().trigram_cards(min.max(1))
+    }
+
+    /// The 4-grams held by at least `min` values, as their packed bytes (ASCII-folded,
+    /// big-endian: [`Segment::quad_ids`] takes them back), with their value counts.
+    pub(crate) fn quad_cards(&self, min: usize) -> Vec<(u32, u32)> {
+        let quads = &self.gram_index().quads;
+        quads
+            .keys
+            .iter()
+            .zip(&quads.cards)
+            .filter(|e| *e.1 as usize >= min)
+            .map(|(&k, &c)| (k, c))
+            .collect()
+    }
+
+    /// Puts in `out` (cleared first) the ids, ascending, of the values holding the 4-gram
+    /// `key` (from [`Segment::quad_cards`]).
+    pub(crate) fn quad_ids(&self, key: u32, out: &mut Vec<u32>) {
+        out.clear();
+        if let Some((list, _)) = self.gram_index().quads.list(key) {
+            list.decode(out);
+        }
     }
 
     /// Bytes of the records.
@@ -966,6 +997,12 @@ impl Segment {
             }
         }
         x.len().cmp(&y.len())
+    }
+
+    /// The value whose record starts at `start`, ASCII-lowercased.
+    pub(crate) fn folded_value_at(&self, start: u32) -> &[u8] {
+        let r = self.rec_at(start as usize);
+        &self.recs[r.bytes..r.bytes + r.len]
     }
 
     /// Value `id` ASCII-lowercased.

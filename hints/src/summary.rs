@@ -27,10 +27,18 @@ use memchr::memmem;
 use crate::hasher::RandomState;
 use crate::index::{Group, Segment};
 use crate::memo::MemoBudget;
-use crate::sums::{Blocks, MAX_GRAM, Store, SumEntry, Summaries, pack, unpack};
+use crate::sums::{Blocks, CutBlocks, MAX_GRAM, Store, SumEntry, Summaries, pack, unpack};
 use crate::threads::spawn_or_run;
 
 pub use crate::sums::SUMMARY_TOPS;
+
+/// Default for [`SummaryConfig::narrow_min_values`]: a needle held by fewer values is
+/// summed on the spot in a few microseconds.
+pub const DEFAULT_NARROW_MIN_VALUES: usize = 64;
+/// Default for [`SummaryConfig::narrow_slots`]: a page of 10 referrals, the two more the
+/// daemon asks for (its own dataset, and whether there are more), and four spare for
+/// peers that went away since the summary was built.
+pub const DEFAULT_NARROW_SLOTS: usize = 16;
 
 /// How big segments summarize their broad n-grams (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +70,16 @@ pub struct SummaryConfig {
     /// A substring term whose index candidates in a segment of at least
     /// [`SummaryConfig::min_values`] values are at least this many has its sums memoized.
     pub memo_min_candidates: usize,
+    /// Every 4- to 6-byte n-gram held by at least this many values of a segment of
+    /// [`SummaryConfig::min_values`] or more gets a narrow summary of its best slots
+    /// ([`crate::narrow`]; 0: none).
+    pub narrow_min_values: usize,
+    /// Slots a narrow summary keeps per attribute: queries asking for a page of up to
+    /// about this many referrals use them.
+    pub narrow_slots: usize,
+    /// Narrow summaries stop growing once their bytes pass the segment's record bytes
+    /// divided by this (0: no bound).
+    pub narrow_budget_divisor: usize,
 }
 
 impl SummaryConfig {
@@ -80,6 +98,9 @@ impl SummaryConfig {
             background: false,
             memo_bytes: 0,
             memo_min_candidates: 1,
+            narrow_min_values: 0,
+            narrow_slots: 0,
+            narrow_budget_divisor: 0,
         }
     }
 }
@@ -97,6 +118,9 @@ impl Default for SummaryConfig {
             background: true,
             memo_bytes: 128 << 20,
             memo_min_candidates: 1,
+            narrow_min_values: DEFAULT_NARROW_MIN_VALUES,
+            narrow_slots: DEFAULT_NARROW_SLOTS,
+            narrow_budget_divisor: 2,
         }
     }
 }
@@ -133,6 +157,7 @@ impl Summaries {
         let threshold = (n.saturating_mul(cfg.min_share_permille) / 1000)
             .max(cfg.min_matches)
             .max(1);
+        let mut out = Self::default();
         let mut grams = mine(seg, threshold);
         // Bound the work (see `max_work_per_value`), keeping the broadest n-grams.
         let mut work = 0usize;
@@ -145,17 +170,14 @@ impl Summaries {
             .count()
             .min(cfg.max_ngrams);
         grams.truncate(keep);
-        if grams.is_empty() {
-            return Self::default();
-        }
         let budget = match cfg.budget_divisor {
             0 => usize::MAX,
             d => seg.record_bytes() / d,
         };
-        let done = aggregate(seg, &grams, budget, cfg.threads.max(1));
-        let mut out = Self {
-            index: HashMap::with_capacity_and_hasher(done.len(), RandomState::default()),
-            ..Self::default()
+        let done = if grams.is_empty() {
+            Vec::new()
+        } else {
+            aggregate(seg, &grams, budget, cfg.threads.max(1))
         };
         let mut bytes = 0usize;
         // Broadest first, for as long as the budget lasts.
@@ -173,29 +195,14 @@ impl Summaries {
             out.index.insert(key, range);
         }
         out.store.shrink_to_fit();
+        out.index.shrink_to_fit();
         out
     }
 }
 
-/// Building a segment's summaries and memoized sums: here rather than with the rest of
-/// [`Segment`] in [`crate::index`], since it reads the segment's values.
+/// Memoized sums: here rather than with the rest of [`Segment`] in [`crate::index`], since
+/// they read the segment's values.
 impl Segment {
-    /// True when the segment is big enough for summaries under `cfg` and none were
-    /// started.
-    pub(crate) fn wants_summaries(&self, cfg: &SummaryConfig) -> bool {
-        self.len() >= cfg.min_values.max(1) && !self.summarizing.load(Ordering::Acquire)
-    }
-
-    /// Builds the summaries of broad n-grams (see [`crate::summary`]) unless another call
-    /// did or does; queries use them once built.
-    pub(crate) fn summarize(&self, cfg: &SummaryConfig) {
-        if self.summarizing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        // Only this call gets here: the cell is empty.
-        let _ = self.summaries.set(Summaries::build(self, cfg));
-    }
-
     /// Computes the sums under `attr` of the values holding `finder`'s needle from `ids`
     /// (the candidates, see [`Segment::substring_candidates`]) and keeps them if `budget`
     /// has room (see [`crate::memo`]).
@@ -363,7 +370,7 @@ fn aggregate(
 }
 
 /// Per `(attribute, slot)` sums of one n-gram while it is summarized.
-struct Accumulator {
+pub(crate) struct Accumulator {
     /// Table-wide slot -> local index + 1 (0: not in this segment).
     slot_local: Vec<u32>,
     /// Local index -> table-wide slot.
@@ -375,6 +382,8 @@ struct Accumulator {
     cells: Vec<Cell>,
     /// Cells touched since the last `take`.
     touched: Vec<u32>,
+    /// Scratch of [`Accumulator::take_best`].
+    by_attr: Vec<Vec<(std::cmp::Reverse<u64>, u32, u32)>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -394,7 +403,7 @@ const EMPTY_CELL: Cell = Cell {
 };
 
 impl Accumulator {
-    fn new(seg: &Segment) -> Self {
+    pub(crate) fn new(seg: &Segment) -> Self {
         let slots: Vec<u32> = seg.slots().iter().map(|s| s.0).collect();
         let mut slot_local = vec![0u32; slots.iter().max().map_or(0, |&m| m as usize + 1)];
         for (i, &s) in slots.iter().enumerate() {
@@ -407,11 +416,12 @@ impl Accumulator {
             attrs: Vec::new(),
             cells: Vec::new(),
             touched: Vec::new(),
+            by_attr: Vec::new(),
         }
     }
 
     /// Adds value `id` (record at `start`) under each attribute it was reported under.
-    fn add(&mut self, seg: &Segment, id: u32, start: u32) {
+    pub(crate) fn add(&mut self, seg: &Segment, id: u32, start: u32) {
         for g in seg.groups_in(start) {
             self.add_group(seg, id, g);
         }
@@ -472,8 +482,74 @@ impl Accumulator {
         self.attr_local[a] as usize - 1
     }
 
+    /// The touched cells as blocks by attribute, each keeping only the first `keep` slots
+    /// in rank order (highest sum, then `tie`; slots whose tie is `u32::MAX`, dead, are
+    /// left out), by slot, with whether live ones were left out; resets them. Costs a pass
+    /// over the touched cells: no entry is made for a slot not kept.
+    pub(crate) fn take_best(&mut self, keep: usize, tie: impl Fn(u32) -> u32) -> CutBlocks {
+        let nslots = self.slots.len().max(1);
+        let mut touched = std::mem::take(&mut self.touched);
+        let mut by_attr: Vec<Vec<(std::cmp::Reverse<u64>, u32, u32)>> =
+            std::mem::take(&mut self.by_attr);
+        by_attr.resize_with(self.attrs.len(), Vec::new);
+        for &at in &touched {
+            let at = at as usize;
+            let t = tie(self.slots[at % nslots]);
+            if t != u32::MAX {
+                let sum = self.cells[at].sum;
+                by_attr[at / nslots].push((std::cmp::Reverse(sum), t, at as u32));
+            }
+        }
+        let mut blocks = Vec::new();
+        for (a, ranked) in by_attr.iter_mut().enumerate() {
+            if ranked.is_empty() {
+                continue;
+            }
+            let mut cut = 0;
+            if ranked.len() > keep && keep > 0 {
+                ranked.select_nth_unstable(keep - 1);
+                ranked.truncate(keep);
+                cut = crate::sums::CUT;
+            }
+            // Local slot order is table-wide slot order.
+            ranked.sort_unstable_by_key(|r| r.2);
+            let entries = ranked
+                .iter()
+                .map(|r| {
+                    let at = r.2 as usize;
+                    let cell = &self.cells[at];
+                    let mut tops = [u32::MAX; SUMMARY_TOPS];
+                    for (t, &(id, _)) in tops
+                        .iter_mut()
+                        .zip(&cell.tops[..usize::from(cell.tops_len)])
+                    {
+                        *t = id;
+                    }
+                    let e = SumEntry {
+                        slot: self.slots[at % nslots],
+                        matched: cell.matched,
+                        sum: 0,
+                        tops,
+                    };
+                    (e, cell.sum)
+                })
+                .collect();
+            blocks.push((self.attrs[a], entries, cut));
+            ranked.clear();
+        }
+        // Attribute order.
+        blocks.sort_unstable_by_key(|b| b.0);
+        for &at in &touched {
+            self.cells[at as usize] = EMPTY_CELL;
+        }
+        touched.clear();
+        self.touched = touched;
+        self.by_attr = by_attr;
+        blocks
+    }
+
     /// The touched cells as blocks by attribute (entries by slot); resets them.
-    fn take(&mut self) -> Blocks {
+    pub(crate) fn take(&mut self) -> Blocks {
         let nslots = self.slots.len().max(1);
         let mut touched = std::mem::take(&mut self.touched);
         // Attribute order, then slot order: local slot order is table-wide slot order.
@@ -530,7 +606,7 @@ mod tests {
             max_work_per_value: 48,
             ..SummaryConfig::everything()
         };
-        seg.summarize(&bounded);
+        seg.summarize(&bounded, &[]);
         let n = seg.summarized();
         assert!(n > 0 && n <= 48, "{n} summaries");
         let few = Segment::from_entries(
@@ -539,10 +615,13 @@ mod tests {
             &RandomState::default(),
         )
         .unwrap();
-        few.summarize(&SummaryConfig {
-            max_ngrams: 5,
-            ..SummaryConfig::everything()
-        });
+        few.summarize(
+            &SummaryConfig {
+                max_ngrams: 5,
+                ..SummaryConfig::everything()
+            },
+            &[],
+        );
         assert_eq!(few.summarized(), 5);
         // Every kept n-gram is in all 200 values: under attribute 0 (even values) the
         // one slot matched 100 of them, summing their counts.
@@ -583,7 +662,7 @@ mod tests {
             (&b"xyz two"[..], 0, 6),
         ];
         let seg = Segment::from_entries(entries, 7, &RandomState::default()).unwrap();
-        seg.summarize(&SummaryConfig::everything());
+        seg.summarize(&SummaryConfig::everything(), &[]);
         let abc = seg.summary(b"abc", 0).expect("abc is summarized");
         assert_eq!((abc.entries.len(), abc.sum(0)), (1, 3 * big));
         let xyz = seg.summary(b"xyz", 0).expect("xyz is summarized");

@@ -15,6 +15,11 @@ pub const SUMMARY_TOPS: usize = 5;
 /// Longest n-gram summarized (packed with its length into a `u64`).
 pub(crate) const MAX_GRAM: usize = 7;
 
+/// Shortest n-gram summarized narrowly ([`crate::narrow`]).
+pub(crate) const NARROW_MIN: usize = 4;
+/// Longest n-gram summarized narrowly.
+pub(crate) const NARROW_MAX: usize = 6;
+
 /// One slot's aggregate for one n-gram under one attribute: 32 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SumEntry {
@@ -32,12 +37,21 @@ pub(crate) struct SumEntry {
 /// Marks a [`SumEntry`] whose sum does not fit its 32 bits.
 const BIG_SUM: u32 = u32::MAX;
 
+/// A block's [`Cut`] flag: it keeps only its n-gram's best slots in rank order (highest
+/// sums, then tie position), not all.
+pub(crate) const CUT: u8 = 1;
+
+/// How a block was cut ([`CUT`]; 0: every slot is there).
+pub(crate) type Cut = u8;
+
 /// Summed entries, grouped in blocks by attribute: the storage of precomputed summaries
 /// and of memoized ones ([`crate::memo`]).
 #[derive(Debug, Default)]
 pub(crate) struct Store {
     /// `(attribute, entries start, entries end)`, by attribute within a needle.
     blocks: Vec<(u32, u32, u32)>,
+    /// Per block: how it was cut; empty when no block is.
+    cuts: Vec<Cut>,
     /// By slot within a block.
     entries: Vec<SumEntry>,
     /// `(index in entries, sum)` of the sums of [`BIG_SUM`] or more, by index.
@@ -47,8 +61,23 @@ pub(crate) struct Store {
 impl Store {
     /// Appends one needle's blocks; returns their range in `blocks`.
     pub(crate) fn push(&mut self, blocks: Blocks) -> (u32, u32) {
+        self.push_cut(blocks.into_iter().map(|(a, e)| (a, e, 0)))
+    }
+
+    /// Appends one needle's blocks, each with how it was cut; returns their range in
+    /// `blocks`.
+    pub(crate) fn push_cut(
+        &mut self,
+        blocks: impl IntoIterator<Item = (u32, Vec<(SumEntry, u64)>, Cut)>,
+    ) -> (u32, u32) {
         let first = self.blocks.len() as u32;
-        for (attr, entries) in blocks {
+        for (attr, entries, cut) in blocks {
+            if cut != 0 && self.cuts.len() < self.blocks.len() {
+                self.cuts.resize(self.blocks.len(), 0);
+            }
+            if cut != 0 || !self.cuts.is_empty() {
+                self.cuts.push(cut);
+            }
             let start = self.entries.len() as u32;
             for (mut e, sum) in entries {
                 e.sum = match u32::try_from(sum) {
@@ -68,14 +97,18 @@ impl Store {
     /// The entries under `attr` among the blocks `range` (empty when none).
     fn lookup(&self, (start, end): (u32, u32), attr: u32) -> Option<Summary<'_>> {
         let blocks = self.blocks.get(start as usize..end as usize)?;
-        let (s, e) = match blocks.binary_search_by_key(&attr, |b| b.0) {
-            Ok(k) => (blocks[k].1, blocks[k].2),
-            Err(_) => (0, 0),
+        let (s, e, cut) = match blocks.binary_search_by_key(&attr, |b| b.0) {
+            Ok(k) => {
+                let cut = self.cuts.get(start as usize + k).copied().unwrap_or(0);
+                (blocks[k].1, blocks[k].2, cut)
+            }
+            Err(_) => (0, 0, 0),
         };
         Some(Summary {
             big: &self.big,
             start: s,
             entries: self.entries.get(s as usize..e as usize).unwrap_or(&[]),
+            cut,
         })
     }
 
@@ -86,11 +119,13 @@ impl Store {
                 big: &[],
                 start: 0,
                 entries: &[],
+                cut: 0,
             })
     }
 
     pub(crate) fn shrink_to_fit(&mut self) {
         self.blocks.shrink_to_fit();
+        self.cuts.shrink_to_fit();
         self.entries.shrink_to_fit();
         self.big.shrink_to_fit();
     }
@@ -98,6 +133,7 @@ impl Store {
     /// Approximate heap bytes held.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.blocks.capacity() * 12
+            + self.cuts.capacity()
             + self.entries.capacity() * std::mem::size_of::<SumEntry>()
             + self.big.capacity() * 16
     }
@@ -109,6 +145,9 @@ pub(crate) struct Summaries {
     /// Packed n-gram (see [`pack`]) -> its blocks in `store`.
     pub(crate) index: HashMap<u64, (u32, u32), RandomState>,
     pub(crate) store: Store,
+    /// When nonzero, every 4- to 6-byte n-gram held by this many values or more is
+    /// summarized ([`crate::narrow`]): one that is not matches fewer values.
+    pub(crate) narrow_cover: usize,
 }
 
 /// One summarized n-gram under one attribute: its entries by slot.
@@ -119,9 +158,27 @@ pub(crate) struct Summary<'a> {
     start: u32,
     /// By slot.
     pub entries: &'a [SumEntry],
+    /// How the block was cut: when it was, `entries` are only the best slots.
+    pub cut: Cut,
 }
 
 impl Summary<'_> {
+    /// True when the `limit` best of the slots `live` accepts are all among the entries,
+    /// with their full sums: always for a block that was not cut. A cut block keeps the
+    /// first slots in rank order among those live when it was built, an order that stays
+    /// as long as the slots live (a slot's tie position follows from its own hint); a slot
+    /// that died since is skipped, so the block answers while `limit` of its slots live.
+    pub(crate) fn exact_for(&self, limit: usize, live: impl Fn(u32) -> bool) -> bool {
+        self.cut & CUT == 0
+            || self
+                .entries
+                .iter()
+                .filter(|e| live(e.slot))
+                .nth(limit.saturating_sub(1))
+                .is_some()
+            || limit == 0
+    }
+
     /// The summed count of `entries[i]`.
     pub(crate) fn sum(&self, i: usize) -> u64 {
         let Some(e) = self.entries.get(i) else {
@@ -166,6 +223,14 @@ impl Summaries {
         self.store.lookup(range, attr)
     }
 
+    /// True when `needle` (ASCII-lowercased) is not summarized although narrow summaries
+    /// would hold it if enough values did ([`Summaries::narrow_cover`]): then fewer do.
+    pub(crate) fn covers_narrowly(&self, needle: &[u8]) -> bool {
+        self.narrow_cover > 0
+            && (NARROW_MIN..=NARROW_MAX).contains(&needle.len())
+            && pack(needle).is_some_and(|k| !self.index.contains_key(&k))
+    }
+
     /// Number of n-grams summarized.
     pub(crate) fn len(&self) -> usize {
         self.index.len()
@@ -179,3 +244,6 @@ impl Summaries {
 
 /// One n-gram's summary: per attribute, its entries by slot with their full sums.
 pub(crate) type Blocks = Vec<(u32, Vec<(SumEntry, u64)>)>;
+
+/// [`Blocks`] each with how it was cut ([`Store::push_cut`]).
+pub(crate) type CutBlocks = Vec<(u32, Vec<(SumEntry, u64)>, Cut)>;

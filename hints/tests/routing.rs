@@ -190,18 +190,21 @@ proptest! {
         initial in prop::collection::vec(peer(), 1..8),
         updates in prop::collection::vec((0usize..10, prop::option::of(peer())), 0..12),
         bulk in any::<bool>(),
-        summarize in 0u8..3,
+        summarize in 0u8..4,
         queries in prop::collection::vec(
             (prop::option::of(0..TEMPLATES.len()), any::<bool>(), 0..POOL.len(), 0usize..6, 1usize..5, 0usize..4),
             1..8,
         ),
     ) {
-        // Summaries on every segment, for every n-gram in two values or more; or every
-        // substring's sums memoized: answers must not change.
-        let forced = SummaryConfig { min_values: 1, min_share_permille: 0, min_matches: 2, budget_divisor: 0, max_ngrams: usize::MAX, max_work_per_value: usize::MAX, threads: 2, background: false, memo_bytes: 0, memo_min_candidates: 1 };
+        // Summaries on every segment, for every n-gram in two values or more; or narrow
+        // summaries of the best two slots; or every substring's sums memoized: answers
+        // must not change.
+        let forced = SummaryConfig { min_values: 1, min_share_permille: 0, min_matches: 2, budget_divisor: 0, max_ngrams: usize::MAX, max_work_per_value: usize::MAX, threads: 2, background: false, memo_bytes: 0, memo_min_candidates: 1, narrow_min_values: 0, narrow_slots: 0, narrow_budget_divisor: 0 };
         let summaries = match summarize {
             0 => SummaryConfig::default(),
             1 => forced,
+            // Narrow summaries only, of two slots: most pages need more, or fewer.
+            2 => SummaryConfig { min_matches: usize::MAX, narrow_min_values: 2, narrow_slots: 2, ..forced },
             _ => SummaryConfig { min_matches: usize::MAX, memo_bytes: 1 << 20, ..forced },
         };
         let table = RoutingTable::new(TableConfig { summaries, ..TableConfig::default() });

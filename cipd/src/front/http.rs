@@ -211,7 +211,7 @@ async fn referrals(
     // costs microseconds: answer it here. Anything that may scan (other substrings,
     // attributes the local store does not index, which read objects from disk) goes to
     // the blocking pool.
-    let body = if node.is_quick(&query, possible) {
+    let body = if node.is_quick(&query, possible, limit) {
         node.referrals_json(&q, &query, possible, limit)?
     } else if let Some(hit) = node.cached_referrals(&q, possible, limit) {
         hit

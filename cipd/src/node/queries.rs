@@ -78,7 +78,9 @@ impl Node {
     /// routing table keeps ([`RoutingTable::answers_quickly`]) with few local objects to
     /// search. Such queries may be answered on an async worker; others go to the blocking
     /// pool.
-    pub fn is_quick(&self, query: &Query, possible: bool) -> bool {
+    /// `limit` is the page asked for, as [`Node::referrals_json`] takes it: the table's
+    /// sums may hold a page of ten but not every referral.
+    pub fn is_quick(&self, query: &Query, possible: bool, limit: Option<usize>) -> bool {
         let local = self.local.load();
         if !local.stores().all(|s| s.indexes_all(query)) {
             return false;
@@ -88,7 +90,7 @@ impl Node {
             || (local.len() <= QUICK_LOCAL_OBJECTS
                 && self
                     .table
-                    .answers_quickly(query, &self.query_options(possible, None)))
+                    .answers_quickly(query, &page_options(&self.query_options(possible, limit))))
     }
 
     /// A turn to evaluate a query that may scan ([`Node::is_quick`] false); waits without
@@ -192,11 +194,7 @@ impl Node {
     /// The table's answer for a page of `opts.limit` referrals, ranked two further: one
     /// place may be this node's own dataset (left out), and one more says `more`.
     pub(super) fn page_answer(&self, query: &Query, opts: &QueryOptions) -> hints::answer::Answer {
-        let ranked = QueryOptions {
-            limit: opts.limit.saturating_add(2),
-            ..opts.clone()
-        };
-        self.table.answer(query, &ranked)
+        self.table.answer(query, &page_options(opts))
     }
 
     pub(super) fn referrals_inner(
@@ -251,5 +249,14 @@ impl Node {
             objects: found.objects.iter().map(object_json).collect(),
             total: found.total,
         })
+    }
+}
+
+/// The options a page of `opts.limit` referrals asks the table with: two places more, for
+/// this node's own dataset (left out) and to tell whether there are more.
+fn page_options(opts: &QueryOptions) -> QueryOptions {
+    QueryOptions {
+        limit: opts.limit.saturating_add(2),
+        ..opts.clone()
     }
 }

@@ -127,6 +127,8 @@ struct Scratch {
     /// The ranked peers of the last single-term query (returned to [`Scratch`] after use,
     /// so that its buffer is reused).
     ranked: Vec<Ranked>,
+    /// `(slot, value id)` of the best values a summary lists for the ranked slots.
+    tops: Vec<(u32, u32)>,
 }
 
 /// What `Scratch::attrs` was resolved from. Holding the `Arc`s keeps their addresses from
@@ -507,9 +509,16 @@ impl RoutingTable {
             _ => return false,
         };
         let lower = term.value.to_ascii_lowercase();
+        let live = |slot| snap.live_tie(slot, opts.now).is_some();
         let mut scanned = 0;
         snap.segments.iter().all(|seg| {
-            seg.summary(&lower, attr).is_some() || seg.has_memoized(&lower, attr) || {
+            let summed = match seg.summary(&lower, attr) {
+                Some(s) => s.exact_for(opts.limit, live),
+                // Not summarized although narrow summaries would hold it if it were
+                // broad enough: it matches few values.
+                None => seg.covers_narrowly(&lower),
+            };
+            summed || seg.has_memoized(&lower, attr) || {
                 scanned += seg.len();
                 scanned < QUICK_SCAN_VALUES
             }
@@ -667,7 +676,11 @@ impl RoutingTable {
                         // A broad needle under one attribute: the segment's summary has
                         // the sums; the ranked slots' best values are read from it
                         // afterwards.
-                        if let Some(summary) = seg.summary(&scratch.lower, attr) {
+                        // A narrow summary holds only the best slots: it answers when the
+                        // page asked for is among them.
+                        if let Some(summary) = seg.summary(&scratch.lower, attr).filter(|s| {
+                            s.exact_for(opts.limit, |slot| snap.live_tie(slot, opts.now).is_some())
+                        }) {
                             tally.add_summary(&summary);
                             scratch.summed.push((si, None));
                             continue;
@@ -687,6 +700,8 @@ impl RoutingTable {
                     if summable
                         && memo.enabled()
                         && seg.len() >= cfg.min_values
+                        // Too few values hold it to be worth keeping.
+                        && !seg.covers_narrowly(&scratch.lower)
                         && scratch.ids.len() >= cfg.memo_min_candidates
                     {
                         // Expensive, and likely asked again: sum it for every attribute
@@ -740,26 +755,39 @@ impl RoutingTable {
                     },
                 };
                 let entries = summary.entries;
+                let tops = &mut scratch.tops;
+                tops.clear();
                 for r in &ranked {
                     let Ok(e) = entries.binary_search_by_key(&r.slot, |e| e.slot) else {
                         continue;
                     };
-                    for &id in entries[e]
-                        .tops
-                        .iter()
-                        .take(k)
-                        .take_while(|&&id| id != u32::MAX)
-                    {
-                        let start = seg.start_of(id);
-                        if let Some(count) = seg.count_at(start, attr, r.slot) {
-                            let top = Top {
-                                seg: si,
-                                id,
-                                start,
-                                count,
-                            };
-                            tally.offer(segs, r.slot as usize, top);
-                        }
+                    tops.extend(
+                        entries[e]
+                            .tops
+                            .iter()
+                            .take(k)
+                            .take_while(|&&id| id != u32::MAX)
+                            .map(|&id| (r.slot, id)),
+                    );
+                }
+                // Their records are scattered: load them all before reading any, so
+                // that the cache misses overlap.
+                let ids = |tops: &[(u32, u32)]| -> u64 {
+                    let starts = tops.iter().fold(0, |d, t| d ^ seg.touch_starts(&[t.1]));
+                    tops.iter()
+                        .fold(starts, |d, t| d ^ seg.touch_records(&[t.1]))
+                };
+                std::hint::black_box(ids(tops));
+                for &(slot, id) in tops.iter() {
+                    let start = seg.start_of(id);
+                    if let Some(count) = seg.count_at(start, attr, slot) {
+                        let top = Top {
+                            seg: si,
+                            id,
+                            start,
+                            count,
+                        };
+                        tally.offer(segs, slot as usize, top);
                     }
                 }
             }

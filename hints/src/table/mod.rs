@@ -66,6 +66,9 @@
 //! only by the number of postings to add. A narrower needle that still matched many
 //! candidates in a big segment has the same sums computed in its pass and kept with the
 //! segment for its next asking ([`crate::memo`], bounded by [`SummaryConfig::memo_bytes`]).
+//! Below the broad share, every 4- to 6-byte needle held by enough values has the first
+//! slots of its page precomputed ([`crate::narrow`]), so that a first asking reads those;
+//! a needle of that length without them is held by few values and is summed on the spot.
 //!
 //! Other queries (several terms, possible referrals, many values) rank candidates over all
 //! terms, then a second pass collects the matched values of just the `limit` best.
@@ -517,19 +520,26 @@ impl RoutingTable {
             return;
         }
         let cfg = self.config.summaries;
+        let mut all_ties: Option<Arc<[u32]>> = None;
         for seg in &snap.segments {
             if !seg.wants_summaries(&cfg) {
                 continue;
             }
+            // Narrow summaries keep slots in rank order; a slot's tie position among the
+            // live follows from its own hint, so these positions order it for its life.
+            let ties = all_ties
+                .get_or_insert_with(|| snap.rank_keys.iter().map(|k| k.1).collect())
+                .clone();
             if cfg.background {
                 let (seg, build) = (seg.clone(), PendingBuild::new(&self.pending));
+                let ties = ties.clone();
                 let spawned = std::thread::Builder::new()
                     .name("table-summaries".into())
                     .spawn(move || {
                         let turn = build.0.turn.lock();
                         // A segment merged away meanwhile is not worth summarizing.
                         if Arc::strong_count(&seg) > 1 {
-                            seg.summarize(&cfg);
+                            seg.summarize(&cfg, &ties);
                         }
                         drop(turn);
                         drop(build);
@@ -539,7 +549,7 @@ impl RoutingTable {
                 }
             }
             // Without a thread (or when none could be started) the caller builds them.
-            seg.summarize(&cfg);
+            seg.summarize(&cfg, &ties);
         }
     }
 

@@ -600,6 +600,125 @@ fn summaries_answer_as_scanning_does() {
     }
 }
 
+/// Narrow summaries keep only each n-gram's best slots: pages among them are answered
+/// from them, others (bigger pages, ties cut at the last kept sum, peers gone since)
+/// scan, and the answers never change.
+#[test]
+fn narrow_summaries_answer_as_scanning_does() {
+    // Counts with ties at every place a cut can fall; totals so that the order of tied
+    // peers is not their slot order.
+    let counts = [3u64, 1, 3, 2, 3, 1, 2, 3, 1, 1, 2];
+    let hints: Vec<CipHint> = counts
+        .iter()
+        .enumerate()
+        .map(|(p, &c)| {
+            let own = format!("garcia {p}");
+            let es = [(own.as_str(), c), ("garcia", 1), ("lopez", 2)];
+            hint(50 + (p as u64 * 37) % 11, &[("DOCUMENT", "Author", &es)])
+        })
+        .collect();
+    let plain = RoutingTable::default();
+    load(&plain, &hints, true);
+    for slots in [1, 2, 3, 5] {
+        let narrow = SummaryConfig {
+            min_matches: usize::MAX,
+            narrow_min_values: 2,
+            narrow_slots: slots,
+            ..SummaryConfig::everything()
+        };
+        for bulk in [true, false] {
+            let t = RoutingTable::new(TableConfig {
+                summaries: narrow,
+                ..TableConfig::default()
+            });
+            load(&t, &hints, bulk);
+            t.wait_for_summaries();
+            assert!(t.stats().summaries > 0);
+            let compare = |t: &RoutingTable, plain: &RoutingTable, what: &str| {
+                for needle in ["garc", "garci", "arcia", "garcia", "rcia ", "lope"] {
+                    let text = format!("DOCUMENT:Author~\"{needle}\"");
+                    for limit in 1..=counts.len() + 1 {
+                        for k in [0, 1, 5] {
+                            let opts = QueryOptions {
+                                limit,
+                                max_values: k,
+                                ..QueryOptions::default()
+                            };
+                            assert_eq!(
+                                t.query(&q(&text), &opts),
+                                plain.query(&q(&text), &opts),
+                                "{text} limit {limit} k {k} slots {slots} bulk {bulk} {what}"
+                            );
+                        }
+                    }
+                }
+            };
+            compare(&t, &plain, "");
+            // Dead slots among the kept ones.
+            let gone = |t: &RoutingTable| {
+                for p in [0, 4] {
+                    assert!(t.remove(&dsi(&format!("1.{p}"))));
+                }
+            };
+            let less = RoutingTable::default();
+            load(&less, &hints, true);
+            gone(&less);
+            gone(&t);
+            compare(&t, &less, "after removals");
+        }
+    }
+}
+
+/// On a table too big to scan on the spot, a needle is quick when its narrow summary
+/// holds the page asked for, or when narrow summaries cover its length and it has none
+/// (few values hold it).
+#[test]
+fn narrowly_summarized_substrings_are_quick() {
+    let t = RoutingTable::new(TableConfig {
+        summaries: SummaryConfig {
+            min_values: 1,
+            min_matches: usize::MAX,
+            narrow_min_values: 64,
+            narrow_slots: 16,
+            ..SummaryConfig::everything()
+        },
+        ..TableConfig::default()
+    });
+    let big: Vec<CipHint> = (0..30)
+        .map(|p| {
+            let values: Vec<String> = (0..800).map(|i| format!("anber {p} {i}")).collect();
+            let es: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), 1)).collect();
+            hint(1000, &[("DOCUMENT", "Author", &es)])
+        })
+        .collect();
+    load(&t, &big, true);
+    t.wait_for_summaries();
+    assert!(t.stats().distinct_values >= QUICK_SCAN_VALUES);
+    let page = |limit| QueryOptions {
+        limit,
+        ..QueryOptions::default()
+    };
+    // Held by every value: its best 16 slots answer pages of up to 16.
+    assert!(t.answers_quickly(&q("DOCUMENT:Author~anber"), &page(12)));
+    assert!(t.answers_quickly(&q("DOCUMENT:Author~nber "), &page(16)));
+    assert!(!t.answers_quickly(&q("DOCUMENT:Author~anber"), &page(17)));
+    // Held by 11 values: covered, not summarized.
+    assert!(t.answers_quickly(&q("DOCUMENT:Author~\" 7 79\""), &page(100)));
+    // Seven bytes: longer than narrow summaries go.
+    assert!(!t.answers_quickly(&q("DOCUMENT:Author~\"anber 7\""), &page(12)));
+    for text in ["DOCUMENT:Author~anber", "DOCUMENT:Author~\" 7 79\""] {
+        let plain = RoutingTable::default();
+        load(&plain, &big, true);
+        for limit in [1, 12, 16, 17, 100] {
+            assert_eq!(
+                t.query(&q(text), &page(limit)),
+                plain.query(&q(text), &page(limit)),
+                "{text} limit {limit}"
+            );
+        }
+    }
+}
+
 #[test]
 fn possible_referrals_follow_definite_ones() {
     let t = sample();

@@ -249,6 +249,15 @@ pub struct RawIndex {
     /// Bytes of per-peer sums kept for substring needles that were expensive to answer
     /// (0: none).
     pub substring_cache_bytes: Option<usize>,
+    /// Precompute the best peers of every 4- to 6-byte substring held by enough values of
+    /// a big index segment.
+    pub narrow_summaries: Option<bool>,
+    /// Fewest values a substring must be in to get those.
+    pub narrow_summary_min_values: Option<usize>,
+    /// Peers kept per substring and attribute.
+    pub narrow_summary_peers: Option<usize>,
+    /// They take at most the segment's record bytes divided by this.
+    pub narrow_summary_memory_divisor: Option<usize>,
 }
 
 /// `[log]`.
@@ -699,7 +708,8 @@ impl RawConfig {
 }
 
 impl Validator<'_> {
-    fn index(&mut self, raw: RawIndex) -> SummaryConfig {
+    /// `page`: the referrals a page holds by default, which narrow summaries must hold.
+    fn index(&mut self, raw: RawIndex, page: usize) -> SummaryConfig {
         let default = SummaryConfig::default();
         let threads = self.positive(
             "index.summary_threads",
@@ -736,6 +746,28 @@ impl Validator<'_> {
                 default.max_work_per_value,
             ),
             memo_bytes: raw.substring_cache_bytes.unwrap_or(default.memo_bytes),
+            narrow_min_values: if raw.narrow_summaries.unwrap_or(true) {
+                self.positive(
+                    "index.narrow_summary_min_values",
+                    raw.narrow_summary_min_values,
+                    default.narrow_min_values,
+                )
+            } else {
+                0
+            },
+            // A default page, the two more the table is asked for (this node's own
+            // dataset, and whether there are more) and four for peers gone since the
+            // summaries were built.
+            narrow_slots: self.positive(
+                "index.narrow_summary_peers",
+                raw.narrow_summary_peers,
+                page.saturating_add(6),
+            ),
+            narrow_budget_divisor: self.positive(
+                "index.narrow_summary_memory_divisor",
+                raw.narrow_summary_memory_divisor,
+                default.narrow_budget_divisor,
+            ),
             ..default
         }
     }
@@ -783,7 +815,7 @@ impl Validator<'_> {
         );
         let mut limits = self.limits(raw.limits);
         let spool_ttl = self.duration("spool.ttl", raw.spool.ttl, DEFAULT_SPOOL_TTL);
-        let index = self.index(raw.index);
+        let index = self.index(raw.index, limits.default_referrals);
         let outbound = self.outbound(raw.outbound);
         let mut import = self.import(raw.import);
         pipeline::scale_to_peers(
@@ -1581,6 +1613,25 @@ level = "=="
     fn index_section() {
         let c = Config::from_toml(MINIMAL).unwrap();
         assert_eq!(c.index, SummaryConfig::default());
+        assert_eq!(c.index.narrow_slots, 16, "a page of 10, 2 more, 4 spare");
+        let c = Config::from_toml(&format!(
+            "{MINIMAL}[limits]\ndefault_referrals = 20\n[index]\nnarrow_summary_min_values = 32\n\
+             narrow_summary_memory_divisor = 3\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                c.index.narrow_min_values,
+                c.index.narrow_slots,
+                c.index.narrow_budget_divisor
+            ),
+            (32, 26, 3)
+        );
+        let c = Config::from_toml(&format!(
+            "{MINIMAL}[index]\nnarrow_summaries = false\nnarrow_summary_peers = 40\n"
+        ))
+        .unwrap();
+        assert_eq!((c.index.narrow_min_values, c.index.narrow_slots), (0, 40));
         let c = Config::from_toml(&format!(
             "{MINIMAL}[index]\nsummaries = false\nsummary_threads = 3\n\
              summary_memory_divisor = 8\nsummary_max_ngrams = 100\nsummary_work_per_value = 9\n\
@@ -1605,6 +1656,10 @@ level = "=="
             "summary_memory_divisor = 0",
             "summary_max_ngrams = 0",
             "summary_work_per_value = 0",
+            "narrow_summary_min_values = 0",
+            "narrow_summary_peers = 0",
+            "narrow_summary_memory_divisor = 0",
+            "narrow_summaries = \"yes\"",
         ] {
             let err = Config::from_toml(&format!("{MINIMAL}[index]\n{bad}\n")).unwrap_err();
             assert!(err.to_string().contains("index"), "{bad}: {err}");
