@@ -794,13 +794,27 @@ impl Segment {
         self.summaries.get()?.lookup(needle, attr)
     }
 
-    /// True when `needle` (ASCII-lowercased) is not summarized here although the
-    /// segment's narrow summaries would hold it if enough values did ([`crate::narrow`]):
-    /// then fewer than that many values hold it, and searching for it is cheap.
-    pub(crate) fn covers_narrowly(&self, needle: &[u8]) -> bool {
-        self.summaries
-            .get()
-            .is_some_and(|s| s.covers_narrowly(needle))
+    /// True when `needle` (ASCII-lowercased) is not summarized here under `attr` although
+    /// the segment's narrow summaries would hold it if enough postings were under it
+    /// ([`crate::narrow`]): then fewer are, and summing it is cheap.
+    pub(crate) fn covers_narrowly(&self, needle: &[u8], attr: u32) -> bool {
+        let Some(s) = self.summaries.get() else {
+            return false;
+        };
+        if needle.len() < 4 || s.narrow_cover == 0 {
+            return false;
+        }
+        let quad = quad_key(&needle[..4]);
+        if s.covers_narrowly(needle, attr, quad) {
+            return true;
+        }
+        // A 4-gram too few values hold has no narrow summaries, nor have its extensions.
+        (crate::sums::NARROW_MIN..=crate::sums::NARROW_MAX).contains(&needle.len())
+            && self
+                .grams
+                .get()
+                .and_then(|g| g.quads.list(quad))
+                .is_some_and(|(_, card)| (card as usize) < s.narrow_cover)
     }
 
     /// The memoized sums of `needle` (ASCII-lowercased) under `attr`, if a query kept

@@ -26,7 +26,7 @@
 //! so read once per distinct 4-gram it holds, whatever the number of n-grams summarized.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memchr::memmem;
 
@@ -55,9 +55,10 @@ pub(crate) enum Made {
 pub(crate) struct Built {
     /// Per n-gram (packed, [`pack`]), ascending: its summary.
     pub grams: Vec<(u64, Made)>,
-    /// True when every 4- to 6-gram held by `min_values` values or more (and not in
-    /// `skip`) was summarized: the memory bound did not stop the build.
-    pub complete: bool,
+    /// The 4-grams (substring index keys) whose extensions were all considered,
+    /// ascending: every one held by `min_values` values or more unless the memory bound
+    /// stopped the build.
+    pub quads: Vec<u32>,
 }
 
 /// Adds to `out`, `seg`'s broad summaries, the narrow ones ([`build`]) within
@@ -70,12 +71,12 @@ pub(crate) fn add(out: &mut Summaries, seg: &Segment, cfg: &SummaryConfig, ties:
     let narrow = build(seg, cfg, &out.index, budget, ties);
     out.index.reserve(narrow.grams.len());
     let mut same = Vec::new();
+    let mut complete = true;
     for (key, made) in narrow.grams {
         match made {
-            Made::Blocks(blocks) => {
-                let range = out.store.push_cut(blocks);
-                out.index.insert(key, range);
-            }
+            // Under no attribute are enough postings: summed on the spot.
+            Made::Blocks(blocks) if blocks.is_empty() => {}
+            Made::Blocks(blocks) => complete &= out.push_narrow(key, blocks),
             Made::Same(origin) => same.push((key, origin)),
         }
     }
@@ -85,8 +86,10 @@ pub(crate) fn add(out: &mut Summaries, seg: &Segment, cfg: &SummaryConfig, ties:
             out.index.insert(key, range);
         }
     }
-    if narrow.complete && cfg.narrow_min_values > 0 {
+    // A store too full for some n-gram (over 2^31 blocks) covers nothing.
+    if complete && cfg.narrow_min_values > 0 {
         out.narrow_cover = cfg.narrow_min_values;
+        out.narrow_quads = narrow.quads;
     }
     out.store.shrink_to_fit();
     out.index.shrink_to_fit();
@@ -113,26 +116,23 @@ pub(crate) fn build(
     quads.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let next = AtomicUsize::new(0);
     let bytes = AtomicUsize::new(0);
-    let stopped = AtomicBool::new(false);
     let work = || {
         let mut b = QuadBuild::new(seg, cfg, skip, ties);
         let mut out: Vec<(u64, Made)> = Vec::new();
+        let mut done = Vec::new();
         loop {
             let k = next.fetch_add(1, Ordering::Relaxed);
-            if k >= quads.len() {
-                break;
-            }
-            if bytes.load(Ordering::Relaxed) > budget {
-                stopped.store(true, Ordering::Relaxed);
+            if k >= quads.len() || bytes.load(Ordering::Relaxed) > budget {
                 break;
             }
             let made = b.quad(quads[k].0, &mut out);
             bytes.fetch_add(made, Ordering::Relaxed);
+            done.push(quads[k].0);
         }
-        out
+        (out, done)
     };
     let threads = cfg.threads.max(1);
-    let parts: Vec<Vec<(u64, Made)>> = if threads <= 1 {
+    let parts: Vec<Part> = if threads <= 1 {
         vec![work()]
     } else {
         std::thread::scope(|s| {
@@ -140,28 +140,26 @@ pub(crate) fn build(
                 .map(|_| spawn_or_run(s, std::thread::Builder::new(), work))
                 .collect();
             let mut parts = vec![work()];
-            let mut lost = false;
-            for j in jobs {
-                match j.join().and_then(Result::ok) {
-                    Some(p) => parts.push(p),
-                    // A worker that panicked leaves its n-grams out: only speed is lost,
-                    // but the summaries no longer cover every narrow n-gram.
-                    None => lost = true,
-                }
-            }
-            if lost {
-                stopped.store(true, Ordering::Relaxed);
-            }
+            // A worker that panicked leaves its 4-grams out: only speed is lost.
+            parts.extend(
+                jobs.into_iter()
+                    .filter_map(|j| j.join().and_then(Result::ok)),
+            );
             parts
         })
     };
-    let mut grams: Vec<(u64, Made)> = parts.into_iter().flatten().collect();
-    grams.sort_unstable_by_key(|g| g.0);
-    Built {
-        grams,
-        complete: !stopped.load(Ordering::Relaxed),
+    let mut built = Built::default();
+    for (grams, done) in parts {
+        built.grams.extend(grams);
+        built.quads.extend(done);
     }
+    built.grams.sort_unstable_by_key(|g| g.0);
+    built.quads.sort_unstable();
+    built
 }
+
+/// One worker's n-grams and the 4-grams it went through.
+type Part = (Vec<(u64, Made)>, Vec<u32>);
 
 /// One worker's state while it summarizes 4-grams and their extensions.
 struct QuadBuild<'a> {
@@ -291,7 +289,9 @@ impl<'a> QuadBuild<'a> {
     /// to `out`; returns its bytes.
     fn finish(&mut self, key: u64, out: &mut Vec<(u64, Made)>) -> usize {
         let ties = self.ties;
-        let blocks = self.acc.take_best(self.keep, |slot| tie_of(ties, slot));
+        let blocks = self
+            .acc
+            .take_best(self.keep, self.min, |slot| tie_of(ties, slot));
         let size = blocks
             .iter()
             .map(|b| 13 + b.1.len() * std::mem::size_of::<SumEntry>())

@@ -34,7 +34,7 @@ pub use crate::sums::SUMMARY_TOPS;
 
 /// Default for [`SummaryConfig::narrow_min_values`]: a needle held by fewer values is
 /// summed on the spot in a few microseconds.
-pub const DEFAULT_NARROW_MIN_VALUES: usize = 64;
+pub const DEFAULT_NARROW_MIN_VALUES: usize = 128;
 /// Default for [`SummaryConfig::narrow_slots`]: a page of 10 referrals, the two more the
 /// daemon asks for (its own dataset, and whether there are more), and four spare for
 /// peers that went away since the summary was built.
@@ -72,7 +72,7 @@ pub struct SummaryConfig {
     pub memo_min_candidates: usize,
     /// Every 4- to 6-byte n-gram held by at least this many values of a segment of
     /// [`SummaryConfig::min_values`] or more gets a narrow summary of its best slots
-    /// ([`crate::narrow`]; 0: none).
+    /// under each attribute it has this many postings under ([`crate::narrow`]; 0: none).
     pub narrow_min_values: usize,
     /// Slots a narrow summary keeps per attribute: queries asking for a page of up to
     /// about this many referrals use them.
@@ -484,16 +484,24 @@ impl Accumulator {
 
     /// The touched cells as blocks by attribute, each keeping only the first `keep` slots
     /// in rank order (highest sum, then `tie`; slots whose tie is `u32::MAX`, dead, are
-    /// left out), by slot, with whether live ones were left out; resets them. Costs a pass
-    /// over the touched cells: no entry is made for a slot not kept.
-    pub(crate) fn take_best(&mut self, keep: usize, tie: impl Fn(u32) -> u32) -> CutBlocks {
+    /// left out), by slot, with whether live ones were left out; no block for an
+    /// attribute with fewer than `min` postings. Resets the cells. Costs a pass over the
+    /// touched cells: no entry is made for a slot not kept.
+    pub(crate) fn take_best(
+        &mut self,
+        keep: usize,
+        min: usize,
+        tie: impl Fn(u32) -> u32,
+    ) -> CutBlocks {
         let nslots = self.slots.len().max(1);
         let mut touched = std::mem::take(&mut self.touched);
         let mut by_attr: Vec<Vec<(std::cmp::Reverse<u64>, u32, u32)>> =
             std::mem::take(&mut self.by_attr);
         by_attr.resize_with(self.attrs.len(), Vec::new);
+        let mut postings = vec![0usize; self.attrs.len()];
         for &at in &touched {
             let at = at as usize;
+            postings[at / nslots] += self.cells[at].matched as usize;
             let t = tie(self.slots[at % nslots]);
             if t != u32::MAX {
                 let sum = self.cells[at].sum;
@@ -502,7 +510,8 @@ impl Accumulator {
         }
         let mut blocks = Vec::new();
         for (a, ranked) in by_attr.iter_mut().enumerate() {
-            if ranked.is_empty() {
+            if ranked.is_empty() || postings[a] < min {
+                ranked.clear();
                 continue;
             }
             let mut cut = 0;

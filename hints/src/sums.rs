@@ -34,6 +34,9 @@ pub(crate) struct SumEntry {
     pub tops: [u32; SUMMARY_TOPS],
 }
 
+/// Set in the first block index of a narrow summary's range in [`Summaries::index`].
+const NARROW: u32 = 1 << 31;
+
 /// Marks a [`SumEntry`] whose sum does not fit its 32 bits.
 const BIG_SUM: u32 = u32::MAX;
 
@@ -112,6 +115,13 @@ impl Store {
         })
     }
 
+    /// Whether the blocks `range` hold one under `attr`.
+    fn has_block(&self, (start, end): (u32, u32), attr: u32) -> bool {
+        self.blocks
+            .get(start as usize..end as usize)
+            .is_some_and(|b| b.binary_search_by_key(&attr, |b| b.0).is_ok())
+    }
+
     /// The entries under `attr` of a store holding one needle.
     pub(crate) fn only(&self, attr: u32) -> Summary<'_> {
         self.lookup((0, self.blocks.len() as u32), attr)
@@ -145,9 +155,14 @@ pub(crate) struct Summaries {
     /// Packed n-gram (see [`pack`]) -> its blocks in `store`.
     pub(crate) index: HashMap<u64, (u32, u32), RandomState>,
     pub(crate) store: Store,
-    /// When nonzero, every 4- to 6-byte n-gram held by this many values or more is
-    /// summarized ([`crate::narrow`]): one that is not matches fewer values.
+    /// When nonzero, every 4- to 6-byte n-gram starting with a 4-gram of
+    /// [`Summaries::narrow_quads`], held by this many values and with this many postings
+    /// under an attribute, is summarized under it ([`crate::narrow`]).
     pub(crate) narrow_cover: usize,
+    /// The 4-grams (keys of the substring index) whose extensions were all considered,
+    /// ascending: those held by [`Summaries::narrow_cover`] values or more, but for any a
+    /// memory bound left out.
+    pub(crate) narrow_quads: Vec<u32>,
 }
 
 /// One summarized n-gram under one attribute: its entries by slot.
@@ -219,16 +234,50 @@ impl Summaries {
         if self.index.is_empty() {
             return None;
         }
-        let range = *self.index.get(&pack(needle)?)?;
-        self.store.lookup(range, attr)
+        let (start, end) = *self.index.get(&pack(needle)?)?;
+        if start & NARROW != 0 {
+            // A narrow summary has no block under an attribute few postings are under.
+            let range = (start & !NARROW, end);
+            return self
+                .store
+                .has_block(range, attr)
+                .then(|| self.store.lookup(range, attr))
+                .flatten();
+        }
+        self.store.lookup((start, end), attr)
     }
 
-    /// True when `needle` (ASCII-lowercased) is not summarized although narrow summaries
-    /// would hold it if enough values did ([`Summaries::narrow_cover`]): then fewer do.
-    pub(crate) fn covers_narrowly(&self, needle: &[u8]) -> bool {
-        self.narrow_cover > 0
-            && (NARROW_MIN..=NARROW_MAX).contains(&needle.len())
-            && pack(needle).is_some_and(|k| !self.index.contains_key(&k))
+    /// Adds a narrow summary ([`crate::narrow`]) of `key`; false when the store is full.
+    pub(crate) fn push_narrow(&mut self, key: u64, blocks: CutBlocks) -> bool {
+        if self.store.blocks.len() + blocks.len() >= NARROW as usize {
+            return false;
+        }
+        let (start, end) = self.store.push_cut(blocks);
+        self.index.insert(key, (start | NARROW, end));
+        true
+    }
+
+    /// True when `needle` (ASCII-lowercased, 4 to 6 bytes) is not summarized under `attr`
+    /// although its 4-gram's narrow summaries were built ([`Summaries::narrow_quads`]):
+    /// then fewer than [`Summaries::narrow_cover`] values hold it, or postings are under
+    /// `attr`, and it is cheap to sum. `quad` is the key of its first four bytes, as the
+    /// substring index makes it.
+    pub(crate) fn covers_narrowly(&self, needle: &[u8], attr: u32, quad: u32) -> bool {
+        if self.narrow_cover == 0
+            || !(NARROW_MIN..=NARROW_MAX).contains(&needle.len())
+            || self.narrow_quads.binary_search(&quad).is_err()
+        {
+            return false;
+        }
+        let Some(key) = pack(needle) else {
+            return false;
+        };
+        match self.index.get(&key) {
+            None => true,
+            Some(&(start, end)) => {
+                start & NARROW != 0 && !self.store.has_block((start & !NARROW, end), attr)
+            }
+        }
     }
 
     /// Number of n-grams summarized.

@@ -516,7 +516,7 @@ impl RoutingTable {
                 Some(s) => s.exact_for(opts.limit, live),
                 // Not summarized although narrow summaries would hold it if it were
                 // broad enough: it matches few values.
-                None => seg.covers_narrowly(&lower),
+                None => seg.covers_narrowly(&lower, attr),
             };
             summed || seg.has_memoized(&lower, attr) || {
                 scanned += seg.len();
@@ -701,7 +701,7 @@ impl RoutingTable {
                         && memo.enabled()
                         && seg.len() >= cfg.min_values
                         // Too few values hold it to be worth keeping.
-                        && !seg.covers_narrowly(&scratch.lower)
+                        && !seg.covers_narrowly(&scratch.lower, attrs[0])
                         && scratch.ids.len() >= cfg.memo_min_candidates
                     {
                         // Expensive, and likely asked again: sum it for every attribute

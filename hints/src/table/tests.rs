@@ -614,7 +614,12 @@ fn narrow_summaries_answer_as_scanning_does() {
         .map(|(p, &c)| {
             let own = format!("garcia {p}");
             let es = [(own.as_str(), c), ("garcia", 1), ("lopez", 2)];
-            hint(50 + (p as u64 * 37) % 11, &[("DOCUMENT", "Author", &es)])
+            // Under Title, too few postings for a narrow summary: summed on the spot.
+            let titles: &[(&str, u64)] = if p == 3 { &[("garcia's way", 4)] } else { &[] };
+            hint(
+                50 + (p as u64 * 37) % 11,
+                &[("DOCUMENT", "Author", &es), ("DOCUMENT", "Title", titles)],
+            )
         })
         .collect();
     let plain = RoutingTable::default();
@@ -635,8 +640,11 @@ fn narrow_summaries_answer_as_scanning_does() {
             t.wait_for_summaries();
             assert!(t.stats().summaries > 0);
             let compare = |t: &RoutingTable, plain: &RoutingTable, what: &str| {
-                for needle in ["garc", "garci", "arcia", "garcia", "rcia ", "lope"] {
-                    let text = format!("DOCUMENT:Author~\"{needle}\"");
+                for (attr, needle) in ["garc", "garci", "arcia", "garcia", "rcia ", "lope"]
+                    .into_iter()
+                    .flat_map(|n| [("Author", n), ("Title", n)])
+                {
+                    let text = format!("DOCUMENT:{attr}~\"{needle}\"");
                     for limit in 1..=counts.len() + 1 {
                         for k in [0, 1, 5] {
                             let opts = QueryOptions {
@@ -706,6 +714,46 @@ fn narrowly_summarized_substrings_are_quick() {
     assert!(t.answers_quickly(&q("DOCUMENT:Author~\" 7 79\""), &page(100)));
     // Seven bytes: longer than narrow summaries go.
     assert!(!t.answers_quickly(&q("DOCUMENT:Author~\"anber 7\""), &page(12)));
+    // With room for one 4-gram's summaries (the broadest: `anbe`, `nber` and `ber ` are
+    // in every value; ties by key), the others' extensions are not known to be narrow.
+    let tight = RoutingTable::new(TableConfig {
+        summaries: SummaryConfig {
+            min_values: 1,
+            min_matches: usize::MAX,
+            narrow_min_values: 64,
+            narrow_slots: 16,
+            narrow_budget_divisor: usize::MAX,
+            // One thread takes one 4-gram before it sees the bound.
+            threads: 1,
+            ..SummaryConfig::everything()
+        },
+        ..TableConfig::default()
+    });
+    load(&tight, &big, true);
+    tight.wait_for_summaries();
+    assert!(tight.answers_quickly(&q("DOCUMENT:Author~\"anber\""), &page(12)));
+    assert!(tight.answers_quickly(&q("DOCUMENT:Author~\"anbex\""), &page(12)));
+    assert!(!tight.answers_quickly(&q("DOCUMENT:Author~\"ber 7\""), &page(12)));
+    // A 4-gram too few values hold (`7 79`: 33 values, with 7, 17 and 27): its extensions
+    // are narrow whatever the bound.
+    assert!(tight.answers_quickly(&q("DOCUMENT:Author~\"7 799\""), &page(12)));
+    assert!(!tight.answers_quickly(&q("DOCUMENT:Author~\" 7 79\""), &page(12)));
+    for text in [
+        "DOCUMENT:Author~anber",
+        "DOCUMENT:Author~\" 7 79\"",
+        "DOCUMENT:Author~\"ber 7\"",
+        "DOCUMENT:Author~\"7 799\"",
+    ] {
+        let plain = RoutingTable::default();
+        load(&plain, &big, true);
+        for limit in [1, 12, 16, 17, 100] {
+            assert_eq!(
+                tight.query(&q(text), &page(limit)),
+                plain.query(&q(text), &page(limit)),
+                "{text} limit {limit}"
+            );
+        }
+    }
     for text in ["DOCUMENT:Author~anber", "DOCUMENT:Author~\" 7 79\""] {
         let plain = RoutingTable::default();
         load(&plain, &big, true);
