@@ -34,7 +34,7 @@ use crate::hasher::RandomState;
 use crate::index::Segment;
 use crate::summary::{Accumulator, SummaryConfig};
 use crate::sums::{CutBlocks, NARROW_MAX, NARROW_MIN, SumEntry, Summaries, pack, unpack};
-use crate::threads::spawn_or_run;
+use crate::threads::workers;
 
 /// One n-gram's narrow summary: per attribute, its kept entries by slot with their full
 /// sums, and how the block was cut.
@@ -131,23 +131,8 @@ pub(crate) fn build(
         }
         (out, done)
     };
-    let threads = cfg.threads.max(1);
-    let parts: Vec<Part> = if threads <= 1 {
-        vec![work()]
-    } else {
-        std::thread::scope(|s| {
-            let jobs: Vec<_> = (1..threads)
-                .map(|_| spawn_or_run(s, std::thread::Builder::new(), work))
-                .collect();
-            let mut parts = vec![work()];
-            // A worker that panicked leaves its 4-grams out: only speed is lost.
-            parts.extend(
-                jobs.into_iter()
-                    .filter_map(|j| j.join().and_then(Result::ok)),
-            );
-            parts
-        })
-    };
+    // A worker that panicked leaves its 4-grams out: only speed is lost.
+    let parts = workers(cfg.threads.max(1), work);
     let mut built = Built::default();
     for (grams, done) in parts {
         built.grams.extend(grams);
@@ -157,9 +142,6 @@ pub(crate) fn build(
     built.quads.sort_unstable();
     built
 }
-
-/// One worker's n-grams and the 4-grams it went through.
-type Part = (Vec<(u64, Made)>, Vec<u32>);
 
 /// One worker's state while it summarizes 4-grams and their extensions.
 struct QuadBuild<'a> {

@@ -28,7 +28,7 @@ use crate::hasher::RandomState;
 use crate::index::{Group, Segment};
 use crate::memo::MemoBudget;
 use crate::sums::{Blocks, CutBlocks, MAX_GRAM, Store, SumEntry, Summaries, pack, unpack};
-use crate::threads::spawn_or_run;
+use crate::threads::workers;
 
 pub use crate::sums::SUMMARY_TOPS;
 
@@ -345,24 +345,8 @@ fn aggregate(
         done
     };
     let mut out: Vec<Option<Blocks>> = (0..grams.len()).map(|_| None).collect();
-    let parts: Vec<Vec<(usize, Blocks)>> = if threads <= 1 {
-        vec![work()]
-    } else {
-        std::thread::scope(|s| {
-            // A worker whose thread does not start works here first (taking every n-gram
-            // the others have not).
-            let jobs: Vec<_> = (1..threads)
-                .map(|_| spawn_or_run(s, std::thread::Builder::new(), work))
-                .collect();
-            let mut parts = vec![work()];
-            // A worker that panicked leaves its n-grams unsummarized: only speed is lost.
-            parts.extend(
-                jobs.into_iter()
-                    .filter_map(|j| j.join().and_then(Result::ok)),
-            );
-            parts
-        })
-    };
+    // A worker that panicked leaves its n-grams unsummarized: only speed is lost.
+    let parts = workers(threads, work);
     for (k, blocks) in parts.into_iter().flatten() {
         out[k] = Some(blocks);
     }

@@ -52,6 +52,30 @@ pub(crate) fn on_threads<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> R 
     on_threads_with(items, work, Builder::new)
 }
 
+/// Runs `work` on `threads` threads at once (the first the calling thread; a thread that
+/// cannot start runs its share here first) for workers that share their items through
+/// atomics; returns what each returned, leaving out any that panicked: their items are
+/// lost, which callers accept where only speed depends on them.
+pub(crate) fn workers<R: Send>(threads: usize, work: impl Fn() -> R + Sync) -> Vec<R> {
+    if threads <= 1 {
+        return vec![work()];
+    }
+    std::thread::scope(|s| {
+        let work = &work;
+        let jobs: Vec<_> = (1..threads)
+            .map(|_| spawn_or_run(s, Builder::new(), work))
+            .collect();
+        // A panic here is left out as the others' are.
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        let mut out: Vec<R> = mine.into_iter().collect();
+        out.extend(
+            jobs.into_iter()
+                .filter_map(|j| j.join().and_then(Result::ok)),
+        );
+        out
+    })
+}
+
 /// [`on_threads`], with the threads made by `builder` (tests make ones that cannot start).
 fn on_threads_with<T: Send, R: Send>(
     items: Vec<T>,
@@ -123,5 +147,43 @@ mod tests {
             let job = spawn_or_run(s, Builder::new(), || panic!("on its thread"));
             assert!(matches!(job.join(), Some(Err(_))));
         });
+    }
+
+    /// Workers share their items; one that panics is left out, the others' results stay.
+    #[test]
+    fn workers_share_items_and_a_panicked_one_is_left_out() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let mut mine = Vec::new();
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= 100 {
+                    return mine;
+                }
+                mine.push(k);
+            }
+        };
+        let mut all: Vec<usize> = workers(3, work).into_iter().flatten().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..100).collect::<Vec<_>>());
+        assert_eq!(workers(1, || 5), [5]);
+        let calls = AtomicUsize::new(0);
+        let out = workers(3, || {
+            // Whichever worker comes third panics, on its thread or on this one.
+            assert_ne!(calls.fetch_add(1, Ordering::SeqCst), 2, "the third fails");
+            1
+        });
+        assert_eq!(out.len(), 2);
+        let here = std::thread::current().id();
+        let out = workers(3, || {
+            assert_ne!(
+                std::thread::current().id(),
+                here,
+                "this thread's worker fails"
+            );
+            1
+        });
+        assert_eq!(out, [1, 1]);
     }
 }

@@ -372,6 +372,17 @@ fn syllable_peers() -> (Vec<Vec<(String, u64)>>, Vec<CipHint>) {
     (peers, hints)
 }
 
+/// 30 peers of 800 values each (`anber 7 79`), past [`QUICK_SCAN_VALUES`] together.
+fn anber_hints() -> Vec<CipHint> {
+    (0..30)
+        .map(|p| {
+            let values: Vec<String> = (0..800).map(|i| format!("anber {p} {i}")).collect();
+            let es: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), 1)).collect();
+            hint(1000, &[("DOCUMENT", "Author", &es)])
+        })
+        .collect()
+}
+
 /// Memoized substring sums answer as scanning does: when first computed, when read
 /// back, after hints were replaced or removed (their slots dead in the memoized
 /// segment), and with a budget so small that entries keep being forgotten.
@@ -482,13 +493,7 @@ fn substring_queries_are_quick_once_their_sums_are_kept() {
     // The table is smaller than QUICK_SCAN_VALUES: any substring is quick.
     assert!(t.answers_quickly(&q("DOCUMENT:Author~anb"), &opts));
     // Past it, only once the sums are kept.
-    let big: Vec<CipHint> = (0..30)
-        .map(|p| {
-            let values: Vec<String> = (0..800).map(|i| format!("anber {p} {i}")).collect();
-            let es: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), 1)).collect();
-            hint(1000, &[("DOCUMENT", "Author", &es)])
-        })
-        .collect();
+    let big = anber_hints();
     let r = t.replace_all(
         big.iter()
             .enumerate()
@@ -692,13 +697,7 @@ fn narrowly_summarized_substrings_are_quick() {
         },
         ..TableConfig::default()
     });
-    let big: Vec<CipHint> = (0..30)
-        .map(|p| {
-            let values: Vec<String> = (0..800).map(|i| format!("anber {p} {i}")).collect();
-            let es: Vec<(&str, u64)> = values.iter().map(|v| (v.as_str(), 1)).collect();
-            hint(1000, &[("DOCUMENT", "Author", &es)])
-        })
-        .collect();
+    let big = anber_hints();
     load(&t, &big, true);
     t.wait_for_summaries();
     assert!(t.stats().distinct_values >= QUICK_SCAN_VALUES);
