@@ -44,12 +44,14 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
+use arc_swap::ArcSwapOption;
+
 use memchr::memmem;
 
 use crate::hasher::RandomState;
 use crate::memo::Memo;
 use crate::pages::{Pages, PagesMut};
-use crate::sums::{Store, Summaries, Summary};
+use crate::sums::{Store, Summaries};
 use crate::threads::spawn_or_run;
 
 /// Most ids [`Segment::touch_postings`] takes at once.
@@ -117,9 +119,11 @@ pub(crate) struct Segment {
     /// Built with the segment, except in a bulk load ([`Segment::ensure_grams`]); without
     /// it substring searches scan every value.
     grams: OnceLock<GramIndex>,
-    /// Built once, possibly after the segment is in use ([`Segment::summarize`]).
-    pub(crate) summaries: OnceLock<Summaries>,
-    /// Set by the first [`Segment::summarize`] call.
+    /// Built after the segment is in use ([`Segment::summarize`]), and built again once
+    /// enough of its peers have gone that narrow summaries thin out; readers hold the
+    /// ones they loaded.
+    pub(crate) summaries: ArcSwapOption<Summaries>,
+    /// Set while [`Segment::summarize`] builds them.
     pub(crate) summarizing: AtomicBool,
     /// Sums of expensive substring needles, kept as queries compute them.
     pub(crate) memo: Memo,
@@ -787,18 +791,17 @@ impl Segment {
             .map_or(0, u64::from_le_bytes)
     }
 
-    /// The summary of the values holding `needle` (ASCII-lowercased) under `attr`, when
-    /// it is summarized.
+    /// The segment's summaries, once built (see [`Segment::summaries`]).
     #[inline]
-    pub(crate) fn summary(&self, needle: &[u8], attr: u32) -> Option<Summary<'_>> {
-        self.summaries.get()?.lookup(needle, attr)
+    pub(crate) fn summaries(&self) -> Option<Arc<Summaries>> {
+        self.summaries.load_full()
     }
 
     /// True when `needle` (ASCII-lowercased) is not summarized here under `attr` although
     /// the segment's narrow summaries would hold it if enough postings were under it
     /// ([`crate::narrow`]): then fewer are, and summing it is cheap.
     pub(crate) fn covers_narrowly(&self, needle: &[u8], attr: u32) -> bool {
-        let Some(s) = self.summaries.get() else {
+        let Some(s) = self.summaries.load_full() else {
             return false;
         };
         if needle.len() < 4 || s.narrow_cover == 0 {
@@ -836,12 +839,15 @@ impl Segment {
 
     /// Number of n-grams summarized.
     pub(crate) fn summarized(&self) -> usize {
-        self.summaries.get().map_or(0, Summaries::len)
+        self.summaries.load().as_deref().map_or(0, Summaries::len)
     }
 
     /// Approximate heap bytes of the summaries.
     pub(crate) fn summary_bytes(&self) -> usize {
-        self.summaries.get().map_or(0, Summaries::heap_bytes)
+        self.summaries
+            .load()
+            .as_deref()
+            .map_or(0, Summaries::heap_bytes)
     }
 
     /// `(trigram key, number of values holding it)` for every trigram held by at least
@@ -1835,7 +1841,7 @@ impl Builder {
             entries: self.entries,
             value_bytes: self.value_bytes,
             grams: OnceLock::new(),
-            summaries: OnceLock::new(),
+            summaries: ArcSwapOption::empty(),
             summarizing: AtomicBool::new(false),
             memo: Memo::default(),
         };

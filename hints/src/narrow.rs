@@ -16,7 +16,9 @@
 //! they live, and a dead slot never lives again. A slot's postings sit in one segment, so
 //! the pages of the segments merge into the table's. A page of `limit` is therefore among
 //! the kept slots while `limit` of them live ([`crate::sums::Summary::exact_for`]); a query
-//! it cannot answer (a bigger page, too many peers gone since) scans as before.
+//! it cannot answer (a bigger page, too many peers gone since) scans as before, and once
+//! more than an eighth of a segment's slots have died its summaries are built again
+//! ([`crate::summarize`]).
 //!
 //! The build shares work by 4-gram: each 4-gram held by enough values has its values read
 //! once, in one pipelined pass that sums them and finds the 5- and 6-grams starting with

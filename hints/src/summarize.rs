@@ -1,6 +1,8 @@
 //! A segment's summary build: the sums of its broad n-grams ([`crate::summary`]), then the
-//! best slots of its narrow ones ([`crate::narrow`]), which read the former.
+//! best slots of its narrow ones ([`crate::narrow`]), which read the former; built again
+//! when enough of the segment's peers have gone that the narrow ones thin out.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::index::Segment;
@@ -8,22 +10,57 @@ use crate::summary::SummaryConfig;
 use crate::sums::Summaries;
 
 impl Segment {
-    /// True when the segment is big enough for summaries under `cfg` and none were
-    /// started.
-    pub(crate) fn wants_summaries(&self, cfg: &SummaryConfig) -> bool {
-        self.len() >= cfg.min_values.max(1) && !self.summarizing.load(Ordering::Acquire)
+    /// True when the segment is big enough for summaries under `cfg`, none are being
+    /// built, and it has none, or narrow ones built when more than an eighth more of its
+    /// slots lived than `live` do now (each replaced or removed peer leaves a dead slot
+    /// among their kept ones, and pages that lose too many are summed again).
+    pub(crate) fn wants_summaries(&self, cfg: &SummaryConfig, live: usize) -> bool {
+        if self.len() < cfg.min_values.max(1) || self.summarizing.load(Ordering::Acquire) {
+            return false;
+        }
+        match self.summaries.load().as_deref() {
+            None => true,
+            Some(s) => s.narrow_cover > 0 && live.saturating_mul(8) < s.live_slots * 7,
+        }
+    }
+
+    /// Claims the next build of the summaries: false when one is claimed already. The
+    /// claim ends with [`Segment::build_summaries`] or [`Segment::release_summaries`].
+    pub(crate) fn claim_summaries(&self) -> bool {
+        !self.summarizing.swap(true, Ordering::AcqRel)
+    }
+
+    /// Ends a claim without building.
+    pub(crate) fn release_summaries(&self) {
+        self.summarizing.store(false, Ordering::Release);
     }
 
     /// Builds the summaries of broad n-grams and narrow ones (`ties` holds each slot's tie
     /// position, `u32::MAX` when dead; empty, slot order: see [`crate::narrow::build`])
-    /// unless another call did or does; queries use them once built.
-    pub(crate) fn summarize(&self, cfg: &SummaryConfig, ties: &[u32]) {
-        if self.summarizing.swap(true, Ordering::AcqRel) {
-            return;
+    /// under a claim ([`Segment::claim_summaries`]), which it ends, panic or not. Queries
+    /// use them once built, and drop the ones they replace once no query holds those.
+    pub(crate) fn build_summaries(&self, cfg: &SummaryConfig, ties: &[u32]) {
+        struct Release<'a>(&'a Segment);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.release_summaries();
+            }
         }
+        let _release = Release(self);
         let mut summaries = Summaries::build(self, cfg);
         crate::narrow::add(&mut summaries, self, cfg, ties);
-        // Only this call gets here: the cell is empty.
-        let _ = self.summaries.set(summaries);
+        let live =
+            |slot: u32| ties.is_empty() || ties.get(slot as usize).is_some_and(|&t| t != u32::MAX);
+        summaries.live_slots = self.slots().iter().filter(|s| live(s.0)).count();
+        self.summaries.store(Some(Arc::new(summaries)));
+    }
+
+    /// Claims and builds the summaries ([`Segment::build_summaries`]) unless a build is
+    /// claimed already.
+    #[cfg(test)]
+    pub(crate) fn summarize(&self, cfg: &SummaryConfig, ties: &[u32]) {
+        if self.claim_summaries() {
+            self.build_summaries(cfg, ties);
+        }
     }
 }

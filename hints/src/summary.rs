@@ -619,8 +619,9 @@ mod tests {
         // Every kept n-gram is in all 200 values: under attribute 0 (even values) the
         // one slot matched 100 of them, summing their counts.
         let want: u64 = (0..200).step_by(2).map(|i| 1 + (i % 7) as u64).sum();
-        let s = seg
-            .summary(b"the", 0)
+        let sums = seg.summaries().expect("built");
+        let s = sums
+            .lookup(b"the", 0)
             .expect("the broadest trigram is summarized");
         assert_eq!(s.entries.len(), 1);
         assert_eq!((s.entries[0].slot, s.entries[0].matched), (3, 100));
@@ -640,7 +641,7 @@ mod tests {
         expected.truncate(SUMMARY_TOPS);
         assert_eq!(best, expected);
         // A needle held by no value is not summarized.
-        assert!(seg.summary(b"zzz", 0).is_none());
+        assert!(sums.lookup(b"zzz", 0).is_none());
     }
 
     /// Sums past 32 bits are kept apart and read back exactly.
@@ -656,13 +657,14 @@ mod tests {
         ];
         let seg = Segment::from_entries(entries, 7, &RandomState::default()).unwrap();
         seg.summarize(&SummaryConfig::everything(), &[]);
-        let abc = seg.summary(b"abc", 0).expect("abc is summarized");
+        let sums = seg.summaries().expect("built");
+        let abc = sums.lookup(b"abc", 0).expect("abc is summarized");
         assert_eq!((abc.entries.len(), abc.sum(0)), (1, 3 * big));
-        let xyz = seg.summary(b"xyz", 0).expect("xyz is summarized");
+        let xyz = sums.lookup(b"xyz", 0).expect("xyz is summarized");
         assert_eq!(xyz.sum(0), 11);
         assert_eq!(xyz.sum(1), 0);
         // Under an attribute no value has, a summarized n-gram has no entries.
-        assert!(seg.summary(b"xyz", 1).is_some_and(|s| s.entries.is_empty()));
+        assert!(sums.lookup(b"xyz", 1).is_some_and(|s| s.entries.is_empty()));
     }
 
     #[test]

@@ -159,6 +159,8 @@ pub(crate) struct Summaries {
     /// [`Summaries::narrow_quads`], held by this many values and with this many postings
     /// under an attribute, is summarized under it ([`crate::narrow`]).
     pub(crate) narrow_cover: usize,
+    /// Slots of the segment live when they were built.
+    pub(crate) live_slots: usize,
     /// The 4-grams (keys of the substring index) whose extensions were all considered,
     /// ascending: those held by [`Summaries::narrow_cover`] values or more, but for any a
     /// memory bound left out.

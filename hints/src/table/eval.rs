@@ -118,9 +118,9 @@ struct Scratch {
     found: Vec<(u32, u32, u32)>,
     /// Per slot: which of `found` its postings came from (read only for ranked slots).
     seg_of: Vec<u32>,
-    /// The segments whose summaries answered the current substring term, with the
-    /// memoized sums where those did.
-    summed: Vec<(u32, Option<Arc<Store>>)>,
+    /// The segments whose summaries or memoized sums answered the current substring
+    /// term, with those.
+    summed: Vec<(u32, Summed)>,
     /// Set by [`rank_direct`]: the one value every ranked slot matched (its `count` is
     /// unused); their best values are then not kept in the tally.
     single: Option<Top>,
@@ -129,6 +129,15 @@ struct Scratch {
     ranked: Vec<Ranked>,
     /// `(slot, value id)` of the best values a summary lists for the ranked slots.
     tops: Vec<(u32, u32)>,
+}
+
+/// Per-slot sums that answered a substring term in one segment, held until its best
+/// values are read.
+enum Summed {
+    /// The segment's summaries (a newer build may replace them meanwhile).
+    Built(Arc<crate::sums::Summaries>),
+    /// Sums a query kept ([`crate::memo`]).
+    Kept(Arc<Store>),
 }
 
 /// What `Scratch::attrs` was resolved from. Holding the `Arc`s keeps their addresses from
@@ -512,8 +521,11 @@ impl RoutingTable {
         let live = |slot| snap.live_tie(slot, opts.now).is_some();
         let mut scanned = 0;
         snap.segments.iter().all(|seg| {
-            let summed = match seg.summary(&lower, attr) {
-                Some(s) => s.exact_for(opts.limit, live),
+            let summed = match seg.summaries().and_then(|s| {
+                s.lookup(&lower, attr)
+                    .map(|summary| summary.exact_for(opts.limit, live))
+            }) {
+                Some(exact) => exact,
                 // Not summarized although narrow summaries would hold it if it were
                 // broad enough: it matches few values.
                 None => seg.covers_narrowly(&lower, attr),
@@ -678,17 +690,21 @@ impl RoutingTable {
                         // afterwards.
                         // A narrow summary holds only the best slots: it answers when the
                         // page asked for is among them.
-                        if let Some(summary) = seg.summary(&scratch.lower, attr).filter(|s| {
-                            s.exact_for(opts.limit, |slot| snap.live_tie(slot, opts.now).is_some())
-                        }) {
-                            tally.add_summary(&summary);
-                            scratch.summed.push((si, None));
-                            continue;
+                        if let Some(sums) = seg.summaries() {
+                            let live = |slot| snap.live_tie(slot, opts.now).is_some();
+                            if let Some(summary) = sums
+                                .lookup(&scratch.lower, attr)
+                                .filter(|s| s.exact_for(opts.limit, live))
+                            {
+                                tally.add_summary(&summary);
+                                scratch.summed.push((si, Summed::Built(sums.clone())));
+                                continue;
+                            }
                         }
                         if let Some(store) = seg.memoized(&scratch.lower, attr) {
                             memo.hit();
                             tally.add_summary(&store.only(attr));
-                            scratch.summed.push((si, Some(store)));
+                            scratch.summed.push((si, Summed::Kept(store)));
                             continue;
                         }
                     }
@@ -709,7 +725,7 @@ impl RoutingTable {
                         memo.computed();
                         let store = seg.memoize(&finder, &scratch.ids, exact, attrs[0], memo);
                         tally.add_summary(&store.only(attrs[0]));
-                        scratch.summed.push((si, Some(store)));
+                        scratch.summed.push((si, Summed::Kept(store)));
                         continue;
                     }
                     // One pipelined pass: each match's postings are read right after its
@@ -748,8 +764,8 @@ impl RoutingTable {
             for (si, store) in &scratch.summed {
                 let (si, seg) = (*si, &segs[*si as usize]);
                 let summary = match store {
-                    Some(store) => store.only(attr),
-                    None => match seg.summary(lower, attr) {
+                    Summed::Kept(store) => store.only(attr),
+                    Summed::Built(sums) => match sums.lookup(lower, attr) {
                         Some(summary) => summary,
                         None => continue,
                     },

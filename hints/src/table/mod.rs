@@ -511,10 +511,10 @@ impl RoutingTable {
         self.current.load_full()
     }
 
-    /// Builds the summaries the segments of `snap` lack ([`crate::summary`]): in the
-    /// background when
+    /// Builds the summaries the segments of `snap` lack ([`crate::summary`]), or whose
+    /// narrow ones lost too many peers since ([`crate::narrow`]): in the background when
     /// [`SummaryConfig::background`](crate::summary::SummaryConfig::background) is set
-    /// (queries scan meanwhile), else before returning.
+    /// (queries scan, or use the ones before, meanwhile), else before returning.
     fn summarize(&self, snap: &Snapshot) {
         if self.bulk() {
             return;
@@ -522,7 +522,12 @@ impl RoutingTable {
         let cfg = self.config.summaries;
         let mut all_ties: Option<Arc<[u32]>> = None;
         for seg in &snap.segments {
-            if !seg.wants_summaries(&cfg) {
+            let live = seg
+                .slots()
+                .iter()
+                .filter(|s| snap.entry(s.0).is_some())
+                .count();
+            if !seg.wants_summaries(&cfg, live) || !seg.claim_summaries() {
                 continue;
             }
             // Narrow summaries keep slots in rank order; a slot's tie position among the
@@ -539,7 +544,9 @@ impl RoutingTable {
                         let turn = build.0.turn.lock();
                         // A segment merged away meanwhile is not worth summarizing.
                         if Arc::strong_count(&seg) > 1 {
-                            seg.summarize(&cfg, &ties);
+                            seg.build_summaries(&cfg, &ties);
+                        } else {
+                            seg.release_summaries();
                         }
                         drop(turn);
                         drop(build);
@@ -549,7 +556,7 @@ impl RoutingTable {
                 }
             }
             // Without a thread (or when none could be started) the caller builds them.
-            seg.summarize(&cfg, &ties);
+            seg.build_summaries(&cfg, &ties);
         }
     }
 

@@ -682,6 +682,64 @@ fn narrow_summaries_answer_as_scanning_does() {
     }
 }
 
+/// Peers replaced or removed leave dead slots among a narrow summary's kept ones; once
+/// more than an eighth of a segment's slots have died, its summaries are built again,
+/// and pages are read from them again.
+#[test]
+fn narrow_summaries_are_rebuilt_once_enough_peers_are_gone() {
+    let hints: Vec<CipHint> = (0..16u64)
+        .map(|p| {
+            let own = format!("garcia {p}");
+            hint(100, &[("DOCUMENT", "Author", &[(own.as_str(), 10 + p)])])
+        })
+        .collect();
+    let t = RoutingTable::new(TableConfig {
+        summaries: SummaryConfig {
+            min_matches: usize::MAX,
+            narrow_min_values: 2,
+            narrow_slots: 3,
+            ..SummaryConfig::everything()
+        },
+        ..TableConfig::default()
+    });
+    load(&t, &hints, true);
+    t.wait_for_summaries();
+    // Whether the segment's summary of `garc` holds a page of 3.
+    let page_of_3 = |t: &RoutingTable| {
+        let snap = t.snapshot();
+        let attr = snap.attrs.id(&spec("DOCUMENT", "Author")).unwrap();
+        let [seg] = &snap.segments[..] else {
+            panic!("one segment: {}", snap.segments.len());
+        };
+        let sums = seg.summaries().expect("summarized");
+        let summary = sums.lookup(b"garc", attr).expect("garc is summarized");
+        summary.exact_for(3, |slot| snap.live_tie(slot, None).is_some())
+    };
+    assert!(page_of_3(&t));
+    // Two of the three best are gone: 14 of 16 slots live, seven eighths.
+    for p in [15, 14] {
+        assert!(t.remove(&dsi(&format!("1.{p}"))));
+    }
+    t.wait_for_summaries();
+    assert!(!page_of_3(&t), "not built again yet");
+    let plain = RoutingTable::default();
+    load(&plain, &hints, true);
+    let opts = QueryOptions {
+        limit: 3,
+        ..QueryOptions::default()
+    };
+    let ask = |t: &RoutingTable| t.query(&q("DOCUMENT:Author~garc"), &opts);
+    for p in [15, 14, 13] {
+        plain.remove(&dsi(&format!("1.{p}")));
+    }
+    // One more: 13 of 16, under seven eighths.
+    assert!(t.remove(&dsi("1.13")));
+    t.wait_for_summaries();
+    assert!(page_of_3(&t), "built again");
+    assert_eq!(ask(&t), ask(&plain));
+    assert_eq!(ask(&t).len(), 3);
+}
+
 /// On a table too big to scan on the spot, a needle is quick when its narrow summary
 /// holds the page asked for, or when narrow summaries cover its length and it has none
 /// (few values hold it).
