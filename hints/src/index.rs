@@ -791,17 +791,25 @@ impl Segment {
             .map_or(0, u64::from_le_bytes)
     }
 
-    /// The segment's summaries, once built (see [`Segment::summaries`]).
-    #[inline]
+    /// The segment's summaries, once built (see [`Segment::summaries`]), to hold on to.
+    #[cfg(test)]
     pub(crate) fn summaries(&self) -> Option<Arc<Summaries>> {
         self.summaries.load_full()
+    }
+
+    /// The segment's summaries, once built, for a moment (an `Arc` of them to hold on
+    /// to is a clone away).
+    #[inline]
+    pub(crate) fn summaries_now(&self) -> arc_swap::Guard<Option<Arc<Summaries>>> {
+        self.summaries.load()
     }
 
     /// True when `needle` (ASCII-lowercased) is not summarized here under `attr` although
     /// the segment's narrow summaries would hold it if enough postings were under it
     /// ([`crate::narrow`]): then fewer are, and summing it is cheap.
     pub(crate) fn covers_narrowly(&self, needle: &[u8], attr: u32) -> bool {
-        let Some(s) = self.summaries.load_full() else {
+        let guard = self.summaries.load();
+        let Some(s) = guard.as_deref() else {
             return false;
         };
         if needle.len() < 4 || s.narrow_cover == 0 {

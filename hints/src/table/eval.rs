@@ -521,7 +521,7 @@ impl RoutingTable {
         let live = |slot| snap.live_tie(slot, opts.now).is_some();
         let mut scanned = 0;
         snap.segments.iter().all(|seg| {
-            let summed = match seg.summaries().and_then(|s| {
+            let summed = match seg.summaries_now().as_deref().and_then(|s| {
                 s.lookup(&lower, attr)
                     .map(|summary| summary.exact_for(opts.limit, live))
             }) {
@@ -690,14 +690,15 @@ impl RoutingTable {
                         // afterwards.
                         // A narrow summary holds only the best slots: it answers when the
                         // page asked for is among them.
-                        if let Some(sums) = seg.summaries() {
+                        let guard = seg.summaries_now();
+                        if let Some(sums) = guard.as_ref() {
                             let live = |slot| snap.live_tie(slot, opts.now).is_some();
                             if let Some(summary) = sums
                                 .lookup(&scratch.lower, attr)
                                 .filter(|s| s.exact_for(opts.limit, live))
                             {
                                 tally.add_summary(&summary);
-                                scratch.summed.push((si, Summed::Built(sums.clone())));
+                                scratch.summed.push((si, Summed::Built(Arc::clone(sums))));
                                 continue;
                             }
                         }
