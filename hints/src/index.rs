@@ -812,20 +812,20 @@ impl Segment {
         let Some(s) = guard.as_deref() else {
             return false;
         };
-        if needle.len() < 4 || s.narrow_cover == 0 {
+        if s.narrow_cover == 0
+            || !(crate::sums::NARROW_MIN..=crate::sums::NARROW_MAX).contains(&needle.len())
+        {
             return false;
         }
         let quad = quad_key(&needle[..4]);
-        if s.covers_narrowly(needle, attr, quad) {
-            return true;
-        }
-        // A 4-gram too few values hold has no narrow summaries, nor have its extensions.
-        (crate::sums::NARROW_MIN..=crate::sums::NARROW_MAX).contains(&needle.len())
-            && self
-                .grams
-                .get()
-                .and_then(|g| g.quads.list(quad))
-                .is_some_and(|(_, card)| (card as usize) < s.narrow_cover)
+        // A 4-gram too few values hold (or none) has no narrow summaries, nor have its
+        // extensions.
+        s.covers_narrowly(needle, attr, quad)
+            || self.grams.get().is_some_and(|g| {
+                g.quads
+                    .list(quad)
+                    .is_none_or(|(_, card)| (card as usize) < s.narrow_cover)
+            })
     }
 
     /// The memoized sums of `needle` (ASCII-lowercased) under `attr`, if a query kept

@@ -291,7 +291,7 @@ const SAME_BYTES: usize = 24;
 
 /// The tie position of `slot` in `ties` (see [`build`]): `u32::MAX` when dead, the slot
 /// itself when `ties` is empty.
-fn tie_of(ties: &[u32], slot: u32) -> u32 {
+pub(crate) fn tie_of(ties: &[u32], slot: u32) -> u32 {
     match ties {
         [] => slot,
         _ => ties.get(slot as usize).copied().unwrap_or(u32::MAX),

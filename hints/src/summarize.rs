@@ -9,18 +9,26 @@ use crate::index::Segment;
 use crate::summary::SummaryConfig;
 use crate::sums::Summaries;
 
+/// Narrow summaries are built again once the segment's live entries fell below this many
+/// eighths of what they were at the build: each replaced or removed peer leaves a dead
+/// slot among their kept ones, and pages that lose too many are summed again.
+const REBUILD_BELOW_EIGHTHS: u64 = 7;
+
 impl Segment {
     /// True when the segment is big enough for summaries under `cfg`, none are being
-    /// built, and it has none, or narrow ones built when more than an eighth more of its
-    /// slots lived than `live` do now (each replaced or removed peer leaves a dead slot
-    /// among their kept ones, and pages that lose too many are summed again).
-    pub(crate) fn wants_summaries(&self, cfg: &SummaryConfig, live: usize) -> bool {
+    /// built, and it has none, or narrow ones built when its live entries (`live`, asked
+    /// only then) were more than [`REBUILD_BELOW_EIGHTHS`] eighths higher.
+    pub(crate) fn wants_summaries(&self, cfg: &SummaryConfig, live: impl FnOnce() -> u64) -> bool {
         if self.len() < cfg.min_values.max(1) || self.summarizing.load(Ordering::Acquire) {
             return false;
         }
         match self.summaries.load().as_deref() {
             None => true,
-            Some(s) => s.narrow_cover > 0 && live.saturating_mul(8) < s.live_slots * 7,
+            Some(s) => {
+                s.narrow_cover > 0
+                    && live().saturating_mul(8)
+                        < s.live_entries.saturating_mul(REBUILD_BELOW_EIGHTHS)
+            }
         }
     }
 
@@ -49,9 +57,12 @@ impl Segment {
         let _release = Release(self);
         let mut summaries = Summaries::build(self, cfg);
         crate::narrow::add(&mut summaries, self, cfg, ties);
-        let live =
-            |slot: u32| ties.is_empty() || ties.get(slot as usize).is_some_and(|&t| t != u32::MAX);
-        summaries.live_slots = self.slots().iter().filter(|s| live(s.0)).count();
+        summaries.live_entries = self
+            .slots()
+            .iter()
+            .filter(|s| crate::narrow::tie_of(ties, s.0) != u32::MAX)
+            .map(|s| s.1)
+            .sum();
         self.summaries.store(Some(Arc::new(summaries)));
     }
 

@@ -506,27 +506,7 @@ impl Accumulator {
             }
             // Local slot order is table-wide slot order.
             ranked.sort_unstable_by_key(|r| r.2);
-            let entries = ranked
-                .iter()
-                .map(|r| {
-                    let at = r.2 as usize;
-                    let cell = &self.cells[at];
-                    let mut tops = [u32::MAX; SUMMARY_TOPS];
-                    for (t, &(id, _)) in tops
-                        .iter_mut()
-                        .zip(&cell.tops[..usize::from(cell.tops_len)])
-                    {
-                        *t = id;
-                    }
-                    let e = SumEntry {
-                        slot: self.slots[at % nslots],
-                        matched: cell.matched,
-                        sum: 0,
-                        tops,
-                    };
-                    (e, cell.sum)
-                })
-                .collect();
+            let entries = ranked.iter().map(|r| self.entry(r.2 as usize)).collect();
             blocks.push((self.attrs[a], entries, cut));
             ranked.clear();
         }
@@ -541,6 +521,28 @@ impl Accumulator {
         blocks
     }
 
+    /// Cell `at` as an entry (its sum apart, [`Store::push`] fits it), not reset.
+    fn entry(&self, at: usize) -> (SumEntry, u64) {
+        let cell = &self.cells[at];
+        let mut tops = [u32::MAX; SUMMARY_TOPS];
+        for (t, &(id, _)) in tops
+            .iter_mut()
+            .zip(&cell.tops[..usize::from(cell.tops_len)])
+        {
+            *t = id;
+        }
+        let slot = self.slots[at % self.slots.len().max(1)];
+        (
+            SumEntry {
+                slot,
+                matched: cell.matched,
+                sum: 0,
+                tops,
+            },
+            cell.sum,
+        )
+    }
+
     /// The touched cells as blocks by attribute (entries by slot); resets them.
     pub(crate) fn take(&mut self) -> Blocks {
         let nslots = self.slots.len().max(1);
@@ -551,23 +553,8 @@ impl Accumulator {
         for &at in &touched {
             let at = at as usize;
             let attr = self.attrs[at / nslots];
-            let cell = std::mem::replace(&mut self.cells[at], EMPTY_CELL);
-            let mut tops = [u32::MAX; SUMMARY_TOPS];
-            for (t, &(id, _)) in tops
-                .iter_mut()
-                .zip(&cell.tops[..usize::from(cell.tops_len)])
-            {
-                *t = id;
-            }
-            let entry = (
-                SumEntry {
-                    slot: self.slots[at % nslots],
-                    matched: cell.matched,
-                    sum: 0,
-                    tops,
-                },
-                cell.sum,
-            );
+            let entry = self.entry(at);
+            self.cells[at] = EMPTY_CELL;
             match blocks.last_mut() {
                 Some((a, entries)) if *a == attr => entries.push(entry),
                 _ => blocks.push((attr, vec![entry])),

@@ -159,8 +159,8 @@ pub(crate) struct Summaries {
     /// [`Summaries::narrow_quads`], held by this many values and with this many postings
     /// under an attribute, is summarized under it ([`crate::narrow`]).
     pub(crate) narrow_cover: usize,
-    /// Slots of the segment live when they were built.
-    pub(crate) live_slots: usize,
+    /// Entries of the segment's slots live when they were built.
+    pub(crate) live_entries: u64,
     /// The 4-grams (keys of the substring index) whose extensions were all considered,
     /// ascending: those held by [`Summaries::narrow_cover`] values or more, but for any a
     /// memory bound left out.
@@ -187,13 +187,13 @@ impl Summary<'_> {
     /// that died since is skipped, so the block answers while `limit` of its slots live.
     pub(crate) fn exact_for(&self, limit: usize, live: impl Fn(u32) -> bool) -> bool {
         self.cut & CUT == 0
+            || limit == 0
             || self
                 .entries
                 .iter()
                 .filter(|e| live(e.slot))
-                .nth(limit.saturating_sub(1))
+                .nth(limit - 1)
                 .is_some()
-            || limit == 0
     }
 
     /// The summed count of `entries[i]`.
@@ -261,14 +261,11 @@ impl Summaries {
 
     /// True when `needle` (ASCII-lowercased, 4 to 6 bytes) is not summarized under `attr`
     /// although its 4-gram's narrow summaries were built ([`Summaries::narrow_quads`]):
-    /// then fewer than [`Summaries::narrow_cover`] values hold it, or postings are under
-    /// `attr`, and it is cheap to sum. `quad` is the key of its first four bytes, as the
-    /// substring index makes it.
+    /// then fewer than [`Summaries::narrow_cover`] values hold it, or fewer postings than
+    /// that are under `attr`, and it is cheap to sum. `quad` is the key of its first four
+    /// bytes, as the substring index makes it.
     pub(crate) fn covers_narrowly(&self, needle: &[u8], attr: u32, quad: u32) -> bool {
-        if self.narrow_cover == 0
-            || !(NARROW_MIN..=NARROW_MAX).contains(&needle.len())
-            || self.narrow_quads.binary_search(&quad).is_err()
-        {
+        if self.narrow_quads.binary_search(&quad).is_err() {
             return false;
         }
         let Some(key) = pack(needle) else {

@@ -789,12 +789,12 @@ impl RoutingTable {
                 }
                 // Their records are scattered: load them all before reading any, so
                 // that the cache misses overlap.
-                let ids = |tops: &[(u32, u32)]| -> u64 {
+                let touch = |tops: &[(u32, u32)]| -> u64 {
                     let starts = tops.iter().fold(0, |d, t| d ^ seg.touch_starts(&[t.1]));
                     tops.iter()
                         .fold(starts, |d, t| d ^ seg.touch_records(&[t.1]))
                 };
-                std::hint::black_box(ids(tops));
+                std::hint::black_box(touch(tops));
                 for &(slot, id) in tops.iter() {
                     let start = seg.start_of(id);
                     if let Some(count) = seg.count_at(start, attr, slot) {

@@ -522,12 +522,7 @@ impl RoutingTable {
         let cfg = self.config.summaries;
         let mut all_ties: Option<Arc<[u32]>> = None;
         for seg in &snap.segments {
-            let live = seg
-                .slots()
-                .iter()
-                .filter(|s| snap.entry(s.0).is_some())
-                .count();
-            if !seg.wants_summaries(&cfg, live) || !seg.claim_summaries() {
+            if !seg.wants_summaries(&cfg, || snap.live_entries(seg)) || !seg.claim_summaries() {
                 continue;
             }
             // Narrow summaries keep slots in rank order; a slot's tie position among the

@@ -769,6 +769,8 @@ fn narrowly_summarized_substrings_are_quick() {
     assert!(!t.answers_quickly(&q("DOCUMENT:Author~anber"), &page(17)));
     // Held by 11 values: covered, not summarized.
     assert!(t.answers_quickly(&q("DOCUMENT:Author~\" 7 79\""), &page(100)));
+    // Held by no value: nothing to sum.
+    assert!(t.answers_quickly(&q("DOCUMENT:Author~zzzzz"), &page(12)));
     // Seven bytes: longer than narrow summaries go.
     assert!(!t.answers_quickly(&q("DOCUMENT:Author~\"anber 7\""), &page(12)));
     // With room for one 4-gram's summaries (the broadest: `anbe`, `nber` and `ber ` are
