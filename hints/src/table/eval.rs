@@ -788,13 +788,14 @@ impl RoutingTable {
                     );
                 }
                 // Their records are scattered: load them all before reading any, so
-                // that the cache misses overlap.
-                let touch = |tops: &[(u32, u32)]| -> u64 {
-                    let starts = tops.iter().fold(0, |d, t| d ^ seg.touch_starts(&[t.1]));
-                    tops.iter()
-                        .fold(starts, |d, t| d ^ seg.touch_records(&[t.1]))
-                };
-                std::hint::black_box(touch(tops));
+                // that the cache misses overlap; once each (a popular value is the best
+                // of many slots).
+                let ids = &mut scratch.ids;
+                ids.clear();
+                ids.extend(tops.iter().map(|t| t.1));
+                ids.sort_unstable();
+                ids.dedup();
+                std::hint::black_box(seg.touch_starts(ids) ^ seg.touch_records(ids));
                 for &(slot, id) in tops.iter() {
                     let start = seg.start_of(id);
                     if let Some(count) = seg.count_at(start, attr, slot) {
