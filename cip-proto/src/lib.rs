@@ -8,6 +8,7 @@
 //! * [`tagged`]: RFC 2654's tagged index object: parser, canonical writer, incremental
 //!   updates, and conversions to per-template value counts and from records.
 //! * [`whoispp`]: Whois++ query lines (RFC 1835), parsed into conjunctions and constraints.
+//! * [`whoispp_answer`]: Whois++ answers as a server sends them: records, referrals, codes.
 //! * [`http_date`]: HTTP dates in header fields (GMT in all three forms).
 //! * [`dsi`]: dataset identifiers (RFC 2652 §2.1.2), validated on construction.
 //!
@@ -23,6 +24,7 @@ pub mod rdm;
 pub mod soif;
 pub mod tagged;
 pub mod whoispp;
+pub mod whoispp_answer;
 
 pub use dsi::Dsi;
 pub use soif::{Attribute, Identifier, SoifError, SoifObject};

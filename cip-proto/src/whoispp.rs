@@ -12,7 +12,7 @@
 //! name        = "template" / "handle" / "value" / attribute
 //! global      = "format=" ( "full" / "abridged" / "handle" / "summary" / "server-to-ask" )
 //!             / "maxhits=" N / "maxfull=" N / "search=" ( "exact" / "substring" / "lstring" )
-//!             / "hold" / "case=" ( "ignore" ) / other (kept in `ignored`)
+//!             / "hold" / "chase" / "case=" ( "ignore" ) / other (kept in `ignored`)
 //! ```
 //!
 //! `not` applies to a single term; `not template=x` and `not handle=x` are kept as
@@ -90,6 +90,10 @@ pub struct Globals {
     pub max_full: usize,
     /// `hold`: keep the connection open for another query.
     pub hold: bool,
+    /// `chase` (this implementation's constraint): the server chases the referrals itself
+    /// and answers with the records of the whole mesh, each under the handle of the server
+    /// that holds it.
+    pub chase: bool,
     /// Constraints not understood (answered with `% 112`, then ignored).
     pub ignored: Vec<String>,
 }
@@ -124,6 +128,7 @@ pub fn parse(line: &str, default_max_hits: usize) -> Result<WhoisQuery, SyntaxEr
         max_hits: default_max_hits,
         max_full: default_max_hits,
         hold: false,
+        chase: false,
         ignored: Vec::new(),
     };
     let mut search = Search::Exact;
@@ -209,6 +214,7 @@ fn apply_global(
         ("maxhits", v) => g.max_hits = number(v)?.min(cap),
         ("maxfull", v) => g.max_full = number(v)?,
         ("hold", "" | "on" | "true" | "y") => g.hold = true,
+        ("chase", "" | "on" | "true" | "y") => g.chase = true,
         ("search", v) => {
             *search = search_named(v).ok_or_else(|| SyntaxError {
                 column,
@@ -311,7 +317,7 @@ struct Parser {
 }
 
 /// The global constraints also taken when a client writes them after a term.
-const GLOBAL_NAMES: [&str; 4] = ["format", "maxhits", "maxfull", "hold"];
+const GLOBAL_NAMES: [&str; 5] = ["format", "maxhits", "maxfull", "hold", "chase"];
 
 impl Parser {
     fn peek_word(&self) -> Option<String> {
@@ -555,6 +561,8 @@ mod tests {
 
     #[test]
     fn globals_follow_the_last_colon() {
+        assert!(q("keywords=centroid:chase").globals.chase);
+        assert!(!q("keywords=centroid").globals.chase);
         let x = q("keywords=centroid:format=handle;maxhits=2;hold");
         assert_eq!(x.globals.format, Format::Handle);
         assert_eq!(x.globals.max_hits, 2);
