@@ -31,6 +31,8 @@ enum Command {
     Rdm(ctl::rdm::RdmCommand),
     /// Ask a node for referrals (and chase them with --follow).
     Query(ctl::query::QueryArgs),
+    /// Ask a node to search the whole mesh: it chases the referrals and returns the objects.
+    Search(ctl::search::SearchArgs),
     /// Make the node's Ed25519 key pair for signing its hints.
     Keygen(ctl::keys::KeygenArgs),
     /// Make a mesh CA and node certificates for TLS (mutual TLS between peers).
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         Command::Hint(cmd) => ctl::hint::run(cmd),
         Command::Rdm(cmd) => ctl::rdm::run(cmd),
         Command::Query(args) => ctl::query::run(args),
+        Command::Search(args) => ctl::search::run(args),
         Command::Keygen(args) => ctl::keys::keygen(&args),
         Command::Tls(cmd) => ctl::tls::run(cmd),
         Command::Admin(cmd) => ctl::admin::run(cmd, &cli.admin),

@@ -1,6 +1,6 @@
 //! `cipctl` subcommands. Each module holds one command group's clap arguments and its `run`.
 //!
-//! Offline tools (no daemon needed): [`soif`], [`hina`], [`hint`]. Commands for a running daemon: [`admin`]. Talking to other servers: [`query`], [`rdm`]. Packaging: [`generate`].
+//! Offline tools (no daemon needed): [`soif`], [`hina`], [`hint`]. Commands for a running daemon: [`admin`]. Talking to other servers: [`query`], [`search`], [`rdm`]. Packaging: [`generate`].
 
 pub mod admin;
 pub mod generate;
@@ -9,6 +9,7 @@ pub mod hint;
 pub mod keys;
 pub mod query;
 pub mod rdm;
+pub mod search;
 pub mod soif;
 pub mod tls;
 

@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::front::cip_http::{CipHttpClient, HttpError};
 use crate::front::transport::{
-    CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls, transport_config,
+    BASE_URI_PARAM, CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls,
+    transport_config,
 };
 use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
 use crate::node::{Node, hint_type};
@@ -293,7 +294,7 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
             let request = Request::Poll {
                 index_type: index_type.clone(),
                 dsi: asked.clone(),
-                params: vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())],
+                params: poll_params(node, &own),
                 body: Bytes::new(),
             };
             let r = match session.request(&request).await {
@@ -612,6 +613,17 @@ fn succeeded(reply: ClientReply) -> Result<(), PeerError> {
             comment: reply.comment,
         })
     }
+}
+
+/// The parameters of our polls: who we are (`poller-dsi`) and where we are queried
+/// (`base-uri`, as ROADS sends it), so the polled node's searches can widen to us.
+fn poll_params(node: &Node, own: &Dsi) -> Vec<(String, String)> {
+    let mut params = vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())];
+    let uris = node.identity().base_uris.join(" ");
+    if !uris.is_empty() {
+        params.push((BASE_URI_PARAM.to_owned(), uris));
+    }
+    params
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use cip_proto::Dsi;
 use cip_proto::cip::{PollResult, Request, ResponseCode};
 
-use crate::front::transport::POLLER_DSI_PARAM;
+use crate::front::transport::{BASE_URI_PARAM, POLLER_DSI_PARAM};
 use crate::front::transport::{PeerContext, Reply, RequestHandler};
 use crate::model::config::PeerRole;
 use crate::node::Node;
@@ -91,6 +91,11 @@ impl RequestHandler for CipService {
                         .and_then(|name| node.peer_dsi(&name))
                 });
                 tracing::debug!(remote = %peer.remote, poller = ?poller.as_ref().map(Dsi::as_str), "poll");
+                // Pollers that name where they are queried (ROADS and cipd do) are where a
+                // search widens to (RFC 1913's POLLED-BY; PROTOCOL.md, "Search").
+                if let Some((_, uris)) = params.iter().find(|(n, _)| n == BASE_URI_PARAM) {
+                    node.note_poller(peer.remote.ip(), poller.as_ref(), uris);
+                }
                 Reply::result(PollResult {
                     objects: vec![node.outbound_object(poller.as_ref()).await],
                 })

@@ -135,6 +135,19 @@ pub struct Found {
     pub unreachable: usize,
 }
 
+/// What a query with `chase` found in the mesh.
+#[derive(Debug, Default)]
+pub struct Chased {
+    /// Matching records with the DSI of the node holding each, at most `maxhits`.
+    pub records: Vec<(String, SoifObject)>,
+    /// All matching records found.
+    pub total: u64,
+    /// Referrals left unchased that have a Whois++ address.
+    pub referrals: Vec<ServerToAsk>,
+    /// Some referral was not chased (or failed).
+    pub partial: bool,
+}
+
 /// Answers Whois++ queries for one node.
 #[derive(Debug, Clone)]
 pub struct WhoisService {
@@ -232,8 +245,71 @@ impl WhoisService {
             .collect()
     }
 
-    /// The whole answer to one query line, and whether to hold the connection.
-    pub async fn answer(&self, line: &str) -> (String, bool) {
+    /// With the `chase` constraint: searches the mesh for each conjunction of `q` (one
+    /// budget for them all) and keeps the objects that match it by Whois++'s rules, each
+    /// with the DSI of the node holding it; referrals left unchased with a Whois++ address
+    /// come back as `# SERVER-TO-ASK`.
+    ///
+    /// # Errors
+    /// A message for `% 500` when no conjunction can be searched.
+    pub async fn chase(&self, q: &WhoisQuery) -> Result<Chased, String> {
+        let mut out = Chased::default();
+        let mut budget = self.node.config().search.max_subqueries;
+        let mut seen = HashSet::new();
+        let mut asked = HashSet::new();
+        for c in &q.disjuncts {
+            if c.handle.is_some() {
+                continue;
+            }
+            for table_query in self.table_queries(c) {
+                if !asked.insert(table_query.clone()) {
+                    continue;
+                }
+                let args = crate::front::search::SearchArgs {
+                    q: Some(table_query),
+                    limit: Some(q.globals.max_hits.to_string()),
+                    ..Default::default()
+                };
+                let (mut req, key) =
+                    crate::front::search::request_of(&self.node, &args, &Default::default())
+                        .map_err(|e| e.message)?;
+                req.budget = budget;
+                let key = format!("{key}\u{1f}{budget}");
+                let (answer, _) = self.node.search(req, key).await;
+                budget = budget.saturating_sub(answer.subqueries);
+                out.partial |= answer.partial;
+                for o in answer.objects {
+                    let Ok(mut soif) = SoifObject::new(&o.template, o.url.clone().into_bytes())
+                    else {
+                        continue;
+                    };
+                    for (n, v) in &o.attributes {
+                        let _ = soif.push(n, v.clone().into_bytes());
+                    }
+                    if record_matches(&soif, c) && seen.insert((o.holder.clone(), o.url.clone())) {
+                        out.total += 1;
+                        if out.records.len() < q.globals.max_hits {
+                            out.records.push((o.holder, soif));
+                        }
+                    }
+                }
+                for u in answer.unchased {
+                    if let Some(s) = whois_address(&u.dsi, &u.base_uri)
+                        && !out
+                            .referrals
+                            .iter()
+                            .any(|r: &ServerToAsk| r.handle == s.handle)
+                    {
+                        out.referrals.push(s);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The whole answer to one query line from `remote`, and whether to hold the connection.
+    pub async fn answer(&self, line: &str, remote: std::net::IpAddr) -> (String, bool) {
         let mut out = String::new();
         if let Some(text) = self.command(line.trim()) {
             return (text, false);
@@ -251,6 +327,9 @@ impl WhoisService {
             out.push_str(&format!(
                 "% 112 Constraint {c:?} not supported; ignored\r\n"
             ));
+        }
+        if q.globals.chase {
+            return self.answer_chased(&q, remote, out).await;
         }
         let found = match self.find(&q).await {
             Ok(f) => f,
@@ -292,6 +371,66 @@ impl WhoisService {
         (out, q.globals.hold)
     }
 
+    /// The rest of the answer to a query with `chase`, after `out`'s first lines.
+    async fn answer_chased(
+        &self,
+        q: &WhoisQuery,
+        remote: std::net::IpAddr,
+        mut out: String,
+    ) -> (String, bool) {
+        if let Err(why) = self.node.search_admits(remote) {
+            let text = match why {
+                crate::node::search::SearchRefusal::Disabled => {
+                    "this server does not search the mesh"
+                }
+                crate::node::search::SearchRefusal::Denied => {
+                    "searching the mesh through this server is not allowed from here"
+                }
+                crate::node::search::SearchRefusal::RateLimited => {
+                    "too many searches from this address; try again shortly"
+                }
+            };
+            out.push_str(&format!("% 500 chase refused: {text}\r\n"));
+            return (out, q.globals.hold);
+        }
+        let chased = match self.chase(q).await {
+            Ok(c) => c,
+            Err(e) => {
+                out.push_str(&format!("% 500 {e}\r\n"));
+                return (out, q.globals.hold);
+            }
+        };
+        if chased.partial {
+            out.push_str("% 111 Partial answer: some servers were not reached (they follow as SERVER-TO-ASK where they speak Whois++)\r\n");
+        }
+        if chased.total > q.globals.max_hits as u64 {
+            out.push_str("% 110 Too many hits\r\n");
+        }
+        for (holder, o) in &chased.records {
+            let found = Found {
+                records: vec![o.clone()],
+                total: 1,
+                ..Found::default()
+            };
+            write_records(&mut out, holder, &found, q.globals.format);
+        }
+        for s in &chased.referrals {
+            out.push_str(&format!(
+                "# SERVER-TO-ASK {h}\r\n Server-Handle: {h}\r\n Host-Name: {}\r\n Host-Port: {}\r\n URI: {}\r\n# END\r\n\r\n",
+                s.host,
+                s.port,
+                s.uri,
+                h = s.handle
+            ));
+        }
+        out.push_str(if q.globals.hold {
+            "% 226 Transaction complete; holding the connection open\r\n"
+        } else {
+            "% 226 Transaction complete\r\n"
+        });
+        (out, q.globals.hold)
+    }
+
     /// The answer to a system command (RFC 1835 §3.3), when `line` is one.
     fn command(&self, line: &str) -> Option<String> {
         let version = env!("CARGO_PKG_VERSION");
@@ -301,7 +440,7 @@ impl WhoisService {
                 dsi = self.node.identity().dsi
             ),
             "commands" => "% 200 Command okay\r\n# FULL COMMANDS - COMMANDS\r\n Commands: commands describe help version <query>\r\n# END\r\n\r\n% 226 Transaction complete\r\n".to_owned(),
-            "help" => "% 200 Command okay\r\n% 113-Queries: attribute=value, template=name, handle=h, a bare value;\r\n% 113-combined with and, or, not and parentheses; constraints after the last\r\n% 113 colon: format=full|abridged|handle|summary, maxhits=N, search=exact|substring|lstring, hold\r\n% 226 Transaction complete\r\n".to_owned(),
+            "help" => "% 200 Command okay\r\n% 113-Queries: attribute=value, template=name, handle=h, a bare value;\r\n% 113-combined with and, or, not and parentheses; constraints after the last\r\n% 113-colon: format=full|abridged|handle|summary, maxhits=N, search=exact|substring|lstring, hold,\r\n% 113 chase (this server follows the referrals and answers with the whole mesh's records)\r\n% 226 Transaction complete\r\n".to_owned(),
             "describe" => {
                 let identity = self.node.identity();
                 format!(
@@ -512,7 +651,7 @@ impl OtherProtocol for WhoisService {
         loop {
             tracing::debug!(remote = %peer.remote, query = %line, "whois++ query");
             crate::sys::metrics::Metrics::inc(&self.node.metrics().whoispp_queries);
-            let (mut answer, hold) = self.answer(&line).await;
+            let (mut answer, hold) = self.answer(&line, peer.remote.ip()).await;
             if !hold {
                 answer.push_str("% 203 Bye\r\n");
             }

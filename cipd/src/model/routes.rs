@@ -7,6 +7,8 @@ pub const FIXED_ROUTES: &[&str] = &[
     "/v1/referrals",
     "/v1/objects",
     "/v1/status",
+    "/v1/search",
+    "/search",
     "/metrics",
     "/healthz",
     "/readyz",

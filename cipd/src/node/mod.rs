@@ -56,6 +56,7 @@ mod hosts;
 mod inbound;
 mod queries;
 mod reload;
+pub mod search;
 
 /// Local objects a substring query may search on an async worker ([`Node::is_quick`]).
 const QUICK_LOCAL_OBJECTS: u64 = 10_000;
@@ -171,6 +172,12 @@ pub struct Node {
     http: ArcSwap<crate::sys::http::HttpClient>,
     /// The byte budget request bodies share (`limits.max_inflight_bytes`).
     inflight: Arc<crate::sys::budget::ByteBudget>,
+    /// The chasing search's caches and client ([`crate::pipeline::search`]).
+    searcher: crate::pipeline::search::Searcher,
+    /// The nodes that poll this one, as their polls named them.
+    upstreams: crate::store::clients::Upstreams,
+    /// Per-client search rates (`search.rate`).
+    search_clients: crate::store::clients::RateLimiter,
 }
 
 impl std::fmt::Debug for Node {
@@ -239,7 +246,14 @@ impl Node {
             .client(None, None)
             .map_err(NodeError::HttpClient)?;
         let inflight = crate::sys::budget::ByteBudget::new(config.limits.max_inflight_bytes);
+        let searcher = crate::pipeline::search::Searcher::new(
+            &config.search,
+            crate::pipeline::search::client(&config.http_client).map_err(NodeError::HttpClient)?,
+        );
         Ok(Self {
+            searcher,
+            upstreams: Default::default(),
+            search_clients: Default::default(),
             http: ArcSwap::from_pointee(http),
             inflight,
             bindings: Arc::new(Bindings::new(&config)),
@@ -360,6 +374,30 @@ impl Node {
                 .inflight
                 .refused
                 .load(std::sync::atomic::Ordering::Relaxed),
+            search_cache_hits: self
+                .searcher
+                .subs
+                .hits
+                .load(std::sync::atomic::Ordering::Relaxed)
+                + self
+                    .searcher
+                    .own
+                    .hits
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            search_cache_misses: self
+                .searcher
+                .subs
+                .misses
+                .load(std::sync::atomic::Ordering::Relaxed)
+                + self
+                    .searcher
+                    .own
+                    .misses
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            search_joined: self.searcher.joined(),
+            search_cache_entries: (self.searcher.subs.len() + self.searcher.own.len()) as u64,
+            search_infra_entries: self.searcher.health.len() as u64,
+            search_nodes_down: self.searcher.health.down_count() as u64,
         })
     }
 

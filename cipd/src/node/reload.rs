@@ -46,7 +46,11 @@ impl Node {
             let http = if new.http_client == old.http_client {
                 None
             } else {
-                match new.http_client.client(None, None) {
+                match new
+                    .http_client
+                    .client(None, None)
+                    .and_then(|c| Ok((c, crate::pipeline::search::client(&new.http_client)?)))
+                {
                     Ok(c) => Some(c),
                     Err(e) => {
                         tracing::error!(error = %e, "reload refused; keeping the running configuration");
@@ -55,8 +59,9 @@ impl Node {
                     }
                 }
             };
-            if let Some(client) = http {
+            if let Some((client, search)) = http {
                 self.http.store(Arc::new(client));
+                self.searcher.set_client(search);
             }
             let public =
                 |k: Option<&Arc<crate::model::trust::keys::NodeKey>>| k.map(|k| k.public().clone());

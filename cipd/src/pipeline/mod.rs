@@ -1,7 +1,7 @@
 //! What moves data: the import queue ([`import`]), the out-bound builder ([`outbound`]),
 //! pulled feeds on one schedule ([`feeds`]: Hina-Di URLs in [`hinadi`], RDM pulls in
 //! [`rdm_pull`], both over [`crate::sys::http`]), and the index-type registry ([`index_types`],
-//! [`tagged`]). A pipeline that must drive the node takes a trait defined beside it.
+//! [`tagged`]), and the search that chases referrals through the mesh ([`search`]). A pipeline that must drive the node takes a trait defined beside it.
 
 pub mod feeds;
 pub mod hinadi;
@@ -10,5 +10,6 @@ pub mod inbound;
 pub mod index_types;
 pub mod outbound;
 pub mod rdm_pull;
+pub mod search;
 pub mod sources;
 pub mod tagged;

@@ -1,13 +1,18 @@
 //! What holds data: local collections and their sources ([`collection`], [`local`]), the
 //! spool of in-bound hints ([`spool`]), the RDM change journals ([`journal`]), the answer
-//! cache ([`answers`]), peer bindings ([`binding`]), and SOIF file reading ([`soif_io`]).
+//! cache ([`answers`]), what the search learnt of other nodes ([`health`]), who
+//! asks it ([`clients`]) and the answers it
+//! keeps ([`search_cache`]), peer bindings ([`binding`]), and SOIF file reading ([`soif_io`]).
 
 pub mod answers;
 pub mod binding;
+pub mod clients;
 pub mod collection;
+pub mod health;
 pub mod journal;
 pub mod local;
 pub mod local_index;
 pub mod sample;
+pub mod search_cache;
 pub mod soif_io;
 pub mod spool;

@@ -118,6 +118,211 @@ pub struct Metrics {
     /// Query latency.
     pub query_latency: Histogram,
     polls: Mutex<BTreeMap<String, PollCounts>>,
+    /// The chasing search's counters.
+    pub search: SearchMetrics,
+}
+
+/// Upper bounds of the sub-queries-per-search histogram's buckets.
+pub const SUBQUERY_BUCKETS: [u64; 9] = [0, 1, 2, 4, 8, 16, 32, 64, 128];
+
+/// Why a referral was not chased, as metric labels (the order of `SearchMetrics::unchased`).
+pub const UNCHASED_REASONS: [&str; 6] = [
+    "budget",
+    "depth",
+    "deadline",
+    "refused",
+    "unreachable",
+    "limit",
+];
+
+/// Counters of the chasing search (`/v1/search`, `/search`, Whois++ `chase`).
+#[derive(Debug, Default)]
+pub struct SearchMetrics {
+    /// Searches clients asked of this node.
+    pub searches: AtomicU64,
+    /// Sub-requests of other nodes' searches answered here.
+    pub served: AtomicU64,
+    /// Sub-queries this node sent.
+    pub subqueries: AtomicU64,
+    /// Client searches answered partial.
+    pub partial: AtomicU64,
+    /// Searches refused: client address not in `search.allow`.
+    pub denied: AtomicU64,
+    /// Searches refused: over `search.rate`.
+    pub rate_limited: AtomicU64,
+    /// Client searches answered from this node's answer cache.
+    pub answer_cache_hits: AtomicU64,
+    /// Referrals left unchased, by reason ([`UNCHASED_REASONS`]).
+    pub unchased: [AtomicU64; 6],
+    /// Client search latency.
+    pub latency: Histogram,
+    /// Sub-queries per client search, by [`SUBQUERY_BUCKETS`].
+    subqueries_per_search: [AtomicU64; SUBQUERY_BUCKETS.len()],
+    subqueries_per_search_sum: AtomicU64,
+    subqueries_per_search_count: AtomicU64,
+}
+
+impl SearchMetrics {
+    /// Counts a referral left unchased for `reason` (one of [`UNCHASED_REASONS`]).
+    pub fn note_unchased_label(&self, reason: &str) {
+        if let Some(i) = UNCHASED_REASONS.iter().position(|r| *r == reason) {
+            self.unchased[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records one client search that cost `subqueries` sub-queries.
+    pub fn observe_subqueries(&self, subqueries: u32) {
+        let n = u64::from(subqueries);
+        if let Some(i) = SUBQUERY_BUCKETS.iter().position(|&b| n <= b) {
+            self.subqueries_per_search[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.subqueries_per_search_sum
+            .fetch_add(n, Ordering::Relaxed);
+        self.subqueries_per_search_count
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, g: &Gauges) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        counter(
+            out,
+            "cipd_searches_total",
+            "Searches clients asked of this node.",
+            load(&self.searches),
+        );
+        counter(
+            out,
+            "cipd_search_subrequests_served_total",
+            "Sub-requests of other nodes' searches answered here.",
+            load(&self.served),
+        );
+        counter(
+            out,
+            "cipd_search_subqueries_total",
+            "Sub-queries this node sent.",
+            load(&self.subqueries),
+        );
+        counter(
+            out,
+            "cipd_search_partial_total",
+            "Client searches answered partial.",
+            load(&self.partial),
+        );
+        counter(
+            out,
+            "cipd_search_denied_total",
+            "Searches refused: client address not in search.allow.",
+            load(&self.denied),
+        );
+        counter(
+            out,
+            "cipd_search_rate_limited_total",
+            "Searches refused: over search.rate.",
+            load(&self.rate_limited),
+        );
+        counter(
+            out,
+            "cipd_search_answer_cache_hits_total",
+            "Client searches answered from this node's answer cache.",
+            load(&self.answer_cache_hits),
+        );
+        counter(
+            out,
+            "cipd_search_cache_hits_total",
+            "Search cache lookups (sub-query and own answers) that found a valid answer.",
+            g.search_cache_hits,
+        );
+        counter(
+            out,
+            "cipd_search_cache_misses_total",
+            "Search cache lookups that found none.",
+            g.search_cache_misses,
+        );
+        counter(
+            out,
+            "cipd_search_joined_total",
+            "Sub-queries that joined an identical one in flight.",
+            g.search_joined,
+        );
+        gauge(
+            out,
+            "cipd_search_cache_entries",
+            "Answers the search caches hold.",
+            g.search_cache_entries as f64,
+        );
+        gauge(
+            out,
+            "cipd_search_infra_entries",
+            "Nodes whose round-trip times and failures are remembered.",
+            g.search_infra_entries as f64,
+        );
+        gauge(
+            out,
+            "cipd_search_nodes_down",
+            "Nodes whose failure is cached now (not asked until it expires).",
+            g.search_nodes_down as f64,
+        );
+        header(
+            out,
+            "cipd_search_unchased_total",
+            "Referrals left unchased, by reason.",
+            "counter",
+        );
+        for (i, reason) in UNCHASED_REASONS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "cipd_search_unchased_total{{reason=\"{reason}\"}} {}",
+                load(&self.unchased[i])
+            );
+        }
+        header(
+            out,
+            "cipd_search_subqueries_per_search",
+            "Sub-queries per client search.",
+            "histogram",
+        );
+        let mut cumulative = 0;
+        for (i, bound) in SUBQUERY_BUCKETS.iter().enumerate() {
+            cumulative += load(&self.subqueries_per_search[i]);
+            let _ = writeln!(
+                out,
+                "cipd_search_subqueries_per_search_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let count = load(&self.subqueries_per_search_count);
+        let _ = writeln!(
+            out,
+            "cipd_search_subqueries_per_search_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            out,
+            "cipd_search_subqueries_per_search_sum {}",
+            load(&self.subqueries_per_search_sum)
+        );
+        let _ = writeln!(out, "cipd_search_subqueries_per_search_count {count}");
+        histogram(
+            out,
+            "cipd_search_duration_seconds",
+            "Client search latency.",
+            &self.latency,
+        );
+    }
+}
+
+/// Writes `h` as a Prometheus histogram named `name`.
+fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    header(out, name, help, "histogram");
+    let mut cumulative = 0;
+    for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+        cumulative += load(&h.buckets[i]);
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    let count = load(&h.count);
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+    let sum = load(&h.sum_nanos) as f64 / 1e9;
+    let _ = writeln!(out, "{name}_sum {sum}");
+    let _ = writeln!(out, "{name}_count {count}");
 }
 
 /// Gauges owned elsewhere, read when rendering.
@@ -179,6 +384,18 @@ pub struct Gauges {
     pub inflight_waited: u64,
     /// Body reads refused because the budget stayed in use past their deadline.
     pub inflight_refused: u64,
+    /// Search cache lookups that found a valid answer.
+    pub search_cache_hits: u64,
+    /// Search cache lookups that found none.
+    pub search_cache_misses: u64,
+    /// Sub-queries joined to an identical one in flight.
+    pub search_joined: u64,
+    /// Answers the search caches hold.
+    pub search_cache_entries: u64,
+    /// Nodes the infrastructure cache knows.
+    pub search_infra_entries: u64,
+    /// Nodes whose failure is cached now.
+    pub search_nodes_down: u64,
 }
 
 impl Metrics {
@@ -213,6 +430,7 @@ impl Metrics {
     /// Renders every metric in the Prometheus text format.
     pub fn render(&self, gauges: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
+        self.search.render(&mut out, gauges);
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         counter(
             &mut out,

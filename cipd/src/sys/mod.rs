@@ -18,3 +18,9 @@ pub mod notify;
 pub mod startup;
 pub mod telemetry;
 pub mod tls;
+
+/// Locks `m`, taking the data of a poisoned lock too: a panic elsewhere mid-update of plain
+/// data leaves it usable (every guarded update here is a few field writes).
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1011,6 +1011,17 @@ impl RoutingTable {
             .cloned()
     }
 
+    /// How many datasets the hint held for `dsi` says it aggregates (its provenance list;
+    /// 0 for a dataset's own hint), without copying the list: a search shares its budget
+    /// of sub-queries among the peers it asks by it.
+    pub fn provenance_len(&self, dsi: &Dsi) -> Option<usize> {
+        let snap = self.current.load();
+        snap.peers
+            .get(dsi)
+            .and_then(|&slot| snap.entry(slot))
+            .map(|e| e.provenance.len())
+    }
+
     /// The peers, by DSI.
     pub fn peers(&self) -> Vec<PeerSummary> {
         let snap = self.current.load();

@@ -232,6 +232,10 @@ pub trait RequestHandler: Send + Sync + 'static {
 /// 2652 §2.3: unknown parameters are silently ignored).
 pub const POLLER_DSI_PARAM: &str = "poller-dsi";
 
+/// The poll parameter naming where the poller is queried (its base-URIs, space-separated),
+/// as ROADS sends it (digest A18): the polled node's searches widen to it.
+pub const BASE_URI_PARAM: &str = "base-uri";
+
 /// The transport settings derived from the configuration.
 pub fn transport_config(config: &Config) -> TransportConfig {
     let l = &config.limits;

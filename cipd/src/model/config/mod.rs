@@ -26,6 +26,7 @@ mod document;
 mod http_client;
 mod limits;
 mod pipeline;
+mod search;
 mod trust;
 mod validate;
 
@@ -40,6 +41,7 @@ pub use http_client::{HttpClientConfig, RawHttpClient, user_agent};
 pub use limits::{AdminLimits, DEFAULT_SCAN_MAX_OBJECTS, Limits, MAX_REQUEST_LINE, RawLimits};
 pub use pipeline::{ImportConfig, OutboundConfig};
 pub use pipeline::{RawImport, RawOutbound};
+pub use search::{RawSearch, SearchConfig, TargetRule, parse_net};
 pub use trust::{RawSigning, SigningConfig};
 pub use validate::{OneOrMany, Problem};
 use validate::{Validator, problem};
@@ -100,6 +102,9 @@ pub struct RawConfig {
     /// `[http_client]`: how the node fetches over HTTP and https.
     #[serde(default)]
     pub http_client: RawHttpClient,
+    /// `[search]`: the search that chases referrals through the mesh.
+    #[serde(default)]
+    pub search: RawSearch,
 }
 
 /// `[node]`.
@@ -311,6 +316,8 @@ pub struct Config {
     pub signing: SigningConfig,
     /// The HTTP client's trust, proxies and timeouts.
     pub http_client: HttpClientConfig,
+    /// The chasing search's budgets, caches and access rules.
+    pub search: SearchConfig,
 }
 
 /// This node's identity.
@@ -839,6 +846,7 @@ impl Validator<'_> {
         );
         let signing = self.signing(raw.signing);
         let http_client = self.http_client(raw.http_client);
+        let search = self.search(raw.search);
         let log_level = raw.log.level.unwrap_or_else(|| "info".to_owned());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
             self.err(
@@ -866,6 +874,7 @@ impl Validator<'_> {
             console,
             signing,
             http_client,
+            search,
         }
     }
 
