@@ -26,17 +26,17 @@ use cipd::node::QueryAnswer;
 
 use crate::harness::{NodeSpec, TestNode};
 
-const ROOT: &str = "1.3.6.1.4.1.99999.200";
-const MIDS: usize = 3;
+pub(crate) const ROOT: &str = "1.3.6.1.4.1.99999.200";
+pub(crate) const MIDS: usize = 3;
 const LEAVES_PER_MID: usize = 3;
-const LEAVES: usize = MIDS * LEAVES_PER_MID;
-const SEED: u64 = 0x5eed_c1b0_2024_0016;
+pub(crate) const LEAVES: usize = MIDS * LEAVES_PER_MID;
+pub(crate) const SEED: u64 = 0x5eed_c1b0_2024_0016;
 
-fn mid_dsi(m: usize) -> String {
+pub(crate) fn mid_dsi(m: usize) -> String {
     format!("1.3.6.1.4.1.99999.21{m}")
 }
 
-fn leaf_dsi(l: usize) -> String {
+pub(crate) fn leaf_dsi(l: usize) -> String {
     format!("1.3.6.1.4.1.99999.22{l}")
 }
 
@@ -162,7 +162,7 @@ impl Obj {
 }
 
 #[derive(Debug, Clone)]
-struct Layout {
+pub(crate) struct Layout {
     leaves: Vec<Vec<Obj>>,
     mid_local: Vec<Vec<Obj>>,
 }
@@ -260,7 +260,7 @@ fn objects(rng: &mut Rng, n: usize, leaf: Option<usize>, authors: &[String]) -> 
     out
 }
 
-fn generate(seed: u64) -> Layout {
+pub(crate) fn generate(seed: u64) -> Layout {
     let mut rng = Rng(seed);
     let authors = all_authors();
     let leaves = (0..LEAVES)
@@ -549,7 +549,7 @@ fn leaf_model(layout: &Layout, l: usize) -> Model {
     hint_of(&layout.leaves[l], LEAF_THRESHOLDS[l].1)
 }
 
-fn mid_leaves(m: usize) -> std::ops::Range<usize> {
+pub(crate) fn mid_leaves(m: usize) -> std::ops::Range<usize> {
     m * LEAVES_PER_MID..(m + 1) * LEAVES_PER_MID
 }
 
@@ -587,7 +587,7 @@ fn actual(a: &QueryAnswer) -> Vec<Ref> {
 }
 
 /// The queries checked everywhere, with whether to ask for possible referrals.
-fn queries(layout: &Layout) -> Vec<(String, bool)> {
+pub(crate) fn queries(layout: &Layout) -> Vec<(String, bool)> {
     let mut q: Vec<(String, bool)> = [
         "Author=Garcia",
         "author=GARCIA",
@@ -719,11 +719,11 @@ async fn wait_table(node: &TestNode, children: &[(String, Model)], what: &str) {
 // ---------------------------------------------------------------------------------------
 // The mesh
 
-struct Mesh {
-    layout: Layout,
-    leaves: Vec<TestNode>,
-    mids: Vec<TestNode>,
-    root: TestNode,
+pub(crate) struct Mesh {
+    pub(crate) layout: Layout,
+    pub(crate) leaves: Vec<TestNode>,
+    pub(crate) mids: Vec<TestNode>,
+    pub(crate) root: TestNode,
 }
 
 fn with_keywords(mut spec: NodeSpec) -> NodeSpec {
@@ -758,7 +758,7 @@ fn root_spec(mids: &[TestNode]) -> NodeSpec {
 impl Mesh {
     /// Starts the mesh (polls hourly: after the first round only `datachanged` or a
     /// restart moves hints) and waits until every table holds what the model says.
-    async fn start(layout: Layout) -> Self {
+    pub(crate) async fn start(layout: Layout) -> Self {
         let started = Instant::now();
         let mut leaves = Vec::new();
         for l in 0..LEAVES {
@@ -802,7 +802,7 @@ impl Mesh {
         bad
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.root.stop().await;
         for n in self.mids.into_iter().chain(self.leaves) {
             n.stop().await;

@@ -25,5 +25,7 @@ mod proxy;
 mod rdm;
 mod roads;
 mod scenarios;
+mod search;
+mod search_page;
 mod tls;
 mod trust;

@@ -28,12 +28,12 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/road
 /// The DSI ROADS computed for the recorded server (`1.3.6.1.4.1.1828.10.<ip>.<port>`).
 const ROADS_DSI: &str = "1.3.6.1.4.1.1828.10.127.0.0.1.18237";
 
-fn fixture(name: &str) -> Vec<u8> {
+pub(crate) fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(format!("{FIXTURES}/{name}")).unwrap()
 }
 
 /// The bytes of a recorded answer after its first `skip` lines.
-fn after_lines(bytes: &[u8], skip: usize) -> Vec<u8> {
+pub(crate) fn after_lines(bytes: &[u8], skip: usize) -> Vec<u8> {
     let mut rest = bytes;
     for _ in 0..skip {
         let nl = rest.iter().position(|b| *b == b'\n').unwrap();
@@ -82,10 +82,27 @@ impl RecordedWppd {
 
 /// `wppd.pl` and `CIPv3PollHandler`: banner, version, a request up to `.\r\n`, one answer,
 /// close (no `% 203`).
-async fn serve_like_wppd(
+pub(crate) async fn serve_like_wppd(
     stream: TcpStream,
     banner: &[u8],
     answers: &[Vec<u8>; 3],
+) -> std::io::Result<()> {
+    serve_wppd(stream, banner, answers, ROADS_DSI, None).await
+}
+
+/// What a [`serve_wppd`] answers a Whois++ query with (after the banner), and where it
+/// keeps the query lines it was sent.
+pub(crate) type WhoisReplay<'a> = (&'a [u8], &'a std::sync::Mutex<Vec<String>>);
+
+/// As [`serve_like_wppd`] for a server whose DSI is `dsi`; with `query`, a first line
+/// that is not CIP's version line is a Whois++ query, answered as `wppd` does on its one
+/// port.
+pub(crate) async fn serve_wppd(
+    stream: TcpStream,
+    banner: &[u8],
+    answers: &[Vec<u8>; 3],
+    dsi: &str,
+    query: Option<WhoisReplay<'_>>,
 ) -> std::io::Result<()> {
     let (r, mut w) = stream.into_split();
     let mut lines = BufReader::new(r);
@@ -93,6 +110,11 @@ async fn serve_like_wppd(
     let mut line = String::new();
     lines.read_line(&mut line).await?;
     if line.trim_end() != "# CIP-Version: 3" {
+        if let Some((answer, sent)) = query {
+            sent.lock().unwrap().push(line.trim_end().to_owned());
+            w.write_all(answer).await?;
+            return w.shutdown().await;
+        }
         return w.write_all(b"% 500 CIP Version not supported\r\n").await;
     }
     w.write_all(b"% 300  CIPv3 OK!\r\n").await?;
@@ -122,7 +144,7 @@ async fn serve_like_wppd(
         Some(params[at..at + end].to_owned())
     };
     let answer: &[u8] = match (quoted("type"), quoted("dsi")) {
-        (Some(_), Some(dsi)) if dsi != ROADS_DSI => &answers[2],
+        (Some(_), Some(asked)) if asked != dsi => &answers[2],
         (Some(t), Some(_)) if t == "application/index.obj.tagged" => &answers[0],
         (Some(_), Some(_)) => &answers[1],
         _ => b"% 502 Request is missing required CIP attributes\r\n",
