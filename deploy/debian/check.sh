@@ -16,7 +16,8 @@ for f in ./usr/bin/cipd ./usr/bin/cipctl ./etc/cipd/cipd.toml \
          ./usr/share/man/man1/cipctl.1.gz ./usr/share/bash-completion/completions/cipctl \
          ./usr/share/zsh/vendor-completions/_cipctl \
          ./usr/share/fish/vendor_completions.d/cipctl.fish \
-         ./usr/share/doc/cipd/cipd.toml.example ./usr/share/doc/cipd/README.md; do
+         ./usr/share/doc/cipd/cipd.toml.example ./usr/share/doc/cipd/README.md \
+         ./usr/share/doc/cipd/docs/search.md; do
   grep -qE " $f\$" "$work/contents" || fail "$f is not in the package"
 done
 dpkg-deb --control "$deb" "$work/control"
