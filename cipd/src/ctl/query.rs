@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use comfy_table::Table;
 use serde::Serialize;
 
+pub use crate::model::url::percent_encode;
 use crate::sys::http::{FetchError, FetchLimits, HttpClient};
 
 use crate::node::{ObjectsAnswer, QueryAnswer};
@@ -280,19 +281,6 @@ pub async fn get_json_with<T: serde::de::DeserializeOwned>(
         .with_context(|| format!("{server}: answer is not the expected JSON"))
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 fn print_answer(server: &str, a: &QueryAnswer) {
     println!(
         "{server} (DSI {}): {} referral(s), {} local object(s) for {:?}",
@@ -337,24 +325,36 @@ fn print_answer(server: &str, a: &QueryAnswer) {
     }
 }
 
-fn print_objects(o: &ObjectsAnswer) {
+/// An objects table (template, URL, title, author) of `objects`.
+pub fn objects_table<'a>(
+    objects: impl IntoIterator<Item = (&'a str, &'a str, &'a [(String, String)])>,
+) -> Table {
     let mut t = Table::new();
     t.set_header(["template", "url", "title", "author"]);
-    for obj in &o.objects {
+    for (template, url, attributes) in objects {
         let get = |name: &str| {
-            obj.attributes
+            attributes
                 .iter()
                 .find(|(n, _)| cip_proto::soif::attr::attribute_matches(name, n))
                 .map(|(_, v)| v.clone())
                 .unwrap_or_default()
         };
         t.add_row([
-            obj.template.clone(),
-            obj.url.clone(),
+            template.to_owned(),
+            url.to_owned(),
             get("Title"),
             get("Author"),
         ]);
     }
+    t
+}
+
+fn print_objects(o: &ObjectsAnswer) {
+    let t = objects_table(
+        o.objects
+            .iter()
+            .map(|x| (x.template.as_str(), x.url.as_str(), x.attributes.as_slice())),
+    );
     println!(
         "objects at DSI {} ({} of {}):\n{t}",
         o.dsi,

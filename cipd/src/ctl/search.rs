@@ -105,23 +105,11 @@ pub fn render(a: &SearchAnswer, trace: bool) -> String {
             .push(o);
     }
     for ((holder, uri), objects) in &by_holder {
-        let mut t = Table::new();
-        t.set_header(["template", "url", "title", "author"]);
-        for o in objects {
-            let get = |name: &str| {
-                o.attributes
-                    .iter()
-                    .find(|(n, _)| cip_proto::soif::attr::attribute_matches(name, n))
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default()
-            };
-            t.add_row([
-                o.template.clone(),
-                o.url.clone(),
-                get("Title"),
-                get("Author"),
-            ]);
-        }
+        let t = crate::ctl::query::objects_table(
+            objects
+                .iter()
+                .map(|o| (o.template.as_str(), o.url.as_str(), o.attributes.as_slice())),
+        );
         out.push_str(&format!(
             "{holder} ({uri}): {} object(s)\n{t}\n",
             objects.len()

@@ -348,27 +348,14 @@ impl WhoisService {
             q.globals.format
         };
         write_records(&mut out, &server, &found, format);
-        for s in &found.referrals {
-            out.push_str(&format!(
-                "# SERVER-TO-ASK {h}\r\n Server-Handle: {h}\r\n Host-Name: {}\r\n Host-Port: {}\r\n URI: {}\r\n# END\r\n\r\n",
-                s.host,
-                s.port,
-                s.uri,
-                h = s.handle
-            ));
-        }
+        write_referrals(&mut out, &found.referrals);
         if found.unreachable > 0 {
             tracing::debug!(
                 left_out = found.unreachable,
                 "referrals without a whois++ address left out"
             );
         }
-        out.push_str(if q.globals.hold {
-            "% 226 Transaction complete; holding the connection open\r\n"
-        } else {
-            "% 226 Transaction complete\r\n"
-        });
-        (out, q.globals.hold)
+        end(out, q.globals.hold)
     }
 
     /// The rest of the answer to a query with `chase`, after `out`'s first lines.
@@ -414,21 +401,8 @@ impl WhoisService {
             };
             write_records(&mut out, holder, &found, q.globals.format);
         }
-        for s in &chased.referrals {
-            out.push_str(&format!(
-                "# SERVER-TO-ASK {h}\r\n Server-Handle: {h}\r\n Host-Name: {}\r\n Host-Port: {}\r\n URI: {}\r\n# END\r\n\r\n",
-                s.host,
-                s.port,
-                s.uri,
-                h = s.handle
-            ));
-        }
-        out.push_str(if q.globals.hold {
-            "% 226 Transaction complete; holding the connection open\r\n"
-        } else {
-            "% 226 Transaction complete\r\n"
-        });
-        (out, q.globals.hold)
+        write_referrals(&mut out, &chased.referrals);
+        end(out, q.globals.hold)
     }
 
     /// The answer to a system command (RFC 1835 §3.3), when `line` is one.
@@ -502,6 +476,30 @@ fn local_records(node: &Node, q: &WhoisQuery) -> Result<Found, String> {
             .map_err(|e| format!("the local store cannot be read: {e}"))?;
     }
     Ok(found)
+}
+
+/// Appends a `# SERVER-TO-ASK` block for each referral (RFC 1913).
+fn write_referrals(out: &mut String, referrals: &[ServerToAsk]) {
+    for s in referrals {
+        out.push_str(&format!(
+            "# SERVER-TO-ASK {h}\r\n Server-Handle: {h}\r\n Host-Name: {}\r\n Host-Port: {}\r\n URI: {}\r\n# END\r\n\r\n",
+            s.host,
+            s.port,
+            s.uri,
+            h = s.handle
+        ));
+    }
+}
+
+/// Ends an answer with `% 226`, saying so when the connection is held; returns it with
+/// `hold`.
+fn end(mut out: String, hold: bool) -> (String, bool) {
+    out.push_str(if hold {
+        "% 226 Transaction complete; holding the connection open\r\n"
+    } else {
+        "% 226 Transaction complete\r\n"
+    });
+    (out, hold)
 }
 
 /// Appends the records in `format`.

@@ -1,4 +1,5 @@
-//! A peer's CIP-over-HTTP URL ([`CipUrl`]), checked when the configuration is read.
+//! A peer's CIP-over-HTTP URL ([`CipUrl`]), checked when the configuration is read, and
+//! [`percent_encode`] for the query strings the node and `cipctl` send.
 
 use axum::http::Uri;
 
@@ -49,4 +50,17 @@ impl CipUrl {
             path: uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
         })
     }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

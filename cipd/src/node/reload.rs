@@ -187,6 +187,23 @@ pub(super) fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     if old.log_format != new.log_format {
         out.push("log.format".to_owned());
     }
+    // The search's caches are sized once, at start.
+    let (o, n) = (&old.search, &new.search);
+    if (
+        o.cache_entries,
+        o.cache_ttl,
+        o.infra_entries,
+        o.failure_ttl,
+        o.max_failure_ttl,
+    ) != (
+        n.cache_entries,
+        n.cache_ttl,
+        n.infra_entries,
+        n.failure_ttl,
+        n.max_failure_ttl,
+    ) {
+        out.push("search (cache and infrastructure cache sizes and times)".to_owned());
+    }
     if old.limits.max_concurrent_polls != new.limits.max_concurrent_polls
         || old.limits.max_concurrent_scans != new.limits.max_concurrent_scans
         || old.limits.answer_cache_bytes != new.limits.answer_cache_bytes

@@ -211,9 +211,19 @@ impl TestNode {
 
     /// Starts (or restarts) a node in an existing directory.
     pub async fn start_in(spec: NodeSpec, dir: TempDir) -> Self {
+        Self::start_edited(spec, dir, |text| text).await
+    }
+
+    /// As [`TestNode::start_in`], with the configuration text passed through `edit` first
+    /// (other listen addresses, keys the spec has no field for).
+    pub async fn start_edited(
+        spec: NodeSpec,
+        dir: TempDir,
+        edit: impl FnOnce(String) -> String,
+    ) -> Self {
         std::fs::write(dir.path().join("docs.soif"), spec.collection_text()).unwrap();
         let path = dir.path().join("cipd.toml");
-        std::fs::write(&path, config_text(&spec, dir.path())).unwrap();
+        std::fs::write(&path, edit(config_text(&spec, dir.path()))).unwrap();
         let config = read_config(&path).unwrap();
         let daemon = Daemon::start_with(
             config,

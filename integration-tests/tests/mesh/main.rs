@@ -7,6 +7,7 @@
 
 mod abuse;
 mod admin;
+mod browser;
 mod budget;
 mod cip_http;
 mod console;

@@ -17,9 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cipd::daemon::{Daemon, StartOptions};
 use cipd::model::answer::{NotChased, SearchAnswer};
-use cipd::model::config::read_config;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -498,31 +496,19 @@ async fn an_exhausted_budget_is_reported() {
     }
 }
 
-/// Starts a node from `spec` with its listeners on `ip` instead of 127.0.0.1.
+/// Starts a node from `spec` with its listeners on `ip` instead of 127.0.0.1 and
+/// `base_uris` as its `[node] base_uri`.
 async fn start_on(ip: &str, spec: NodeSpec, base_uris: &[String]) -> TestNode {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("docs.soif"), spec.collection_text()).unwrap();
     let uris: Vec<String> = base_uris.iter().map(|u| format!("{u:?}")).collect();
-    let text = crate::harness::config_text(&spec, dir.path())
-        .replace("127.0.0.1:0", &format!("{ip}:0"))
-        .replacen(
+    let ip = ip.to_owned();
+    TestNode::start_edited(spec, tempfile::tempdir().unwrap(), move |text| {
+        text.replace("127.0.0.1:0", &format!("{ip}:0")).replacen(
             "[node]\n",
             &format!("[node]\nbase_uri = [{}]\n", uris.join(", ")),
             1,
-        );
-    let path = dir.path().join("cipd.toml");
-    std::fs::write(&path, text).unwrap();
-    let daemon = Daemon::start_with(
-        read_config(&path).unwrap(),
-        StartOptions {
-            config_path: Some(path),
-            log: None,
-            network: None,
-        },
-    )
+        )
+    })
     .await
-    .unwrap();
-    TestNode { spec, dir, daemon }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -396,9 +396,8 @@ impl Searcher {
                 break;
             }
             let need = (req.limit - found) as u64;
-            let mut plain: VecDeque<Target> = queue.iter().map(|q| q.target.clone()).collect();
-            let wave_len = plan::next_wave(&mut plain, need, budget).len();
-            let wave: Vec<Queued> = queue.drain(..wave_len).collect();
+            let size = plan::wave_size(queue.iter().map(|q| &q.target), need, budget);
+            let wave: Vec<Queued> = queue.drain(..size).collect();
             budget -= wave.len() as u32;
             let plain: Vec<Target> = wave.iter().map(|q| q.target.clone()).collect();
             let shares = plan::split_budget(budget, &plain);
@@ -426,7 +425,7 @@ impl Searcher {
                         Hop::Down | Hop::ServerToAsk => Direction::Down,
                     },
                 };
-                self.ask(host, q, ctx)
+                self.ask(q, ctx)
             });
             for done in futures_util::future::join_all(asks).await {
                 if done.sent {
@@ -525,16 +524,8 @@ impl Searcher {
                 admitted.push(q);
             }
         }
-        let mut plain: Vec<Target> = admitted.iter().map(|q| q.target.clone()).collect();
-        plan::order(&mut plain);
-        let mut by_dsi: std::collections::HashMap<String, Queued> = admitted
-            .into_iter()
-            .map(|q| (q.target.dsi.clone(), q))
-            .collect();
-        plain
-            .into_iter()
-            .filter_map(|t| by_dsi.remove(&t.dsi))
-            .collect()
+        admitted.sort_by(|a, b| plan::compare(&a.target, &b.target));
+        admitted.into()
     }
 
     /// The target with its endpoint, or `None` when it is refused or known to be down
@@ -616,7 +607,7 @@ struct Done {
 impl Searcher {
     /// Asks one target: from the cache when a valid answer is kept, else over the network
     /// (joined with an identical request in flight), noting its round-trip or failure.
-    async fn ask<H: SearchHost>(&self, host: &H, queued: Queued, ctx: SubContext<'_>) -> Done {
+    async fn ask(&self, queued: Queued, ctx: SubContext<'_>) -> Done {
         let key = queued.endpoint.key();
         let cache_key = format!(
             "{}\u{1f}{}\u{1f}{}\u{1f}{}",
@@ -709,7 +700,6 @@ impl Searcher {
                     );
                 }
                 let reason = match e {
-                    remote::SubError::Timeout(_) if !failure => NotChased::Deadline,
                     remote::SubError::Timeout(_) => NotChased::Deadline,
                     _ => NotChased::Unreachable,
                 };
@@ -720,7 +710,6 @@ impl Searcher {
                 })
             }
         };
-        let _ = host;
         Done {
             queued,
             share,

@@ -1,5 +1,5 @@
-//! A search's plan at one node, with no I/O: which targets go first ([`order`]), how many
-//! go out together ([`next_wave`]) and how the budget of sub-queries is shared among them
+//! A search's plan at one node, with no I/O: which targets go first ([`compare`]), how many
+//! go out together ([`wave_size`]) and how the budget of sub-queries is shared among them
 //! ([`split_budget`]).
 //!
 //! Targets go in waves by rank: the best-ranked referrals first, as many as the hints say
@@ -10,7 +10,6 @@
 //! infrastructure cache's smoothed round-trip time), as unbound and Knot Resolver prefer
 //! the fastest of equally good servers.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Which way a sub-query goes from the node that sends it.
@@ -65,38 +64,35 @@ fn class(t: &Target) -> u8 {
     }
 }
 
-/// Orders `targets` for asking: by class (definite, possible, server-to-ask, up), then by
-/// count (best first), then the faster first (unknown round-trip times last among equals),
-/// the table's own order kept among the rest.
-pub fn order(targets: &mut [Target]) {
-    targets.sort_by(|a, b| {
-        class(a)
-            .cmp(&class(b))
-            .then(b.count.cmp(&a.count))
-            .then_with(|| match (a.srtt, b.srtt) {
-                (Some(x), Some(y)) => x.cmp(&y),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (None, None) => std::cmp::Ordering::Equal,
-            })
-    });
+/// The order targets are asked in: by class (definite, possible, server-to-ask, up), then
+/// by count (best first), then the faster first (unknown round-trip times last among
+/// equals); a stable sort keeps the table's own order among the rest.
+pub fn compare(a: &Target, b: &Target) -> std::cmp::Ordering {
+    class(a)
+        .cmp(&class(b))
+        .then(b.count.cmp(&a.count))
+        .then_with(|| match (a.srtt, b.srtt) {
+            (Some(x), Some(y)) => x.cmp(&y),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        })
 }
 
-/// Takes the next wave from `queue`: targets are added while the counts of those taken
-/// promise fewer than `need` objects (so targets of unknown count join until then), at
-/// least one, and at most `budget`.
-pub fn next_wave(queue: &mut VecDeque<Target>, need: u64, budget: u32) -> Vec<Target> {
-    let mut wave = Vec::new();
+/// How many targets from the front of `queue` (in asking order) go in the next wave: they
+/// are taken while the counts of those taken promise fewer than `need` objects (so targets
+/// of unknown count join until then), at least one, and at most `budget`.
+pub fn wave_size<'a>(queue: impl IntoIterator<Item = &'a Target>, need: u64, budget: u32) -> usize {
+    let mut taken = 0usize;
     let mut promised = 0u64;
-    while (wave.len() as u64) < u64::from(budget) {
-        if !wave.is_empty() && promised >= need {
+    for t in queue {
+        if (taken as u64) >= u64::from(budget) || (taken > 0 && promised >= need) {
             break;
         }
-        let Some(t) = queue.pop_front() else { break };
         promised = promised.saturating_add(t.count);
-        wave.push(t);
+        taken += 1;
     }
-    wave
+    taken
 }
 
 /// Shares `leftover` sub-queries among a wave's targets. A target below this node may need
@@ -187,7 +183,7 @@ mod tests {
 
     #[test]
     fn order_by_class_count_then_speed() {
-        let mut v = vec![
+        let mut v = [
             t("up", 0, false, Hop::Up, 0),
             t("possible", 0, false, Hop::Down, 0),
             t("small", 2, true, Hop::Down, 0),
@@ -197,7 +193,7 @@ mod tests {
         ];
         v[3].srtt = Some(Duration::from_millis(50));
         v[4].srtt = Some(Duration::from_millis(5));
-        order(&mut v);
+        v.sort_by(compare);
         let names: Vec<_> = v.iter().map(|t| t.dsi.as_str()).collect();
         assert_eq!(
             names,
@@ -214,26 +210,24 @@ mod tests {
 
     #[test]
     fn waves_widen_only_as_needed() {
-        let mut q: VecDeque<_> = [
+        let q = [
             t("a", 30, true, Hop::Down, 0),
             t("b", 30, true, Hop::Down, 0),
             t("c", 5, true, Hop::Down, 0),
             t("up", 0, false, Hop::Up, 0),
-        ]
-        .into();
-        let w = next_wave(&mut q, 50, 32);
-        assert_eq!(w.len(), 2, "a and b promise 60 >= 50");
-        let w = next_wave(&mut q, 10, 32);
+        ];
+        assert_eq!(wave_size(&q, 50, 32), 2, "a and b promise 60 >= 50");
         assert_eq!(
-            w.iter().map(|t| t.dsi.as_str()).collect::<Vec<_>>(),
-            ["c", "up"],
+            wave_size(&q[2..], 10, 32),
+            2,
             "c promises 5 < 10: the node above joins"
         );
-        let mut q: VecDeque<_> = (0..10)
+        let q: Vec<_> = (0..10)
             .map(|i| t(&i.to_string(), 0, true, Hop::Down, 0))
             .collect();
-        assert_eq!(next_wave(&mut q, 100, 3).len(), 3, "at most the budget");
-        assert_eq!(next_wave(&mut q, 0, 3).len(), 1, "at least one");
+        assert_eq!(wave_size(&q, 100, 3), 3, "at most the budget");
+        assert_eq!(wave_size(&q, 0, 3), 1, "at least one");
+        assert_eq!(wave_size(&q, 100, 0), 0, "none without budget");
     }
 
     #[test]

@@ -102,7 +102,7 @@ pub async fn ask_http(
     let url = format!(
         "{}?q={}&limit={}&deadline={}&depth={}",
         search_url(base),
-        percent_encode(req.query),
+        crate::model::url::percent_encode(req.query),
         req.limit,
         req.deadline_ms,
         req.depth
@@ -250,19 +250,6 @@ fn ended(buf: &[u8]) -> bool {
     lines
         .iter()
         .any(|l| l.starts_with(b"% 203") || l.starts_with(b"% 226"))
-}
-
-/// Percent-encodes everything but RFC 3986 unreserved characters.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
