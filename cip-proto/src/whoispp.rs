@@ -241,14 +241,24 @@ struct Token {
     column: usize,
 }
 
-/// Words, `(` and `)`; a backslash takes the next character into the word.
+/// Words, `(` and `)`; a backslash takes the next character into the word, and a phrase in
+/// double quotes is part of the word, spaces and parentheses included (`title="a b"`, as
+/// ROADS reads phrases).
 fn tokenize(query: &str) -> Vec<Token> {
     let mut out = Vec::new();
     let mut word = String::new();
     let mut start = 0;
+    let mut quoted = false;
     let mut chars = query.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
         match c {
+            '"' => {
+                if word.is_empty() {
+                    start = i;
+                }
+                quoted = !quoted;
+            }
+            c if quoted && c != '\\' => word.push(c),
             '\\' => {
                 if word.is_empty() {
                     start = i;
@@ -562,6 +572,9 @@ mod tests {
     #[test]
     fn globals_follow_the_last_colon() {
         assert!(q("keywords=centroid:chase").globals.chase);
+        let phrase = q("title=\"Common (Indexing)\" and author=knight");
+        assert_eq!(phrase.disjuncts[0].terms[0].value, "Common (Indexing)");
+        assert_eq!(phrase.disjuncts[0].terms[1].value, "knight");
         assert!(!q("keywords=centroid").globals.chase);
         let x = q("keywords=centroid:format=handle;maxhits=2;hold");
         assert_eq!(x.globals.format, Format::Handle);

@@ -745,3 +745,148 @@ async fn clients_outside_allow_are_refused_and_fast_ones_slowed() {
     assert_eq!(metric(&page, "cipd_search_rate_limited_total"), 1.0);
     node.stop().await;
 }
+
+/// What the real ROADS v2.3 `wppd.pl` answered to the Whois++ lines our search sends
+/// (`tests/fixtures/roads/wppd-search-*`, recorded on loopback; `legacy/README.md`): each
+/// `.c2s` is `whois_line` of the query, and each `.s2c` parses into the records ROADS
+/// found. Its `% 200 Searching for` line says how it read ours. Two kinds of our lines it
+/// misreads: it drops `;search=substring` and searches the whole word (`~indexing` misses
+/// "Reindexing Whois++ Meshes", `~index` finds nothing), and it reads `Common\ Indexing` as
+/// `Common\&Indexing` and stops at the `\` (a search for the word Common, so "Common
+/// Gateways" comes back). Lines it does read as meant are recorded too (`-global`,
+/// `-phrase`).
+#[test]
+fn real_roads_answers_to_our_search_lines_parse() {
+    use cip_proto::whoispp_answer::{AnswerLimits, parse_answer};
+    use cipd::pipeline::search::remote::whois_line;
+    use hints::query::Query;
+
+    const COMMON_INDEXING: &str = "http://www.example.org/cip/common-indexing.html";
+    const REINDEXING: &str = "http://www.example.org/cip/reindexing.html";
+    const GATEWAYS: &str = "http://www.example.org/roads/gateways.html";
+    const COMMON_GATEWAYS: &str = "http://www.example.org/roads/common-gateways.html";
+    // (fixture, query, is the line ours, how ROADS read it, the URIs it answered)
+    let cases: [(&str, &str, bool, &str, &[&str]); 8] = [
+        (
+            "keywords",
+            "DOCUMENT:Keywords=centroid",
+            true,
+            "template=DOCUMENT&Keywords=centroid",
+            &[COMMON_INDEXING],
+        ),
+        (
+            "author",
+            "Author-Name=Knight",
+            true,
+            "Author-Name=Knight",
+            &[COMMON_INDEXING, GATEWAYS],
+        ),
+        // Lines we sent before: ROADS drops a local `;search=substring` (exact words
+        // only), and reads `Common\ Indexing` as the word `Common`.
+        (
+            "title-substring",
+            "DOCUMENT:Title~indexing",
+            false,
+            "template=DOCUMENT&Title=indexing",
+            &[COMMON_INDEXING],
+        ),
+        // Our table refers `Title~index` to ROADS (Indexing, Reindexing); it finds nothing.
+        (
+            "title-substring-part",
+            "DOCUMENT:Title~index",
+            false,
+            "template=DOCUMENT&Title=index",
+            &[],
+        ),
+        (
+            "nothing",
+            "DOCUMENT:Keywords=zyzzyva",
+            true,
+            "template=DOCUMENT&Keywords=zyzzyva",
+            &[],
+        ),
+        (
+            "title-two-words",
+            "DOCUMENT:Title=Common Indexing",
+            false,
+            "template=DOCUMENT&Title=Common\\&Indexing",
+            &[COMMON_INDEXING, COMMON_GATEWAYS],
+        ),
+        // What we send now: the search method as a global constraint after `:`, a phrase
+        // in double quotes.
+        (
+            "title-substring-global",
+            "DOCUMENT:Title~indexing",
+            true,
+            "template=DOCUMENT&Title=indexing",
+            &[COMMON_INDEXING, REINDEXING],
+        ),
+        (
+            "title-phrase",
+            "DOCUMENT:Title=Common Indexing",
+            true,
+            "template=DOCUMENT&Title=Common_Indexing",
+            &[COMMON_INDEXING],
+        ),
+    ];
+    for (name, q, ours, read_as, uris) in cases {
+        let sent = crate::roads::fixture(&format!("wppd-search-{name}.c2s"));
+        let sent = String::from_utf8(sent).unwrap();
+        let line = sent.strip_suffix("\r\n").expect("one CRLF-ended line");
+        let our_line = whois_line(&Query::parse(q).unwrap());
+        if ours {
+            assert_eq!(line, our_line, "{name}");
+        } else {
+            assert_ne!(line, our_line, "{name}");
+        }
+        let bytes = crate::roads::fixture(&format!("wppd-search-{name}.s2c"));
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text.contains(&format!("\r\n% 200 Searching for {read_as}\r\n")),
+            "{name}: {text}"
+        );
+        let answer = parse_answer(&bytes, &AnswerLimits::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+        assert_eq!(answer.codes[..2], [220, 200], "{name}");
+        assert!(answer.codes.ends_with(&[226, 203]), "{name}");
+        assert!(answer.referrals.is_empty(), "{name}");
+        assert_eq!(answer.count, Some((uris.len() as u64, 0)), "{name}");
+        assert_eq!(answer.records.len(), uris.len(), "{name}");
+        // ROADS lists matches (and a record's author attributes) in Perl hash order.
+        let got: BTreeSet<&str> = answer
+            .records
+            .iter()
+            .filter_map(|r| r.value("URI"))
+            .collect();
+        assert_eq!(got, uris.iter().copied().collect(), "{name}");
+        // What the search keeps of a line we send: every record ROADS gave matches.
+        if ours {
+            let query = Query::parse(q).unwrap();
+            let kept = answer
+                .records
+                .iter()
+                .filter(|r| cipd::pipeline::search::remote::record_matches(r, &query))
+                .count();
+            assert_eq!(kept, uris.len(), "{name}");
+        }
+        for r in &answer.records {
+            assert_eq!(
+                (r.template.as_str(), r.server_handle.as_str()),
+                ("document", "roadstest01"),
+                "{name}"
+            );
+            assert!(r.value("Author-Name").is_some(), "{name}: {r:?}");
+        }
+    }
+    let knight = parse_answer(
+        &crate::roads::fixture("wppd-search-author.s2c"),
+        &AnswerLimits::default(),
+    )
+    .unwrap();
+    assert!(
+        knight
+            .records
+            .iter()
+            .all(|r| r.value("Author-Name") == Some("Jon Knight"))
+    );
+}

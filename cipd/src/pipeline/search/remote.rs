@@ -146,31 +146,52 @@ pub async fn ask_http(
     serde_json::from_slice(&answer.body).map_err(|e| SubError::BadAnswer(e.to_string()))
 }
 
-/// The Whois++ query line (RFC 1835) for `query`: `template=T and attribute=value`, a
-/// substring term with `;search=substring`, special characters escaped with `\`.
+/// The Whois++ query line (RFC 1835) for `query`, in the form ROADS v2.3 reads as meant
+/// (recorded against it: `tests/fixtures/roads/wppd-search-*`): `template=T and
+/// attribute=value`; a value with spaces as a quoted phrase (ROADS reads `\ ` as the end of
+/// the term); with any substring term, the global `:search=substring` (ROADS drops local
+/// `;search=` constraints), which widens the exact terms too: [`record_matches`] takes the
+/// answer back to the query.
 pub fn whois_line(query: &Query) -> String {
     let mut parts = Vec::new();
-    let mut templates: Vec<String> = Vec::new();
+    let mut template: Option<&str> = None;
+    let mut substring = false;
     for term in query.terms() {
-        if let Some(t) = &term.template
-            && !templates.iter().any(|x| x.eq_ignore_ascii_case(t))
-        {
-            templates.push(t.clone());
+        if template.is_none() {
+            template = term.template.as_deref();
         }
+        substring |= term.op == MatchOp::Substring;
         let value = String::from_utf8_lossy(&term.value);
-        let mut part = format!("{}={}", escape(&term.attribute), escape(&value));
-        if term.op == MatchOp::Substring {
-            part.push_str(";search=substring");
-        }
-        parts.push(part);
+        parts.push(format!(
+            "{}={}",
+            escape(&term.attribute),
+            whois_value(&value)
+        ));
     }
-    let mut all: Vec<String> = templates
-        .iter()
-        .take(1)
+    let mut line: Vec<String> = template
         .map(|t| format!("template={}", escape(t)))
+        .into_iter()
         .collect();
-    all.extend(parts);
-    all.join(" and ")
+    line.extend(parts);
+    let mut line = line.join(" and ");
+    if substring {
+        line.push_str(":search=substring");
+    }
+    line
+}
+
+/// A value as a Whois++ term: a phrase in double quotes when it holds spaces, else the word
+/// with special characters escaped.
+fn whois_value(v: &str) -> String {
+    if v.chars().any(char::is_whitespace) {
+        let words: Vec<String> = v
+            .split_whitespace()
+            .map(|w| w.replace(['"', '\\'], ""))
+            .collect();
+        format!("\"{}\"", words.join(" "))
+    } else {
+        escape(v)
+    }
 }
 
 fn escape(s: &str) -> String {
@@ -182,6 +203,39 @@ fn escape(s: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// True when a Whois++ server's record matches `query` by Whois++'s rules, as our own
+/// Whois++ front-end matches: the template (when the query names one) ignoring case; each
+/// term's attribute by base name ignoring case (`Author-2` is `Author`), an exact term's
+/// value equal to the record's or one of its words, a substring term's anywhere, case
+/// ignored. A server's index is of words, so word matches are what its referral promised.
+pub fn record_matches(record: &cip_proto::whoispp_answer::Record, query: &Query) -> bool {
+    query.terms().iter().all(|term| {
+        if let Some(t) = &term.template
+            && !t.eq_ignore_ascii_case(&record.template)
+        {
+            return false;
+        }
+        let want = String::from_utf8_lossy(&term.value).to_lowercase();
+        record.attributes.iter().any(|(name, value)| {
+            let base = cip_proto::soif::attr::base_name(name);
+            if !base.eq_ignore_ascii_case(cip_proto::soif::attr::base_name(&term.attribute)) {
+                return false;
+            }
+            let value = value.to_lowercase();
+            match term.op {
+                MatchOp::Substring => value.contains(&want),
+                MatchOp::Exact => {
+                    value.trim() == want
+                        || value
+                            .split(|c: char| !c.is_alphanumeric())
+                            .any(|w| w == want)
+                        || (want.contains(' ') && value.contains(&want))
+                }
+            }
+        })
+    })
 }
 
 /// Asks the Whois++ server at `host`:`port` for `query` and reads its whole answer (the
@@ -264,13 +318,47 @@ mod tests {
         let q = Query::parse("DOCUMENT:Keywords=centroid & Title~common indexing").unwrap();
         assert_eq!(
             whois_line(&q),
-            "template=DOCUMENT and Keywords=centroid and Title=common\\ indexing;search=substring"
+            "template=DOCUMENT and Keywords=centroid and Title=\"common indexing\":search=substring"
         );
         // Our own Whois++ parser reads it back.
         let parsed = cip_proto::whoispp::parse(&whois_line(&q), 50).unwrap();
         assert_eq!(parsed.disjuncts.len(), 1);
         assert_eq!(parsed.disjuncts[0].terms.len(), 2);
         assert_eq!(parsed.disjuncts[0].terms[1].value, "common indexing");
+        let q = Query::parse("Author-Name=O'Brien").unwrap();
+        assert_eq!(whois_line(&q), "Author-Name=O\\'Brien");
+    }
+
+    #[test]
+    fn records_are_taken_back_to_the_query() {
+        let record = |template: &str, attrs: &[(&str, &str)]| cip_proto::whoispp_answer::Record {
+            template: template.into(),
+            server_handle: "s".into(),
+            handle: "h".into(),
+            attributes: attrs
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
+        let r = record(
+            "document",
+            &[
+                ("Title", "Common Gateways"),
+                ("Keywords", "centroid, indexing, whois++"),
+                ("Author-Name-2", "Jon Knight"),
+            ],
+        );
+        let fits = |q: &str| record_matches(&r, &Query::parse(q).unwrap());
+        assert!(fits("DOCUMENT:Keywords=centroid"));
+        assert!(fits("Author-Name=knight"));
+        assert!(fits("Title~gate"));
+        assert!(
+            !fits("Title=\"Common Indexing\""),
+            "a phrase is not its first word"
+        );
+        assert!(!fits("FILE:Keywords=centroid"), "another template");
+        assert!(!fits("Keywords=cent"), "exact is a whole word");
+        assert!(fits("Keywords=centroid & Title~common"));
     }
 
     #[test]
