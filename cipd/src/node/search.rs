@@ -7,6 +7,8 @@ use std::hash::{Hash, Hasher};
 
 use tokio::time::Instant;
 
+use hints::query::Query;
+
 use crate::model::answer::{ObjectJson, SearchAnswer};
 use crate::model::config::{SearchConfig, TargetRule};
 use crate::pipeline::search::{Direction, Hop, SearchHost, SearchRequest, Target};
@@ -315,6 +317,58 @@ fn splice_answer(body: &[u8], trace_id: &str, started: Instant) -> Bytes {
 /// The node as the search's host (an `Arc`, so table scans can go to the blocking pool).
 struct Host(Arc<Node>);
 
+impl Host {
+    /// True when `query` costs microseconds here ([`Node::is_quick`]).
+    fn quick(&self, query: &Query) -> bool {
+        self.0.is_quick(query, true, None)
+    }
+}
+
+impl Node {
+    /// Local objects matching `query`, at most `limit`, and how many match in all.
+    fn local_matches(
+        &self,
+        query: &Query,
+        limit: usize,
+    ) -> Result<(Vec<ObjectJson>, u64), QueryError> {
+        let config = self.config();
+        let limit = limit.min(config.limits.max_objects);
+        let found = self
+            .local
+            .load()
+            .query(query, limit, config.limits.local_scan_max_objects)?;
+        Ok((found.objects.iter().map(object_json).collect(), found.total))
+    }
+
+    /// The table's referrals for `query` (possible ones too) as the search's targets, best
+    /// first, without this node's own dataset; each with how many datasets lie below it and
+    /// the digest of its hint (a cached answer of it is valid while that holds).
+    fn search_targets(&self, query: &Query) -> Vec<Target> {
+        let opts = self.query_options(true, None);
+        let own = self.identity().dsi.clone();
+        let answer = self.page_answer(query, &opts);
+        let digests = lock(&self.imported);
+        answer
+            .iter()
+            .filter(|r| *r.dsi() != own)
+            .map(|r| Target {
+                dsi: r.dsi().to_string(),
+                base_uris: r.base_uris().to_vec(),
+                count: r.count(),
+                definite: r.definite(),
+                hop: Hop::Down,
+                // An aggregate's provenance names the node that built it and every dataset
+                // below; the sub-query to the node itself is paid for apart.
+                datasets: self.table.provenance_len(r.dsi()).map_or(0, |n| {
+                    u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX)
+                }),
+                stamp: digests.get(r.dsi()).copied(),
+                srtt: None,
+            })
+            .collect()
+    }
+}
+
 impl SearchHost for Host {
     fn identity(&self) -> (String, String) {
         let id = self.0.identity();
@@ -334,47 +388,32 @@ impl SearchHost for Host {
 
     async fn local_objects(
         &self,
-        query: &str,
+        query: &Query,
         limit: usize,
     ) -> Result<(Vec<ObjectJson>, u64), String> {
-        let (node, q) = (self.0.clone(), query.to_owned());
-        crate::sys::net::spawn_blocking(move || node.local_objects(&q, Some(limit)))
+        // An exact lookup on indexed attributes costs microseconds: answered here, as
+        // `/v1/referrals` answers it; anything that may scan goes to the blocking pool.
+        if self.quick(query) {
+            return self
+                .0
+                .local_matches(query, limit)
+                .map_err(|e| e.to_string());
+        }
+        let (node, q) = (self.0.clone(), query.clone());
+        crate::sys::net::spawn_blocking(move || node.local_matches(&q, limit))
             .await
             .map_err(|e| e.to_string())?
-            .map(|a| (a.objects, a.total))
             .map_err(|e| e.to_string())
     }
 
-    async fn referrals(&self, query: &str) -> Result<Vec<Target>, String> {
-        let node = self.0.clone();
-        let q = query.to_owned();
-        let work = move || -> Result<Vec<Target>, String> {
-            let parsed = node.parse_query(&q).map_err(|e| e.to_string())?;
-            let opts = node.query_options(true, None);
-            let own = node.identity().dsi.clone();
-            let answer = node.page_answer(&parsed, &opts);
-            let digests = lock(&node.imported).clone();
-            Ok(answer
-                .iter()
-                .filter(|r| *r.dsi() != own)
-                .map(|r| Target {
-                    dsi: r.dsi().to_string(),
-                    base_uris: r.base_uris().to_vec(),
-                    count: r.count(),
-                    definite: r.definite(),
-                    hop: Hop::Down,
-                    datasets: node
-                        .table
-                        .provenance_len(r.dsi())
-                        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-                    stamp: digests.get(r.dsi()).copied(),
-                    srtt: None,
-                })
-                .collect())
-        };
-        crate::sys::net::spawn_blocking(work)
+    async fn referrals(&self, query: &Query) -> Result<Vec<Target>, String> {
+        if self.quick(query) {
+            return Ok(self.0.search_targets(query));
+        }
+        let (node, q) = (self.0.clone(), query.clone());
+        crate::sys::net::spawn_blocking(move || node.search_targets(&q))
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
     }
 
     fn upstreams(&self) -> Vec<Target> {

@@ -137,12 +137,12 @@ pub trait SearchHost: Send + Sync {
     /// async workers.
     fn local_objects(
         &self,
-        query: &str,
+        query: &Query,
         limit: usize,
     ) -> impl Future<Output = Result<(Vec<ObjectJson>, u64), String>> + Send;
     /// The routing table's referrals for `query` (definite and possible), best first,
     /// without this node's own dataset.
-    fn referrals(&self, query: &str) -> impl Future<Output = Result<Vec<Target>, String>> + Send;
+    fn referrals(&self, query: &Query) -> impl Future<Output = Result<Vec<Target>, String>> + Send;
     /// The nodes that poll this one (for widening upwards).
     fn upstreams(&self) -> Vec<Target>;
     /// Whether a sub-query may go to `host`:`port`; the refusal's reason otherwise.
@@ -340,8 +340,8 @@ impl Searcher {
         visited.insert(own_dsi.clone());
 
         let (local, down) = tokio::join!(
-            host.local_objects(&req.query, req.limit),
-            host.referrals(&req.query)
+            host.local_objects(&req.parsed, req.limit),
+            host.referrals(&req.parsed)
         );
         let mut local_more = false;
         match local {
@@ -761,7 +761,8 @@ impl Searcher {
             Endpoint::Whois { host, port } => {
                 match remote::ask_whois(host, *port, ctx.parsed, timeout, ctx.max_bytes).await {
                     Ok(w) => {
-                        let (answer, more) = from_whois(w, queued, ctx.query, ctx.limit);
+                        let (answer, more) =
+                            from_whois(w, queued, ctx.query, ctx.parsed, ctx.limit);
                         SubOutcome::Answered {
                             answer: Arc::new(answer),
                             more,
@@ -780,12 +781,14 @@ fn from_whois(
     w: cip_proto::whoispp_answer::WhoisAnswer,
     queued: &Queued,
     query: &str,
+    parsed: &Query,
     limit: usize,
 ) -> (SearchAnswer, Vec<Target>) {
     let uri = queued.endpoint.uri();
     let objects: Vec<FoundObject> = w
         .records
         .into_iter()
+        .filter(|r| remote::record_matches(r, parsed))
         .take(limit)
         .map(|r| {
             let url = r

@@ -47,7 +47,8 @@ pub struct Target {
     pub definite: bool,
     /// Which way it lies.
     pub hop: Hop,
-    /// Datasets its hint aggregates (its provenance): how many sub-queries it may need.
+    /// Datasets below it (its hint's provenance, less itself): how many sub-queries it may
+    /// need.
     pub datasets: u32,
     /// Changes whenever its hint does: a cached answer of it is valid while this holds.
     pub stamp: Option<u64>,

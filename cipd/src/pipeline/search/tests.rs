@@ -43,7 +43,7 @@ impl SearchHost for Fixed {
 
     async fn local_objects(
         &self,
-        _query: &str,
+        _query: &Query,
         limit: usize,
     ) -> Result<(Vec<ObjectJson>, u64), String> {
         let all: Vec<ObjectJson> = (0..self.objects)
@@ -56,7 +56,7 @@ impl SearchHost for Fixed {
         Ok((all.into_iter().take(limit).collect(), self.objects as u64))
     }
 
-    async fn referrals(&self, _query: &str) -> Result<Vec<Target>, String> {
+    async fn referrals(&self, _query: &Query) -> Result<Vec<Target>, String> {
         Ok(self.down.clone())
     }
 
