@@ -48,6 +48,41 @@
 //!    replace that merges the table's segments shows as a slower last step).
 //! 3. The process's `VmRSS` and `VmHWM` (every node, the runtime and the bench together),
 //!    and the traffic the run took (polls, `datachanged`, hints, out-bound builds).
+//! 4. **search** (unless `MESH_SEARCH=0`): the mesh-wide search (`GET /v1/search`, the node
+//!    chasing referrals itself, down its table and up to the nodes that poll it) against the
+//!    client-side chase of `cipctl query --follow` ([`cipd::ctl::query::follow`]). First the
+//!    wait until every leaf and mid has learnt the node that polls it (its one
+//!    [`cipd::node::Node::upstreams`]), and the round-trip time `RTT`: the median of a
+//!    `GET /healthz` to each node over a kept-alive connection. Then:
+//!    * **cold, from the root**: queries never asked before (`Author=` each leaf's marker,
+//!      held by that leaf; `Author=` each shared author, held by every leaf; three
+//!      substrings, `Title~` and `Author~`, matching across leaves), each with `limit=1000`
+//!      so every matching object of the mesh comes back. For each, `follow` and one search
+//!      from the root are timed, which goes first alternating, and the objects each found
+//!      (holder DSI, URL) compared with each other and with the generated collections.
+//!      `follow` builds its HTTP client on every call, as `cipctl` does; that cost is shown
+//!      apart. Min, median, p99 and max of each, the ratio of the medians (target at most
+//!      0.5; and of the totals), the search's p99 against `2 x RTT + 50 ms` (depth 2: root,
+//!      mid, leaf), the medians by kind of query, and where a marker's search spends its
+//!      time, sub-query by sub-query (the answer's `nodes`), beside a leaf's own lookups
+//!      called in-process;
+//!    * **cold, from a leaf**: the same queries spelt `DOCUMENT:Author=...` (strings no node
+//!      has seen, so every cache is cold), each searched from another leaf than the last
+//!      (for a marker, a leaf under another mid): the search goes up, up, down, down, so its
+//!      target is `4 x RTT + 50 ms`; `follow` from that leaf is timed too and finds only
+//!      the leaf's own objects (a leaf's table is empty: no referrals);
+//!    * **warm**: one query searched 2,000 times in a row from the root and from a leaf
+//!      (p50 and p99 of the client's round trip, target p99 at most 5 ms); then a closed
+//!      loop of 64 concurrent clients for 3 s against the root's `/v1/search` (warm, four
+//!      queries) and the same loop against its `/v1/referrals` (same queries): searches
+//!      and referral answers per second, their ratio (target at least 0.5);
+//!    * **sub-queries**: over every cold search, the mean, p99 and max of the answer's
+//!      `subqueries`, the partial answers (target 0) and the most nodes one search asked;
+//!    * the process's memory after the phase.
+//!
+//!    A search whose objects differ from the expected ones, or that comes back partial, is
+//!    listed with what differed and what it left unchased. The bench's client is on
+//!    loopback, as the nodes' peers are, so `search.rate` does not limit it.
 //!
 //! Conditions are re-checked on every change of the root's status and at least every
 //! millisecond; a condition not met within its timeout stops the run with the state seen.
@@ -58,20 +93,26 @@
 //! | `MESH_NODES` | 30 | nodes in the tree (at least 3) |
 //! | `MESH_OBJECTS` | 200 | objects in each leaf's collection |
 //! | `MESH_CHANGES` | 10 | leaf changes timed to the root |
+//! | `MESH_SEARCH` | 1 | 0: skip the search phase |
 
 mod common;
 use common::env_or;
 
 use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cipd::ctl::query::{ClientTlsArgs, QueryArgs, Visit, follow, get_json_with, percent_encode};
 use cipd::daemon::{Daemon, RunningDaemon, StartOptions};
+use cipd::model::answer::SearchAnswer;
 use cipd::model::config::Config;
 use cipd::node::{Node, Status};
+use cipd::sys::http::header::HeaderMap;
+use cipd::sys::http::{FetchLimits, HttpClient};
 use tempfile::TempDir;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -125,6 +166,7 @@ struct Settings {
     nodes: usize,
     objects: usize,
     changes: usize,
+    search: bool,
     mids: usize,
     cpus: usize,
 }
@@ -134,6 +176,7 @@ impl Settings {
         let nodes: usize = env_or("MESH_NODES", 30);
         let objects: usize = env_or("MESH_OBJECTS", 200);
         let changes: usize = env_or("MESH_CHANGES", 10);
+        let search = env_or::<u32>("MESH_SEARCH", 1) != 0;
         assert!(
             nodes >= 3,
             "MESH_NODES must be at least 3 (root, mid, leaf)"
@@ -146,6 +189,7 @@ impl Settings {
             nodes,
             objects,
             changes,
+            search,
             mids,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
@@ -241,16 +285,27 @@ shutdown_grace = "5s"
 fn collection_text(leaf: usize, authors: &[String]) -> String {
     let mut out = String::new();
     for (j, a) in authors.iter().enumerate() {
-        let title = format!("Report {j} from leaf {leaf}");
+        let title = title(leaf, j);
         let _ = write!(
             out,
-            "@DOCUMENT {{ http://leaf{leaf}.example/doc/{j}\nAuthor{{{}}}:\t{a}\n\
+            "@DOCUMENT {{ {}\nAuthor{{{}}}:\t{a}\n\
              Title{{{}}}:\t{title}\n}}\n\n",
+            object_url(leaf, j),
             a.len(),
             title.len()
         );
     }
     out
+}
+
+/// The URL of object `j` of leaf `leaf`'s collection.
+fn object_url(leaf: usize, j: usize) -> String {
+    format!("http://leaf{leaf}.example/doc/{j}")
+}
+
+/// The title of object `j` of leaf `leaf`'s collection.
+fn title(leaf: usize, j: usize) -> String {
+    format!("Report {j} from leaf {leaf}")
 }
 
 /// The authors of leaf `i`'s generated collection.
@@ -312,6 +367,12 @@ impl MeshNode {
 
     fn status(&self) -> Status {
         self.node().status_snapshot()
+    }
+
+    /// The node's HTTP front-end, `http://127.0.0.1:PORT`.
+    fn http_url(&self) -> String {
+        let addr = self.daemon.http_addr().expect("an HTTP listener");
+        format!("http://{addr}")
     }
 
     /// True when a query for `author` here refers to `dsi`.
@@ -695,6 +756,11 @@ async fn run(s: Settings) {
         rss as f64 / 1024.0 / s.nodes as f64
     );
 
+    // ---- 4. search ----------------------------------------------------------------------
+    if s.search {
+        search_phase(&s, &root, &mids, &leaves, &authors).await;
+    }
+
     let stopping = Instant::now();
     let mut set = JoinSet::new();
     let nodes = leaves.into_iter().chain(mids).chain(std::iter::once(root));
@@ -724,6 +790,918 @@ async fn run(s: Settings) {
         } else {
             format!("; past the grace period: {unclean:?}")
         }
+    );
+}
+
+// ---- the search phase ------------------------------------------------------------------
+
+/// Objects a cold search asks for (`limit`): every matching object of the mesh.
+const SEARCH_LIMIT: usize = 1000;
+/// Longest the bench waits for one HTTP answer (or one `follow`'s request).
+const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// `GET /healthz` round trips to each node for the RTT.
+const RTT_SAMPLES: usize = 20;
+/// Searches in a row of each warm series.
+const WARM_REPEATS: usize = 2000;
+/// Concurrent clients of the throughput loops.
+const LOAD_CLIENTS: usize = 64;
+/// How long each throughput loop runs.
+const LOAD_TIME: Duration = Duration::from_secs(3);
+/// Queries of the throughput loops (shared authors, asked cold before: warm).
+const LOAD_QUERIES: usize = 4;
+/// Target of a cold search's median over `follow`'s.
+const COLD_RATIO_TARGET: f64 = 0.5;
+/// The cold target is `depth x RTT + COLD_SLACK`.
+const COLD_SLACK: Duration = Duration::from_millis(50);
+/// Target of a warm search's p99.
+const WARM_P99_TARGET: Duration = Duration::from_millis(5);
+/// Target of searches per second over referral answers per second.
+const THROUGHPUT_RATIO_TARGET: f64 = 0.5;
+
+/// How a probe's value is compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Exact,
+    Substring,
+}
+
+/// One query of the cold series.
+struct Probe {
+    /// `marker`, `shared` or `substring`.
+    kind: &'static str,
+    attr: &'static str,
+    op: Op,
+    value: String,
+}
+
+/// An object as both chases name it: its holder's DSI and its URL.
+type ObjectKey = (String, String);
+
+impl Probe {
+    /// The query, with the template (`DOCUMENT:`) when `template`.
+    fn text(&self, template: bool) -> String {
+        format!(
+            "{}{}{}{}",
+            if template { "DOCUMENT:" } else { "" },
+            self.attr,
+            if self.op == Op::Exact { '=' } else { '~' },
+            self.value
+        )
+    }
+
+    /// The objects of the generated collections it matches.
+    fn expected(&self, authors: &[Vec<String>]) -> BTreeSet<ObjectKey> {
+        let needle = self.value.to_ascii_lowercase();
+        let mut out = BTreeSet::new();
+        for (i, list) in authors.iter().enumerate() {
+            for (j, a) in list.iter().enumerate() {
+                let value = if self.attr == "Title" {
+                    title(i, j)
+                } else {
+                    a.clone()
+                };
+                let hit = match self.op {
+                    Op::Exact => value.eq_ignore_ascii_case(&self.value),
+                    Op::Substring => value.to_ascii_lowercase().contains(&needle),
+                };
+                if hit {
+                    out.insert((leaf_dsi(i), object_url(i, j)));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The cold series' queries: every leaf's marker, every shared author, three substrings
+/// that match across leaves.
+fn probes(leaves: usize) -> Vec<Probe> {
+    let exact = |kind, value: String| Probe {
+        kind,
+        attr: "Author",
+        op: Op::Exact,
+        value,
+    };
+    let mut out: Vec<Probe> = (0..leaves).map(|i| exact("marker", marker(i))).collect();
+    out.extend(SHARED.iter().map(|a| exact("shared", (*a).to_owned())));
+    for (attr, value) in [
+        ("Title", "Report 7 from"),
+        ("Author", "-019"),
+        ("Author", "Writer 02"),
+    ] {
+        out.push(Probe {
+            kind: "substring",
+            attr,
+            op: Op::Substring,
+            value: value.to_owned(),
+        });
+    }
+    out
+}
+
+/// One cold search and the `follow` beside it.
+struct ColdRun {
+    probe: usize,
+    /// The node asked.
+    from: String,
+    search: Duration,
+    follow: Duration,
+    answer: SearchAnswer,
+    /// What `follow` found, and at how many nodes.
+    followed: BTreeSet<ObjectKey>,
+    visits: usize,
+}
+
+fn search_path(q: &str) -> String {
+    format!("/v1/search?q={}&limit={SEARCH_LIMIT}", percent_encode(q))
+}
+
+/// One search of `q` at `server`, timed from the request to the parsed answer.
+async fn timed_search(client: &HttpClient, server: &str, q: &str) -> (SearchAnswer, Duration) {
+    let started = Instant::now();
+    let answer: SearchAnswer = get_json_with(client, server, &search_path(q), HTTP_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("search {q:?} at {server}: {e:#}"));
+    (answer, started.elapsed())
+}
+
+/// `cipctl query --follow --json` of `q` from `server`, timed.
+async fn timed_follow(server: &str, q: &str) -> (Vec<Visit>, Duration) {
+    let args = QueryArgs {
+        server: server.to_owned(),
+        query: q.to_owned(),
+        json: true,
+        possible: false,
+        follow: true,
+        limit: None,
+        timeout: HTTP_TIMEOUT,
+        tls: ClientTlsArgs::default(),
+    };
+    let started = Instant::now();
+    let visits = follow(&args)
+        .await
+        .unwrap_or_else(|e| panic!("follow {q:?} from {server}: {e:#}"));
+    (visits, started.elapsed())
+}
+
+/// Times a search of `q` and a `follow` of it from `server`, `search_first` or not.
+async fn cold_pair(
+    client: &HttpClient,
+    server: &str,
+    q: &str,
+    search_first: bool,
+) -> (SearchAnswer, Duration, Vec<Visit>, Duration) {
+    if search_first {
+        let (a, s) = timed_search(client, server, q).await;
+        let (v, f) = timed_follow(server, q).await;
+        (a, s, v, f)
+    } else {
+        let (v, f) = timed_follow(server, q).await;
+        let (a, s) = timed_search(client, server, q).await;
+        (a, s, v, f)
+    }
+}
+
+fn search_found(a: &SearchAnswer) -> BTreeSet<ObjectKey> {
+    a.objects
+        .iter()
+        .map(|o| (o.holder.clone(), o.url.clone()))
+        .collect()
+}
+
+fn follow_found(visits: &[Visit]) -> BTreeSet<ObjectKey> {
+    visits
+        .iter()
+        .filter_map(|v| v.objects.as_ref())
+        .flat_map(|o| o.objects.iter().map(|x| (o.dsi.clone(), x.url.clone())))
+        .collect()
+}
+
+/// How `got` differs from `want`: counts, by holder.
+fn diff(got: &BTreeSet<ObjectKey>, want: &BTreeSet<ObjectKey>) -> String {
+    let by_holder = |set: &[&ObjectKey]| {
+        let mut m: BTreeMap<&str, usize> = BTreeMap::new();
+        for (h, _) in set {
+            *m.entry(h.strip_prefix(DSI_PREFIX).unwrap_or(h))
+                .or_default() += 1;
+        }
+        m.iter()
+            .map(|(h, n)| format!("{h} x{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let missing: Vec<&ObjectKey> = want.difference(got).collect();
+    let extra: Vec<&ObjectKey> = got.difference(want).collect();
+    format!(
+        "{} of {} (missing {}{}, extra {}{})",
+        got.len(),
+        want.len(),
+        missing.len(),
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!(" by holder {}", by_holder(&missing))
+        },
+        extra.len(),
+        if extra.is_empty() {
+            String::new()
+        } else {
+            format!(" by holder {}", by_holder(&extra))
+        },
+    )
+}
+
+/// What a search left unchased, counted by reason and the node that held the referral.
+fn unchased_summary(a: &SearchAnswer) -> String {
+    let mut m: BTreeMap<String, usize> = BTreeMap::new();
+    for u in &a.unchased {
+        let via = u.via.strip_prefix(DSI_PREFIX).unwrap_or(&u.via);
+        *m.entry(format!("{} via {via}", u.reason.as_str()))
+            .or_default() += 1;
+    }
+    if m.is_empty() {
+        return "nothing unchased".to_owned();
+    }
+    m.iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `p`-quantile (nearest rank) of sorted `xs`.
+fn quantile<T: Copy>(xs: &[T], p: f64) -> T {
+    let rank = ((p * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
+    xs[rank - 1]
+}
+
+fn median(xs: &[Duration]) -> Duration {
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2
+    }
+}
+
+/// `min .., median .., p99 .., max ..` of `xs`.
+fn spread(xs: &[Duration]) -> String {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    format!(
+        "min {}, median {}, p99 {}, max {}",
+        ms(v[0]),
+        ms(median(&v)),
+        ms(quantile(&v, 0.99)),
+        ms(v[v.len() - 1])
+    )
+}
+
+fn sorted_median(xs: &[Duration]) -> Duration {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    median(&v)
+}
+
+fn sorted_p99(xs: &[Duration]) -> Duration {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    quantile(&v, 0.99)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "PASS" } else { "MISS" }
+}
+
+/// `GET url`, the whole body read; panics unless the answer is `200`.
+async fn get_ok(client: &HttpClient, url: &str) -> cipd::sys::http::Answer {
+    let answer = client
+        .get_any(url, HeaderMap::new(), fetch_limits())
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    assert!(
+        answer.status.is_success(),
+        "GET {url}: HTTP {}: {}",
+        answer.status,
+        String::from_utf8_lossy(&answer.body)
+    );
+    answer
+}
+
+fn fetch_limits() -> FetchLimits {
+    FetchLimits {
+        timeout: HTTP_TIMEOUT,
+        max_bytes: 64 << 20,
+    }
+}
+
+/// `n` searches in a row of `url`, each timed from the request to the last byte.
+async fn repeat(client: &HttpClient, url: &str, n: usize) -> (Vec<Duration>, SearchAnswer) {
+    // Once untimed: the answer is then this node's kept one.
+    get_ok(client, url).await;
+    let mut times = Vec::with_capacity(n);
+    let mut last = None;
+    for _ in 0..n {
+        let started = Instant::now();
+        let answer = get_ok(client, url).await;
+        times.push(started.elapsed());
+        last = Some(answer.body);
+    }
+    let body = last.expect("at least one search");
+    let answer = serde_json::from_slice(&body).expect("a search answer");
+    (times, answer)
+}
+
+/// A closed loop of [`LOAD_CLIENTS`] clients GETting `urls` in turn for [`LOAD_TIME`]:
+/// answers `200`, other answers (and failures), and the time taken.
+async fn closed_loop(client: &HttpClient, urls: Vec<String>) -> (u64, u64, Duration) {
+    let urls = Arc::new(urls);
+    for u in urls.iter() {
+        get_ok(client, u).await;
+    }
+    let started = Instant::now();
+    let end = started + LOAD_TIME;
+    let mut set = JoinSet::new();
+    for c in 0..LOAD_CLIENTS {
+        let (client, urls) = (client.clone(), urls.clone());
+        set.spawn(async move {
+            let (mut ok, mut failed, mut k) = (0u64, 0u64, c);
+            while Instant::now() < end {
+                let url = &urls[k % urls.len()];
+                k += 1;
+                match client.get_any(url, HeaderMap::new(), fetch_limits()).await {
+                    Ok(a) if a.status.is_success() => ok += 1,
+                    _ => failed += 1,
+                }
+            }
+            (ok, failed)
+        });
+    }
+    let (mut ok, mut failed) = (0, 0);
+    while let Some(r) = set.join_next().await {
+        let (o, f) = r.expect("a load client panicked");
+        ok += o;
+        failed += f;
+    }
+    (ok, failed, started.elapsed())
+}
+
+/// Phase 4 (see the module doc).
+async fn search_phase(
+    s: &Settings,
+    root: &MeshNode,
+    mids: &[MeshNode],
+    leaves: &[MeshNode],
+    authors: &[Vec<String>],
+) {
+    let leaves_n = leaves.len();
+    let mut problems: Vec<String> = Vec::new();
+
+    // Every leaf and mid knows the node that polls it.
+    let waited = Instant::now();
+    loop {
+        let missing: Vec<String> = leaves
+            .iter()
+            .chain(mids)
+            .filter(|n| n.node().upstreams().len() != 1)
+            .map(|n| format!("{} ({} known)", n.name, n.node().upstreams().len()))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            waited.elapsed() < CONVERGE_TIMEOUT,
+            "timed out after {CONVERGE_TIMEOUT:?} waiting for every leaf and mid to learn its \
+             poller; not yet: {missing:?}"
+        );
+        tokio::time::sleep(RECHECK).await;
+    }
+    let pollers_known = waited.elapsed();
+
+    let client = ClientTlsArgs::default()
+        .client()
+        .expect("the bench's HTTP client");
+    // The round-trip time: a trivial GET to every node, over kept-alive connections.
+    let all: Vec<&MeshNode> = std::iter::once(root).chain(mids).chain(leaves).collect();
+    let mut rtts = Vec::new();
+    for n in &all {
+        let url = format!("{}/healthz", n.http_url());
+        get_ok(&client, &url).await;
+        for _ in 0..RTT_SAMPLES {
+            let started = Instant::now();
+            get_ok(&client, &url).await;
+            rtts.push(started.elapsed());
+        }
+    }
+    let rtt = sorted_median(&rtts);
+    // What `follow` spends building its client on every call.
+    let mut builds = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let c = ClientTlsArgs::default().client().expect("a client");
+        builds.push(started.elapsed());
+        drop(c);
+    }
+    let build = sorted_median(&builds);
+    println!(
+        "search: every leaf and mid knew its poller {} after the phase began; RTT (median GET \
+         /healthz, {} nodes x {RTT_SAMPLES}) {}; follow builds its HTTP client on every call \
+         (median {:.0} us, in its times)",
+        ms(pollers_known),
+        all.len(),
+        ms(rtt),
+        build.as_secs_f64() * 1e6
+    );
+    // What a search's budget has to cover: the datasets each table's hints aggregate.
+    let provenance = |n: &MeshNode| {
+        let lens: BTreeSet<usize> = n
+            .node()
+            .table()
+            .peers()
+            .iter()
+            .map(|p| p.provenance.len())
+            .collect();
+        lens.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    println!(
+        "  search settings: max_subqueries {}, max_depth {}, deadline {}; datasets per hint \
+         (provenance) in the root's table {}, in mid0's {}",
+        root.node().config().search.max_subqueries,
+        root.node().config().search.max_depth,
+        ms(root.node().config().search.deadline),
+        provenance(root),
+        provenance(&mids[0])
+    );
+
+    // The queries, and what each should find.
+    let probes = probes(leaves_n);
+    let expected: Vec<BTreeSet<ObjectKey>> = probes.iter().map(|p| p.expected(authors)).collect();
+    let too_big: Vec<String> = probes
+        .iter()
+        .zip(&expected)
+        .filter(|(_, e)| e.len() > SEARCH_LIMIT)
+        .map(|(p, e)| format!("{} ({})", p.text(false), e.len()))
+        .collect();
+    let chosen: Vec<usize> = (0..probes.len())
+        .filter(|&k| expected[k].len() <= SEARCH_LIMIT)
+        .collect();
+    let count = |kind: &str| chosen.iter().filter(|&&k| probes[k].kind == kind).count();
+    let mix = format!(
+        "{} markers, {} shared authors, {} substrings",
+        count("marker"),
+        count("shared"),
+        count("substring")
+    );
+    if !too_big.is_empty() {
+        println!(
+            "  left out, more than {SEARCH_LIMIT} objects: {}",
+            too_big.join(", ")
+        );
+    }
+
+    // ---- cold, from the root ----
+    let root_url = root.http_url();
+    let mut from_root: Vec<ColdRun> = Vec::new();
+    for (n, &k) in chosen.iter().enumerate() {
+        let q = probes[k].text(false);
+        let (answer, search, visits, follow) = cold_pair(&client, &root_url, &q, n % 2 == 1).await;
+        from_root.push(ColdRun {
+            probe: k,
+            from: root.name.clone(),
+            search,
+            follow,
+            followed: follow_found(&visits),
+            visits: visits.len(),
+            answer,
+        });
+    }
+    // ---- cold, from a leaf: fresh strings, a different leaf each time ----
+    let mut from_leaf: Vec<ColdRun> = Vec::new();
+    let mut previous = usize::MAX;
+    for (n, &k) in chosen.iter().enumerate() {
+        let q = probes[k].text(true);
+        // Not the leaf asked last; for a marker, not its own leaf, nor a leaf under its mid
+        // when another mid has leaves.
+        let holder = (probes[k].kind == "marker").then(|| {
+            (0..leaves_n)
+                .find(|&i| marker(i) == probes[k].value)
+                .expect("a marker's leaf")
+        });
+        let far = |at: usize| {
+            holder
+                .is_none_or(|h| h != at && (s.mids == 1 || mid_of(h, s.mids) != mid_of(at, s.mids)))
+        };
+        let candidates = (0..leaves_n).map(|d| (n + 1 + d) % leaves_n);
+        let at = candidates
+            .clone()
+            .find(|&at| at != previous && far(at))
+            .or_else(|| candidates.clone().find(|&at| far(at)))
+            .unwrap_or((n + 1) % leaves_n);
+        previous = at;
+        let leaf = &leaves[at];
+        let (answer, search, visits, follow) =
+            cold_pair(&client, &leaf.http_url(), &q, n % 2 == 1).await;
+        from_leaf.push(ColdRun {
+            probe: k,
+            from: leaf.name.clone(),
+            search,
+            follow,
+            followed: follow_found(&visits),
+            visits: visits.len(),
+            answer,
+        });
+    }
+
+    // Objects: the root's search and follow against each other and the collections; the
+    // leaves' searches against the collections.
+    // Objects: the root's search and follow against each other and the collections; the
+    // leaves' searches against the collections. One line per search that misbehaved.
+    let mut agree = 0;
+    let mut leaf_agree = 0;
+    let mut total_objects = 0;
+    for (r, at_root) in from_root
+        .iter()
+        .map(|r| (r, true))
+        .chain(from_leaf.iter().map(|r| (r, false)))
+    {
+        let want = &expected[r.probe];
+        let got = search_found(&r.answer);
+        let distinct = r.answer.objects.len() == got.len();
+        let follow_agrees = !at_root || got == r.followed;
+        if at_root {
+            total_objects += want.len();
+        }
+        if got == *want && distinct && follow_agrees {
+            if at_root {
+                agree += 1;
+            } else {
+                leaf_agree += 1;
+            }
+        }
+        if got == *want && distinct && follow_agrees && !r.answer.partial {
+            continue;
+        }
+        let mut line = format!(
+            "{:?} from {}: search found {}",
+            r.answer.query,
+            r.from,
+            diff(&got, want)
+        );
+        if !distinct {
+            let _ = write!(line, ", {} returned", r.answer.objects.len());
+        }
+        if at_root && !follow_agrees {
+            let _ = write!(
+                line,
+                "; follow found {} at {} nodes (search - follow {}, follow - search {})",
+                diff(&r.followed, want),
+                r.visits,
+                got.difference(&r.followed).count(),
+                r.followed.difference(&got).count()
+            );
+        }
+        let _ = write!(
+            line,
+            "; partial {}, {} sub-queries, {} nodes asked; {}",
+            r.answer.partial,
+            r.answer.subqueries,
+            r.answer.nodes.len(),
+            unchased_summary(&r.answer)
+        );
+        problems.push(line);
+    }
+
+    // Where a marker's search spends its time: the chain of single sub-queries.
+    let chain = |runs: &[ColdRun]| -> String {
+        let of: Vec<&ColdRun> = runs
+            .iter()
+            .filter(|r| probes[r.probe].kind == "marker")
+            .collect();
+        if of.is_empty() {
+            return "no marker queries".to_owned();
+        }
+        let med = |xs: Vec<Duration>| ms(sorted_median(&xs));
+        let secs = |m: f64| Duration::from_secs_f64(m.max(0.0) / 1e3);
+        let mut parts = vec![
+            format!(
+                "the client's round trip {}",
+                med(of.iter().map(|r| r.search).collect())
+            ),
+            format!(
+                "{}'s elapsed_ms {}",
+                if of[0].from == root.name {
+                    "the root"
+                } else {
+                    "the leaf"
+                },
+                med(of.iter().map(|r| secs(r.answer.elapsed_ms)).collect())
+            ),
+        ];
+        let deepest = of
+            .iter()
+            .flat_map(|r| r.answer.nodes.iter().map(|n| n.depth))
+            .max()
+            .unwrap_or(0);
+        for d in 1..=deepest {
+            let asked: Vec<_> = of
+                .iter()
+                .filter_map(|r| r.answer.nodes.iter().find(|n| n.depth == d))
+                .collect();
+            if let Some(first) = asked.first() {
+                parts.push(format!(
+                    "its sub-query at depth {d} ({}) {}",
+                    first.direction,
+                    med(asked.iter().map(|n| secs(n.ms)).collect())
+                ));
+            }
+        }
+        parts.join(" > ")
+    };
+
+    let series = |runs: &[ColdRun], f: fn(&ColdRun) -> Duration| -> Vec<Duration> {
+        runs.iter().map(f).collect()
+    };
+    let by_kind = |runs: &[ColdRun]| -> String {
+        ["marker", "shared", "substring"]
+            .iter()
+            .filter_map(|kind| {
+                let of: Vec<&ColdRun> = runs
+                    .iter()
+                    .filter(|r| probes[r.probe].kind == *kind)
+                    .collect();
+                if of.is_empty() {
+                    return None;
+                }
+                let s: Vec<Duration> = of.iter().map(|r| r.search).collect();
+                let f: Vec<Duration> = of.iter().map(|r| r.follow).collect();
+                let at_node: Vec<Duration> = of
+                    .iter()
+                    .map(|r| Duration::from_secs_f64(r.answer.elapsed_ms / 1e3))
+                    .collect();
+                let subs = of.iter().map(|r| r.answer.subqueries).max().unwrap_or(0);
+                let (s, f) = (sorted_median(&s), sorted_median(&f));
+                Some(format!(
+                    "{} {kind} queries {} / {} = {:.2} (the node's own elapsed_ms {}; {subs} \
+                     sub-queries at most)",
+                    of.len(),
+                    ms(s),
+                    ms(f),
+                    s.as_secs_f64() / f.as_secs_f64(),
+                    ms(sorted_median(&at_node))
+                ))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+
+    let root_target = rtt * 2 + COLD_SLACK;
+    let rs = series(&from_root, |r| r.search);
+    let rf = series(&from_root, |r| r.follow);
+    let ratio = sorted_median(&rs).as_secs_f64() / sorted_median(&rf).as_secs_f64();
+    let total_ratio =
+        rs.iter().sum::<Duration>().as_secs_f64() / rf.iter().sum::<Duration>().as_secs_f64();
+    println!(
+        "search, cold, from the root ({} queries never asked: {mix}; limit {SEARCH_LIMIT}; \
+         follow and search alternate first):",
+        from_root.len()
+    );
+    println!("  follow: {}", spread(&rf));
+    println!("  search: {}", spread(&rs));
+    println!(
+        "  search/follow: medians {ratio:.2} (target <= {COLD_RATIO_TARGET}: {}), totals \
+         {total_ratio:.2} ({}); search p99 {} (target <= 2 x RTT + {} = {}: {})",
+        verdict(ratio <= COLD_RATIO_TARGET),
+        verdict(total_ratio <= COLD_RATIO_TARGET),
+        ms(sorted_p99(&rs)),
+        ms(COLD_SLACK),
+        ms(root_target),
+        verdict(sorted_p99(&rs) <= root_target)
+    );
+    println!("  by kind, median search / follow: {}", by_kind(&from_root));
+    // A leaf's own work for its marker, called in-process (no HTTP, no blocking pool).
+    let (mut local_work, mut table_work) = (Vec::new(), Vec::new());
+    let own = format!("Author={}", marker(0));
+    for _ in 0..200 {
+        let started = Instant::now();
+        let _ = leaves[0].node().local_objects(&own, Some(SEARCH_LIMIT));
+        local_work.push(started.elapsed());
+        let started = Instant::now();
+        let _ = leaves[0].node().referrals(&own, true, None);
+        table_work.push(started.elapsed());
+    }
+    println!(
+        "  a marker's chain, medians: {}; follow's 4 requests (referrals at the root, the mid, \
+         the leaf; the leaf's objects) {}; a leaf's own lookups in-process: objects {:.0} us, \
+         referrals {:.0} us",
+        chain(&from_root),
+        ms(sorted_median(
+            &from_root
+                .iter()
+                .filter(|r| probes[r.probe].kind == "marker")
+                .map(|r| r.follow)
+                .collect::<Vec<_>>()
+        )),
+        sorted_median(&local_work).as_secs_f64() * 1e6,
+        sorted_median(&table_work).as_secs_f64() * 1e6
+    );
+    println!(
+        "  objects: search = follow = the collections' for {agree} of {} queries ({total_objects} \
+         objects in all; follow visited {} nodes at most)",
+        from_root.len(),
+        from_root.iter().map(|r| r.visits).max().unwrap_or(0)
+    );
+
+    let leaf_target = rtt * 4 + COLD_SLACK;
+    let ls = series(&from_leaf, |r| r.search);
+    let lf = series(&from_leaf, |r| r.follow);
+    let leaf_names: BTreeSet<&str> = from_leaf.iter().map(|r| r.from.as_str()).collect();
+    println!(
+        "search, cold, from a leaf ({} queries never asked, spelt DOCUMENT:...; from {} \
+         different leaves, a marker from a leaf under another mid):",
+        from_leaf.len(),
+        leaf_names.len()
+    );
+    println!("  search: {}", spread(&ls));
+    println!(
+        "  search p99 {} (target <= 4 x RTT + {} = {}: {}); search median / the root's follow \
+         median {:.2}",
+        ms(sorted_p99(&ls)),
+        ms(COLD_SLACK),
+        ms(leaf_target),
+        verdict(sorted_p99(&ls) <= leaf_target),
+        sorted_median(&ls).as_secs_f64() / sorted_median(&rf).as_secs_f64()
+    );
+    println!(
+        "  by kind, median search / follow from the leaf (which finds the leaf's own objects \
+         only): {}",
+        by_kind(&from_leaf)
+    );
+    println!("  a marker's chain, medians: {}", chain(&from_leaf));
+    let leaf_found: usize = from_leaf.iter().map(|r| r.followed.len()).sum();
+    let leaf_want: usize = from_leaf.iter().map(|r| expected[r.probe].len()).sum();
+    let own_only = from_leaf.iter().all(|r| {
+        r.visits == 1
+            && r.followed
+                .iter()
+                .all(|(h, _)| leaves.iter().any(|l| l.name == r.from && l.dsi == *h))
+    });
+    println!(
+        "  follow from the leaf: {}; it found {leaf_found} of the {leaf_want} objects, visiting \
+         {} node(s) at most ({}); the search found all of them for {leaf_agree} of {} queries",
+        spread(&lf),
+        from_leaf.iter().map(|r| r.visits).max().unwrap_or(0),
+        if own_only {
+            "the leaf's own objects only: a leaf's table is empty, no referrals"
+        } else {
+            "not only the leaf's own objects"
+        },
+        from_leaf.len()
+    );
+
+    // ---- warm ----
+    let warm_probe = chosen
+        .iter()
+        .copied()
+        .find(|&k| probes[k].kind == "shared")
+        .unwrap_or(chosen[0]);
+    let warm_q = probes[warm_probe].text(false);
+    let (root_times, root_answer) = repeat(
+        &client,
+        &format!("{root_url}{}", search_path(&warm_q)),
+        WARM_REPEATS,
+    )
+    .await;
+    let leaf_run = from_leaf
+        .iter()
+        .find(|r| r.probe == warm_probe)
+        .expect("the warm query's leaf run");
+    let warm_leaf = leaves
+        .iter()
+        .find(|l| l.name == leaf_run.from)
+        .expect("the warm query's leaf");
+    let warm_leaf_q = probes[warm_probe].text(true);
+    let (leaf_times, leaf_answer) = repeat(
+        &client,
+        &format!("{}{}", warm_leaf.http_url(), search_path(&warm_leaf_q)),
+        WARM_REPEATS,
+    )
+    .await;
+    for (a, at) in [(&root_answer, &root.name), (&leaf_answer, &warm_leaf.name)] {
+        if a.partial || a.objects.len() != expected[warm_probe].len() {
+            problems.push(format!(
+                "warm {:?} at {at}: {} objects (want {}), partial {}",
+                a.query,
+                a.objects.len(),
+                expected[warm_probe].len(),
+                a.partial
+            ));
+        }
+    }
+    let warm_line = |times: &[Duration]| {
+        let mut v = times.to_vec();
+        v.sort_unstable();
+        let p99 = quantile(&v, 0.99);
+        format!(
+            "p50 {}, p99 {}, max {} (target p99 <= {}: {})",
+            ms(quantile(&v, 0.5)),
+            ms(p99),
+            ms(v[v.len() - 1]),
+            ms(WARM_P99_TARGET),
+            verdict(p99 <= WARM_P99_TARGET)
+        )
+    };
+    println!(
+        "search, warm, {WARM_REPEATS} in a row ({} objects each): from the root {warm_q:?} {}; \
+         from {} {warm_leaf_q:?} {}",
+        expected[warm_probe].len(),
+        warm_line(&root_times),
+        warm_leaf.name,
+        warm_line(&leaf_times)
+    );
+
+    // ---- throughput ----
+    let load: Vec<&Probe> = chosen
+        .iter()
+        .filter(|&&k| probes[k].kind == "shared")
+        .take(LOAD_QUERIES)
+        .map(|&k| &probes[k])
+        .collect();
+    let search_urls: Vec<String> = load
+        .iter()
+        .map(|p| format!("{root_url}{}", search_path(&p.text(false))))
+        .collect();
+    let referral_urls: Vec<String> = load
+        .iter()
+        .map(|p| {
+            format!(
+                "{root_url}/v1/referrals?q={}",
+                percent_encode(&p.text(false))
+            )
+        })
+        .collect();
+    let (s_ok, s_failed, s_took) = closed_loop(&client, search_urls).await;
+    let (r_ok, r_failed, r_took) = closed_loop(&client, referral_urls).await;
+    let searches = s_ok as f64 / s_took.as_secs_f64();
+    let referrals = r_ok as f64 / r_took.as_secs_f64();
+    let ratio = searches / referrals;
+    println!(
+        "search throughput at the root, {LOAD_CLIENTS} clients in a closed loop for {} each, \
+         {} warm queries: /v1/search {searches:.0}/s ({s_failed} failed), /v1/referrals \
+         {referrals:.0}/s ({r_failed} failed); ratio {ratio:.2} (target >= \
+         {THROUGHPUT_RATIO_TARGET}: {})",
+        ms(LOAD_TIME),
+        load.len(),
+        verdict(ratio >= THROUGHPUT_RATIO_TARGET)
+    );
+    if s_failed + r_failed > 0 {
+        problems.push(format!(
+            "throughput: {s_failed} searches and {r_failed} referral requests failed"
+        ));
+    }
+
+    // ---- sub-queries per search ----
+    let cold: Vec<&ColdRun> = from_root.iter().chain(&from_leaf).collect();
+    let mut subs: Vec<u32> = cold.iter().map(|r| r.answer.subqueries).collect();
+    subs.sort_unstable();
+    let mean = subs.iter().map(|&n| f64::from(n)).sum::<f64>() / subs.len() as f64;
+    let partial = cold.iter().filter(|r| r.answer.partial).count();
+    let most_nodes = cold.iter().map(|r| r.answer.nodes.len()).max().unwrap_or(0);
+    let series_subs = |runs: &[ColdRun]| {
+        let n: Vec<u32> = runs.iter().map(|r| r.answer.subqueries).collect();
+        format!(
+            "mean {:.1}, max {}",
+            n.iter().map(|&x| f64::from(x)).sum::<f64>() / n.len().max(1) as f64,
+            n.iter().max().unwrap_or(&0)
+        )
+    };
+    println!(
+        "search sub-queries per cold search ({} searches): mean {mean:.1}, p99 {}, max {} (from \
+         the root {}; from a leaf {}); partial answers {partial} (target 0: {}); most nodes one \
+         search asked {most_nodes} of {}",
+        subs.len(),
+        quantile(&subs, 0.99),
+        subs[subs.len() - 1],
+        series_subs(&from_root),
+        series_subs(&from_leaf),
+        verdict(partial == 0),
+        s.nodes - 1
+    );
+
+    if problems.is_empty() {
+        println!("search check: every answer complete and as expected");
+    } else {
+        println!("search check: {} problem(s):", problems.len());
+        for p in &problems {
+            println!("  {p}");
+        }
+    }
+    let (rss, hwm) = memory_kib();
+    println!(
+        "process memory after the search phase: VmRSS {:.1} MiB, VmHWM {:.1} MiB",
+        rss as f64 / 1024.0,
+        hwm as f64 / 1024.0
     );
 }
 

@@ -224,6 +224,25 @@ async fn a_search_from_any_node_finds_what_brute_force_finds() {
         a
     };
     assert!(a4.partial);
+    // A budget of exactly one sub-query per other node covers the mesh from a leaf (a query
+    // not asked before: nothing cached): each node's share is what its subtree needs (its
+    // provenance, less itself).
+    let path = format!(
+        "/v1/search?q={}&limit=1000",
+        cipd::ctl::query::percent_encode("Title~e")
+    );
+    let (status, body) = raw_get(
+        "127.0.0.1",
+        mesh.leaves[0].daemon.http_addr().unwrap(),
+        &path,
+        &format!("CIP-Search-Budget: {}\r\n", LEAVES + MIDS),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let exact: SearchAnswer = serde_json::from_str(&body).unwrap();
+    assert!(!exact.partial, "{:?}", exact.unchased);
+    assert_eq!(exact.subqueries as usize, LEAVES + MIDS);
+    assert_eq!(found(&exact), brute_force(&all, "Title~e").await);
     assert!(
         a4.unchased.iter().any(|u| u.reason == NotChased::Budget),
         "{:?}",
