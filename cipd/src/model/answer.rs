@@ -198,6 +198,10 @@ pub struct SearchAnswer {
     /// True when objects may be missing: something was not chased for a reason other than
     /// the limit, or failed.
     pub partial: bool,
+    /// True when some node's objects are its last answer kept from before, served because
+    /// it could not answer now (RFC 8767 serve-stale; its `nodes` entry says `stale`).
+    #[serde(default)]
+    pub stale: bool,
     /// Every node asked, in the order answers came.
     pub nodes: Vec<Asked>,
     /// Datasets not asked because the search had asked them already (RFC 1914 loop

@@ -261,7 +261,8 @@ impl Node {
         answer.trace_id = String::new();
         answer.elapsed_ms = 0.0;
         let body = Bytes::from(serde_json::to_vec(&answer).unwrap_or_default());
-        if !answer.partial {
+        // Partial and stale answers are not kept: the next request tries again.
+        if !answer.partial && !answer.stale {
             self.searcher.own.put(
                 key,
                 Arc::new(crate::pipeline::search::CachedOwn {

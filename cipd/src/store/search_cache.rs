@@ -72,11 +72,13 @@ impl<V: Clone> TtlCache<V> {
     }
 
     /// The entry under `key` when it is younger than the TTL and `valid` holds for it;
-    /// counted as a hit or a miss. An entry found invalid is dropped.
+    /// counted as a hit or a miss. An entry found invalid is dropped; an expired one is
+    /// kept (for [`TtlCache::get_stale`]) until newer entries push it out.
     pub fn get(&self, key: &str, valid: impl FnOnce(&V) -> bool) -> Option<V> {
         let mut inner = lock(&self.inner);
         let found = match inner.map.get(key) {
-            Some(e) if e.at.elapsed() < self.ttl && valid(&e.value) => Some(e.value.clone()),
+            Some(e) if e.at.elapsed() >= self.ttl => None,
+            Some(e) if valid(&e.value) => Some(e.value.clone()),
             Some(_) => {
                 inner.map.remove(key);
                 None
@@ -91,6 +93,19 @@ impl<V: Clone> TtlCache<V> {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         found
+    }
+
+    /// The entry under `key` when it is younger than `max_age` (expired or not) and `valid`
+    /// holds for it: an answer to serve stale when its source cannot answer now.
+    pub fn get_stale(
+        &self,
+        key: &str,
+        max_age: Duration,
+        valid: impl FnOnce(&V) -> bool,
+    ) -> Option<V> {
+        let inner = lock(&self.inner);
+        let e = inner.map.get(key)?;
+        (e.at.elapsed() < max_age && valid(&e.value)).then(|| e.value.clone())
     }
 
     /// Keeps `value` under `key`, replacing what was there; the oldest entries go while the
@@ -226,6 +241,17 @@ mod tests {
         c.put("b".into(), 2);
         tokio::time::advance(Duration::from_secs(11)).await;
         assert_eq!(c.get("b", |_| true), None, "expired");
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            c.get_stale("b", day, |_| true),
+            Some(2),
+            "kept, for serving stale"
+        );
+        assert_eq!(
+            c.get_stale("b", Duration::from_secs(5), |_| true),
+            None,
+            "too old"
+        );
         assert_eq!(c.hits.load(Ordering::Relaxed), 1);
         assert_eq!(c.misses.load(Ordering::Relaxed), 3);
     }

@@ -465,6 +465,35 @@ async fn dead_slow_and_blackholed_nodes_cost_one_wait() {
     }
 }
 
+/// RFC 8767: a node that cannot answer now has its last answer served, marked stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_s_last_answer_is_served_stale() {
+    let leaf = TestNode::start(NodeSpec::new("1.3.6.1.4.1.99999.446", &["Garcia"])).await;
+    let mut spec =
+        NodeSpec::new("1.3.6.1.4.1.99999.445", &["Garcia"]).peer("leaf", &leaf, &["poll"]);
+    spec.extra = "[search]\ncache_ttl = \"1s\"\n".into();
+    let mid = TestNode::start(spec).await;
+    mid.wait_for("the leaf's hint", |s| s.table_peers >= 1)
+        .await;
+    let fresh = search(&mid, "Author=Garcia", "").await;
+    assert_eq!(fresh.objects.len(), 2);
+    leaf.stop().await;
+    // The answers kept are older than search.cache_ttl now: a fresh one is wanted.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let a = search(&mid, "Author=Garcia", "").await;
+    assert_eq!(found(&a), found(&fresh));
+    assert!(a.stale && !a.partial, "{a:#?}");
+    let n = &a.nodes[0];
+    assert_eq!(
+        (n.dsi.as_str(), n.outcome.as_str()),
+        ("1.3.6.1.4.1.99999.446", "stale")
+    );
+    // Its failure is cached now: the next search serves it stale without asking.
+    let b = search(&mid, "Author=Garcia", "").await;
+    assert!(b.stale && b.subqueries == 0, "{b:#?}");
+    mid.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_budget_is_reported() {
     let mut leaves = Vec::new();

@@ -17,6 +17,7 @@
 //! max_failure_ttl = "5m"
 //! infra_entries = 4096      # nodes whose round-trip times and failures are remembered
 //! max_answer_bytes = 4194304  # most bytes read from one sub-query's answer
+//! stale_ttl = "1h"          # a failed node's last answer is served (marked stale) this long; "0s": never
 //! ```
 
 use std::time::Duration;
@@ -48,6 +49,9 @@ pub const DEFAULT_FAILURE_TTL: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_FAILURE_TTL: Duration = Duration::from_secs(300);
 /// Default `search.max_answer_bytes`.
 pub const DEFAULT_MAX_ANSWER_BYTES: u64 = 4 << 20;
+/// Default `search.stale_ttl` (RFC 8767 suggests one to three days for DNS, whose data
+/// changes seldom; a collection's objects change more often).
+pub const DEFAULT_STALE_TTL: Duration = Duration::from_secs(3600);
 
 /// `[search]` as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -82,6 +86,8 @@ pub struct RawSearch {
     pub infra_entries: Option<usize>,
     /// Most bytes read from one sub-query's answer.
     pub max_answer_bytes: Option<u64>,
+    /// How long a failed node's last answer is served, marked stale (`"0s"`: never).
+    pub stale_ttl: Option<String>,
 }
 
 /// A host sub-queries may go to besides the peers' ([`SearchConfig::targets`]).
@@ -125,6 +131,9 @@ pub struct SearchConfig {
     pub infra_entries: usize,
     /// Most bytes read from one sub-query's answer.
     pub max_answer_bytes: u64,
+    /// How long a failed node's last answer is served, marked stale (RFC 8767); zero:
+    /// never.
+    pub stale_ttl: Duration,
 }
 
 impl Default for SearchConfig {
@@ -144,6 +153,7 @@ impl Default for SearchConfig {
             max_failure_ttl: DEFAULT_MAX_FAILURE_TTL,
             infra_entries: DEFAULT_ENTRIES,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            stale_ttl: DEFAULT_STALE_TTL,
         }
     }
 }
@@ -219,7 +229,12 @@ impl Validator<'_> {
             raw.max_answer_bytes,
             d.max_answer_bytes,
         );
+        let stale_ttl = match raw.stale_ttl.as_deref().map(str::trim) {
+            Some("0" | "0s" | "off") => Duration::ZERO,
+            _ => self.duration("search.stale_ttl", raw.stale_ttl, d.stale_ttl),
+        };
         SearchConfig {
+            stale_ttl,
             enabled: raw.enabled.unwrap_or(true),
             max_subqueries: raw.max_subqueries.unwrap_or(d.max_subqueries),
             deadline: self.duration("search.deadline", raw.deadline, d.deadline),
@@ -284,6 +299,10 @@ mod tests {
         assert_eq!(c.targets[0], TargetRule::Name("hub.example.org".into()));
         assert_eq!(c.max_subqueries, 0, "0: answer from this node alone");
         assert_eq!(c.deadline, Duration::from_millis(500));
+        assert_eq!(
+            check("stale_ttl = \"0s\"").unwrap().stale_ttl,
+            Duration::ZERO
+        );
     }
 
     #[test]

@@ -24,7 +24,9 @@
 //! returns what arrived, marked partial.
 //!
 //! **Caches.** A sub-query's answer is kept (`search.cache_entries`, `search.cache_ttl`) and
-//! dropped when the target's hint changes; empty answers too. Failures are kept in the
+//! dropped when the target's hint changes; empty answers too. When a target cannot answer
+//! (down, failed, too slow), its last answer younger than `search.stale_ttl` is served
+//! instead, marked stale (RFC 8767). Failures are kept in the
 //! infrastructure cache ([`crate::store::health`]) so that a dead node costs at most one
 //! timeout per `search.failure_ttl`; its round-trip times set how long a sub-request may
 //! wait and which of equally ranked nodes goes first. Identical sub-queries in flight are
@@ -333,6 +335,7 @@ impl Searcher {
             skipped: BTreeSet::new(),
             partial: false,
             more: false,
+            stale: false,
             subqueries: 0,
             own_dsi: own_dsi.clone(),
         };
@@ -373,7 +376,14 @@ impl Searcher {
         if req.direction != Direction::Down {
             targets.extend(host.upstreams());
         }
-        let mut queue = self.prepare(host, &mut run, &mut visited, targets);
+        let look_visited = visited.clone();
+        let look = Lookup {
+            query: &req.query,
+            limit: req.limit,
+            visited: &look_visited,
+            stale_ttl: config.stale_ttl,
+        };
+        let mut queue = self.prepare(host, &mut run, &mut visited, targets, &look, req.hop + 1);
 
         let mut budget = req.budget;
         while !queue.is_empty() {
@@ -447,11 +457,18 @@ impl Searcher {
                             if visited.contains(&m.dsi) || run.skipped.contains(&m.dsi) {
                                 continue;
                             }
-                            if let Some(q) = self.admit(host, &mut run, m) {
+                            if let Some(q) = self.admit(host, &mut run, m, &look, req.hop + 1) {
                                 visited.insert(q.target.dsi.clone());
                                 queue.push_back(q);
                             }
                         }
+                    }
+                    Err(lost)
+                        if matches!(lost.reason, NotChased::Unreachable | NotChased::Deadline)
+                            && let Some(got) =
+                                self.stale(&done.queued, &look, lost.error.clone()) =>
+                    {
+                        run.merge(&done.queued, &got, req.hop + 1);
                     }
                     Err(lost) => {
                         let q = &done.queued;
@@ -494,6 +511,7 @@ impl Searcher {
             more,
             unchased: run.unchased,
             partial,
+            stale: run.stale,
             nodes: run.nodes,
             skipped: run.skipped.into_iter().collect(),
             subqueries: run.subqueries,
@@ -509,6 +527,8 @@ impl Searcher {
         run: &mut Run,
         visited: &mut BTreeSet<String>,
         targets: Vec<Target>,
+        look: &Lookup<'_>,
+        depth: u32,
     ) -> VecDeque<Queued> {
         let mut seen = HashSet::new();
         let mut admitted = Vec::new();
@@ -520,7 +540,7 @@ impl Searcher {
                 run.skipped.insert(t.dsi);
                 continue;
             }
-            if let Some(q) = self.admit(host, run, t) {
+            if let Some(q) = self.admit(host, run, t, look, depth) {
                 admitted.push(q);
             }
         }
@@ -528,9 +548,41 @@ impl Searcher {
         admitted.into()
     }
 
+    /// The expired answer `q` gave to this request, while younger than `stale_ttl` and
+    /// still valid (the same hint, nothing skipped that this search has not asked): served
+    /// when `q` cannot answer now (RFC 8767), with `why`.
+    fn stale(&self, q: &Queued, look: &Lookup<'_>, why: String) -> Option<Got> {
+        if look.stale_ttl.is_zero() {
+            return None;
+        }
+        let key = sub_key(
+            &q.endpoint,
+            direction_of(q.target.hop),
+            look.limit,
+            look.query,
+        );
+        let c = self.subs.get_stale(&key, look.stale_ttl, |c| {
+            c.stamp == q.target.stamp && c.answer.skipped.iter().all(|d| look.visited.contains(d))
+        })?;
+        Some(Got {
+            answer: c.answer.clone(),
+            more: c.more.clone(),
+            cached: true,
+            stale: Some(why),
+            ms: 0.0,
+        })
+    }
+
     /// The target with its endpoint, or `None` when it is refused or known to be down
-    /// (noted as unchased).
-    fn admit<H: SearchHost>(&self, host: &H, run: &mut Run, mut t: Target) -> Option<Queued> {
+    /// (noted as unchased, or answered from its stale answer, which costs no budget).
+    fn admit<H: SearchHost>(
+        &self,
+        host: &H,
+        run: &mut Run,
+        mut t: Target,
+        look: &Lookup<'_>,
+        depth: u32,
+    ) -> Option<Queued> {
         let endpoint = match choose_endpoint(host, &t.base_uris) {
             Ok(e) => e,
             Err(why) => {
@@ -547,7 +599,14 @@ impl Searcher {
                 down.error,
                 humantime::format_duration(Duration::from_secs(down.retry_in.as_secs().max(1)))
             );
-            run.unchase(&t, NotChased::Unreachable, Some(detail));
+            let q = Queued {
+                target: t,
+                endpoint,
+            };
+            match self.stale(&q, look, detail.clone()) {
+                Some(got) => run.merge(&q, &got, depth),
+                None => run.unchase(&q.target, NotChased::Unreachable, Some(detail)),
+            }
             return None;
         }
         t.srtt = self.health.srtt(&key);
@@ -556,6 +615,31 @@ impl Searcher {
             endpoint,
         })
     }
+}
+
+/// Which way a sub-request to a target goes.
+fn direction_of(hop: Hop) -> Direction {
+    match hop {
+        Hop::Up => Direction::Up,
+        Hop::Down | Hop::ServerToAsk => Direction::Down,
+    }
+}
+
+/// The key a sub-answer is kept under: target, direction, limit and query.
+fn sub_key(endpoint: &Endpoint, direction: Direction, limit: usize, query: &str) -> String {
+    format!(
+        "{}\u{1f}{}\u{1f}{limit}\u{1f}{query}",
+        endpoint.uri(),
+        direction.as_str()
+    )
+}
+
+/// What a kept sub-answer is looked up by, besides its target.
+struct Lookup<'a> {
+    query: &'a str,
+    limit: usize,
+    visited: &'a BTreeSet<String>,
+    stale_ttl: Duration,
 }
 
 /// A target with the endpoint it is asked at.
@@ -585,6 +669,8 @@ struct Got {
     answer: Arc<SearchAnswer>,
     more: Vec<Target>,
     cached: bool,
+    /// Served stale (RFC 8767): the target failed, and this is its expired answer; why.
+    stale: Option<String>,
     ms: f64,
 }
 
@@ -609,13 +695,7 @@ impl Searcher {
     /// (joined with an identical request in flight), noting its round-trip or failure.
     async fn ask(&self, queued: Queued, ctx: SubContext<'_>) -> Done {
         let key = queued.endpoint.key();
-        let cache_key = format!(
-            "{}\u{1f}{}\u{1f}{}\u{1f}{}",
-            queued.endpoint.uri(),
-            ctx.direction.as_str(),
-            ctx.limit,
-            ctx.query
-        );
+        let cache_key = sub_key(&queued.endpoint, ctx.direction, ctx.limit, ctx.query);
         let share = ctx.budget;
         let stamp = queued.target.stamp;
         let visited = ctx.visited.clone();
@@ -631,6 +711,7 @@ impl Searcher {
                     answer: c.answer.clone(),
                     more: c.more.clone(),
                     cached: true,
+                    stale: None,
                     ms: 0.0,
                 }),
             };
@@ -667,7 +748,7 @@ impl Searcher {
             SubOutcome::Answered { answer, more, rtt } => {
                 if first {
                     self.health.note_ok(&key, rtt);
-                    if !answer.partial {
+                    if !answer.partial && !answer.stale {
                         self.subs.put(
                             cache_key,
                             Arc::new(CachedSub {
@@ -682,6 +763,7 @@ impl Searcher {
                     answer,
                     more,
                     cached: false,
+                    stale: None,
                     ms,
                 })
             }
@@ -831,6 +913,7 @@ fn from_whois(
         more: false,
         unchased: Vec::new(),
         partial: false,
+        stale: false,
         nodes: Vec::new(),
         skipped: Vec::new(),
         subqueries: 0,
@@ -848,6 +931,7 @@ struct Run {
     skipped: BTreeSet<String>,
     partial: bool,
     more: bool,
+    stale: bool,
     subqueries: u32,
     own_dsi: String,
 }
@@ -883,10 +967,16 @@ impl Run {
             depth,
             direction: q.target.hop.as_str().to_owned(),
             ms: got.ms,
-            outcome: if got.cached { "cached" } else { "ok" }.to_owned(),
+            outcome: match (&got.stale, got.cached) {
+                (Some(_), _) => "stale",
+                (None, true) => "cached",
+                (None, false) => "ok",
+            }
+            .to_owned(),
             objects: a.objects.len() as u64,
-            error: None,
+            error: got.stale.clone(),
         });
+        self.stale |= got.stale.is_some() || a.stale;
         for o in &a.objects {
             self.add(o.clone());
         }

@@ -257,3 +257,70 @@ fn endpoints_and_their_keys() {
     assert_eq!(Direction::parse(" up "), Some(Direction::Up));
     assert_eq!(Direction::parse("sideways"), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_node_s_last_answer_is_served_stale() {
+    let s = searcher();
+    let dead = target("2.1", "http://dead.example/", 5, Hop::Down);
+    let endpoint = Endpoint::Http("http://dead.example/".into());
+    let mut kept = SearchAnswer {
+        query: "Author=Garcia".into(),
+        dsi: "2.1".into(),
+        trace_id: String::new(),
+        objects: Vec::new(),
+        more: false,
+        unchased: Vec::new(),
+        partial: false,
+        stale: false,
+        nodes: Vec::new(),
+        skipped: Vec::new(),
+        subqueries: 0,
+        elapsed_ms: 1.0,
+    };
+    kept.objects.push(FoundObject {
+        holder: "2.1".into(),
+        holder_uri: "http://dead.example/".into(),
+        template: "DOCUMENT".into(),
+        url: "http://dead.example/1".into(),
+        attributes: Vec::new(),
+    });
+    s.subs.put(
+        sub_key(&endpoint, Direction::Down, 10, "Author=Garcia"),
+        Arc::new(CachedSub {
+            answer: Arc::new(kept),
+            more: Vec::new(),
+            stamp: None,
+        }),
+    );
+    // Past the cache's TTL: a fresh answer is wanted, but the node is down.
+    tokio::time::advance(Duration::from_secs(120)).await;
+    s.health
+        .note_failure("http://dead.example:80", "connection refused");
+    let host = Fixed {
+        objects: 0,
+        down: vec![dead.clone()],
+        up: Vec::new(),
+        metrics: Metrics::default(),
+    };
+    let a = s.search(&host, request(Direction::Entry)).await;
+    assert!(a.unchased.is_empty(), "{:?}", a.unchased);
+    assert!(a.stale && !a.partial);
+    assert_eq!(a.objects.len(), 1);
+    assert_eq!(a.nodes[0].outcome, "stale");
+    assert!(
+        a.nodes[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("connection refused")
+    );
+    assert_eq!(a.subqueries, 0, "served without asking");
+
+    // Past search.stale_ttl it is not served: the node is reported unreachable.
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    s.health
+        .note_failure("http://dead.example:80", "connection refused");
+    let a = s.search(&host, request(Direction::Entry)).await;
+    assert_eq!(reasons(&a), [("2.1", NotChased::Unreachable)]);
+    assert!(!a.stale && a.partial);
+}
