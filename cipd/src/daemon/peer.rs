@@ -26,7 +26,7 @@ use crate::front::transport::{
     transport_config,
 };
 use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
-use crate::node::{Node, hint_type};
+use crate::node::{Exchange, Node, hint_type};
 
 /// Why a poll or push failed.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +132,49 @@ pub fn next_delay(interval: Duration, failures: u32, max_backoff: Duration) -> D
     jitter(base)
 }
 
+/// True when `e` is transient (PROTOCOL.md, "Retries"): the connection failed, stalled
+/// or timed out, or the peer said "not now" (`400`, `520`). What the peer refused or sent
+/// wrong (another code, a refused hint) and settings that do not work are not: they do not
+/// heal in seconds.
+pub fn transient(e: &PeerError) -> bool {
+    match e {
+        PeerError::Transport(_) | PeerError::Http(_) | PeerError::Timeout => true,
+        PeerError::Refused { code, .. } => {
+            matches!(
+                code,
+                ResponseCode::TemporarilyUnable | ResponseCode::Aborting
+            )
+        }
+        PeerError::Rejected { .. }
+        | PeerError::NoPort
+        | PeerError::NoUrl
+        | PeerError::Tls(_)
+        | PeerError::HttpClient(_) => false,
+    }
+}
+
+/// Delay before retrying after `failures` failures in a row, the last `transient`: the
+/// first three transient ones come back within a second, at a uniformly random moment
+/// ("full jitter": peers cut off together do not come back together), and the window
+/// doubles only from the fourth on; a failure that is not transient backs off as
+/// [`next_delay`] does.
+pub fn retry_delay(
+    interval: Duration,
+    failures: u32,
+    max_backoff: Duration,
+    transient: bool,
+) -> Duration {
+    if !transient || failures == 0 {
+        return next_delay(interval, failures, max_backoff);
+    }
+    let first = interval.min(Duration::from_secs(1));
+    let factor = 2u32.saturating_pow(failures.saturating_sub(3).min(30));
+    let window = first.saturating_mul(factor).min(max_backoff.max(interval));
+    window
+        .mul_f64(fastrand::f64())
+        .max(Duration::from_millis(10))
+}
+
 /// True when `e` says the peer is not a CIPv3 server at all: it refused the version line
 /// with a 5xx, or answered it with Whois++ (or other) text. A `520` (aborting: the
 /// server timed out waiting for the version line, or is shutting down) is a transient
@@ -162,6 +205,7 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
     let wake = node.poll_notifier(&peer.name);
     let max_backoff = node.config().limits.max_backoff;
     let mut failures = 0u32;
+    let mut last_transient = false;
     loop {
         // At most `limits.max_concurrent_polls` exchanges (and the hints they bring) at
         // once: a hub polling hundreds of peers at start takes them in waves instead of
@@ -171,11 +215,21 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             () = token.cancelled() => return,
         };
         let started = SystemTime::now();
-        node.update_peer(&peer.name, |s| s.last_attempt = Some(started));
+        node.update_peer(&peer.name, |s| {
+            s.last_attempt = Some(started);
+            s.exchange = Some(Exchange {
+                phase: "connecting".to_owned(),
+                since: started,
+            });
+        });
         let outcome = tokio::select! {
             r = poll_once(&node, &peer) => r,
-            () = token.cancelled() => return,
+            () = token.cancelled() => {
+                node.update_peer(&peer.name, |s| s.exchange = None);
+                return;
+            }
         };
+        node.update_peer(&peer.name, |s| s.exchange = None);
         drop(turn);
         match outcome {
             Ok(n) => {
@@ -192,6 +246,7 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
+                last_transient = transient(&e);
                 let legacy = not_cipv3(&e);
                 let message = if legacy {
                     let wait = legacy_delay(peer.poll_interval, max_backoff);
@@ -220,7 +275,7 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             failures = 1;
             legacy_delay(peer.poll_interval, max_backoff)
         } else {
-            next_delay(peer.poll_interval, failures, max_backoff)
+            retry_delay(peer.poll_interval, failures, max_backoff, last_transient)
         };
         node.update_peer(&peer.name, |s| {
             s.next_attempt = Some(SystemTime::now() + delay)
@@ -297,6 +352,7 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
                 params: poll_params(node, &own),
                 body: Bytes::new(),
             };
+            note_phase(node, &peer.name, "waiting for its answer");
             let r = match session.request(&request).await {
                 Ok(r) => r,
                 // A server that closes after every answer (ROADS' wppd): ask again on a
@@ -360,6 +416,7 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
             let total = objects.len();
             let mut refused = Vec::new();
             for obj in objects {
+                note_phase(node, &peer.name, "importing its hint");
                 if let Err(e) = node.accept_index(&peer.name, obj).await {
                     refused.push(e.to_string());
                 }
@@ -429,9 +486,10 @@ async fn connect(node: &Node, config: &Config, peer: &PeerConfig) -> Result<Sess
         settings.connect_timeout = transport.connect_timeout;
         let tls = peer.tls.as_ref();
         let client = settings
-            .client(
+            .client_reading(
                 tls.map(|t| t.ca.as_path()),
                 tls.and_then(|t| t.client_cert.as_deref().zip(t.client_key.as_deref())),
+                Some(config.limits.stall_timeout),
             )
             .map_err(PeerError::HttpClient)?;
         return Ok(Session::Http(CipHttpClient::new(url, client, &transport)?));
@@ -615,6 +673,15 @@ fn succeeded(reply: ClientReply) -> Result<(), PeerError> {
     }
 }
 
+/// Notes where the poll of `peer` under way is (`cipctl poll` and `cipctl peers` show it).
+fn note_phase(node: &Node, peer: &str, phase: &str) {
+    node.update_peer(peer, |s| {
+        if let Some(e) = &mut s.exchange {
+            phase.clone_into(&mut e.phase);
+        }
+    });
+}
+
 /// The parameters of our polls: who we are (`poller-dsi`) and where we are queried
 /// (`base-uri`, as ROADS sends it), so the polled node's searches can widen to us.
 fn poll_params(node: &Node, own: &Dsi) -> Vec<(String, String)> {
@@ -624,6 +691,51 @@ fn poll_params(node: &Node, own: &Dsi) -> Vec<(String, String)> {
         params.push((BASE_URI_PARAM.to_owned(), uris));
     }
     params
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+
+    #[test]
+    fn transient_failures_come_back_fast_with_full_jitter() {
+        let (i, cap) = (Duration::from_secs(900), Duration::from_secs(3600));
+        for f in 1..=3 {
+            let d: Vec<Duration> = (0..200).map(|_| retry_delay(i, f, cap, true)).collect();
+            assert!(d.iter().all(|d| *d <= Duration::from_secs(1)), "{f}: {d:?}");
+            assert!(
+                d.iter().any(|d| *d < Duration::from_millis(200)),
+                "spread from zero"
+            );
+        }
+        // From the fourth in a row the window doubles: 2 s, 4 s, ...
+        assert!((0..200).all(|_| retry_delay(i, 4, cap, true) <= Duration::from_secs(2)));
+        assert!((0..200).any(|_| retry_delay(i, 6, cap, true) > Duration::from_secs(4)));
+        assert!(retry_delay(i, 40, cap, true) <= cap);
+        // Not transient: the old back-off (1 s, 2 s, 4 s, ... jittered by a tenth).
+        let d = retry_delay(i, 3, cap, false);
+        assert!(
+            d >= Duration::from_millis(3600) && d <= Duration::from_millis(4400),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn what_is_transient() {
+        let stalled = PeerError::Transport(TransportError::Stalled {
+            phase: crate::front::transport::Phase::Transfer,
+            after: Duration::from_secs(1),
+        });
+        assert!(transient(&stalled));
+        assert!(transient(&PeerError::Timeout));
+        let refused = |code| PeerError::Refused {
+            code,
+            comment: String::new(),
+        };
+        assert!(transient(&refused(ResponseCode::TemporarilyUnable)));
+        assert!(!transient(&refused(ResponseCode::SignatureRequired)));
+        assert!(!transient(&PeerError::NoPort));
+    }
 }
 
 #[cfg(test)]

@@ -108,6 +108,18 @@ pub struct PeerState {
     /// Addresses the host resolved to (used to recognise its connections).
     #[serde(skip)]
     pub resolved: Vec<IpAddr>,
+    /// The poll under way now, if one is.
+    #[serde(default)]
+    pub exchange: Option<Exchange>,
+}
+
+/// A poll under way: where it is, and since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exchange {
+    /// `connecting`, `waiting for its answer` or `importing its hint`.
+    pub phase: String,
+    /// When the poll started.
+    pub since: SystemTime,
 }
 
 /// One local collection's state.

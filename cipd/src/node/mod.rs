@@ -47,7 +47,9 @@ use crate::sys::telemetry::LogHandle;
 
 pub use crate::model::answer::{ObjectJson, ObjectsAnswer, QueryAnswer, ReferralJson};
 pub use crate::model::config::soif_limits;
-pub use crate::model::status::{CollectionStatus, Identity, Listeners, PeerState, Status};
+pub use crate::model::status::{
+    CollectionStatus, Exchange, Identity, Listeners, PeerState, Status,
+};
 pub use crate::pipeline::index_types::Rejection;
 pub use crate::pipeline::index_types::parse_hint;
 pub use crate::store::local::{QueryError, object_matches};
@@ -570,15 +572,20 @@ impl Node {
     ///
     /// # Errors
     /// When no configured peer has that name (or DSI) and role `poll`.
-    pub fn poll_now(&self, peer: &str) -> Result<String, String> {
+    pub fn poll_now(&self, peer: &str) -> Result<(String, Option<Exchange>), String> {
         let config = self.config();
         let name = self
             .find_peer(&config, peer)
             .filter(|p| p.has_role(PeerRole::Poll))
             .map(|p| p.name.clone())
             .ok_or_else(|| format!("no peer {peer:?} with role poll"))?;
+        // A poll under way still gets another after it: it may have started before what
+        // the operator wants to see.
+        let under_way = lock(&self.peers)
+            .get(&name)
+            .and_then(|s| s.exchange.clone());
         self.poll_notifier(&name).notify_one();
-        Ok(name)
+        Ok((name, under_way))
     }
 
     /// The index object last taken from `peer` (its configured name or DSI), as it arrived:

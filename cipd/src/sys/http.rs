@@ -54,6 +54,10 @@ pub struct ClientSettings {
     /// Fixed addresses for host names, instead of asking the resolver (as curl's
     /// `--resolve`); a port of 0 keeps the URL's.
     pub resolve: Vec<(String, Vec<std::net::SocketAddr>)>,
+    /// Longest wait for any one read of an answer (a stalled peer fails within it, however
+    /// long the whole request may take); `None`: only the request's timeout. TCP keepalive
+    /// is on for every connection (reqwest's: probes after 15 s idle).
+    pub read_timeout: Option<Duration>,
 }
 
 /// Bounds on one request.
@@ -220,6 +224,9 @@ impl HttpClient {
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60))
             .tls_backend_preconfigured(tls);
+        if let Some(t) = settings.read_timeout {
+            builder = builder.read_timeout(t);
+        }
         for (name, addrs) in &settings.resolve {
             builder = builder.resolve_to_addrs(name, addrs);
         }

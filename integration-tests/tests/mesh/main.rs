@@ -28,5 +28,6 @@ mod roads;
 mod scenarios;
 mod search;
 mod search_page;
+mod stalls;
 mod tls;
 mod trust;

@@ -1,7 +1,7 @@
 //! The daemon's answers to admin commands, read from and acted on through [`Node`].
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cip_proto::Dsi;
 use hints::hint::AttrSpec;
@@ -126,10 +126,20 @@ impl AdminBackend for NodeAdmin {
                 Ok(json!({ "query": query, "referrals": referrals }))
             }
             AdminRequest::Poll { peer } => {
-                let name = node
+                let (name, under_way) = node
                     .poll_now(&peer)
                     .map_err(|_| AdminError::UnknownPeer(peer))?;
-                Ok(json!({ "message": format!("polling {name} now") }))
+                let message = match under_way {
+                    None => format!("polling {name} now"),
+                    Some(e) => format!(
+                        "a poll of {name} is under way since {} ago ({}); another follows when it ends",
+                        humantime::format_duration(Duration::from_secs(
+                            e.since.elapsed().unwrap_or_default().as_secs()
+                        )),
+                        e.phase
+                    ),
+                };
+                Ok(json!({ "message": message }))
             }
             AdminRequest::Reload => {
                 let report = node

@@ -292,6 +292,9 @@ impl CipClient {
                 phase: Phase::Connect,
             })??;
         tcp.set_nodelay(true)?;
+        if let Some(idle) = config.keepalive {
+            keepalive(&tcp, idle)?;
+        }
         Self::start(tcp, tls, deadline, config).await
     }
 
@@ -390,6 +393,9 @@ impl CipConnection {
     {
         let mut conn: Conn<Box<dyn Stream>> =
             Conn::new(Box::new(stream), config.limits, Expect::Status);
+        // This side waits on the peer: a peer (or a middlebox) that stops moving bytes fails
+        // the exchange within the stall timeout, not the whole exchange's.
+        conn.stall = config.stall_timeout;
         let banner = conn
             .read_status(Wait::new(config.banner_timeout, Phase::Banner, None))
             .await?;
@@ -540,6 +546,21 @@ impl CipConnection {
     }
 }
 
+/// Turns TCP keepalive on for `tcp`: the first probe after `idle` without traffic, then
+/// one every third of it; three unanswered end the connection, so a peer that vanished
+/// without a reset is found about `2 × idle` later even on an idle connection.
+///
+/// # Errors
+/// When the system refuses the options.
+pub fn keepalive(tcp: &TcpStream, idle: Duration) -> std::io::Result<()> {
+    let interval = (idle / 3).max(Duration::from_secs(1));
+    let params = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(interval)
+        .with_retries(3);
+    socket2::SockRef::from(tcp).set_tcp_keepalive(&params)
+}
+
 /// How long [`Conn::read_frame`] may wait.
 #[derive(Debug, Clone, Copy)]
 struct Wait {
@@ -584,6 +605,8 @@ struct Conn<S> {
     wbuf: BytesMut,
     /// What the read buffer holds of the shared in-flight budget (served connections).
     reservation: Option<crate::sys::budget::Reservation>,
+    /// [`TransportConfig::stall_timeout`].
+    stall: Option<Duration>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
@@ -594,6 +617,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             rbuf: BytesMut::new(),
             wbuf: BytesMut::new(),
             reservation: None,
+            stall: None,
+        }
+    }
+
+    /// The deadline of one read or write in `phase` under `deadline`: sooner by the stall
+    /// timeout while an exchange is under way (waiting for the next request is not one),
+    /// and the error its passing gives.
+    fn step_deadline(&self, deadline: Instant, phase: Phase) -> (Instant, TransportError) {
+        match self.stall {
+            Some(stall) if phase != Phase::Idle && Instant::now() + stall < deadline => (
+                Instant::now() + stall,
+                TransportError::Stalled {
+                    phase,
+                    after: stall,
+                },
+            ),
+            _ => (deadline, TransportError::Timeout { phase }),
         }
     }
 
@@ -642,8 +682,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 // Past 8 MiB in a fresh allocation, returned to the system once freed.
                 crate::sys::alloc::reserve(&mut self.rbuf, more);
             }
+            let (step, passed) = self.step_deadline(deadline, phase);
             let mut rbuf = (&mut self.rbuf).limit(room);
-            let read = timeout_at(deadline, self.io.read_buf(&mut rbuf));
+            let read = timeout_at(step, self.io.read_buf(&mut rbuf));
             let read = match cancel.filter(|_| started.is_none()) {
                 Some(token) => tokio::select! {
                     biased;
@@ -652,7 +693,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 },
                 None => read.await,
             };
-            let n = read.map_err(|_| TransportError::Timeout { phase })??;
+            let Ok(n) = read else { return Err(passed) };
+            let n = n?;
             if n == 0 {
                 return Ok(match self.codec.decode_eof(&mut self.rbuf)? {
                     Some(frame) => Read::Frame(frame),
@@ -719,15 +761,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
+    /// Writes the write buffer by `deadline`; with a stall timeout, each write must make
+    /// progress within it.
     async fn send(&mut self, deadline: Instant, phase: Phase) -> Result<(), TransportError> {
-        let (io, buf) = (&mut self.io, &self.wbuf);
-        let write = async move {
-            io.write_all(buf).await?;
-            io.flush().await
-        };
-        timeout_at(deadline, write)
+        let mut at = 0;
+        while at < self.wbuf.len() {
+            let (step, passed) = self.step_deadline(deadline, phase);
+            let Ok(n) = timeout_at(step, self.io.write(&self.wbuf[at..])).await else {
+                return Err(passed);
+            };
+            match n? {
+                0 => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+                n => at += n,
+            }
+        }
+        let (step, passed) = self.step_deadline(deadline, phase);
+        timeout_at(step, self.io.flush())
             .await
-            .map_err(|_| TransportError::Timeout { phase })??;
+            .map_err(|_| passed)??;
         self.wbuf.clear();
         Ok(())
     }

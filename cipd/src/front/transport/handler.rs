@@ -34,6 +34,13 @@ pub struct TransportConfig {
     pub transfer_timeout: Duration,
     /// The receiver's `220` banner text.
     pub banner: String,
+    /// Once an exchange is under way (not while waiting for the next request), the longest
+    /// time no byte may move in either direction before it fails as stalled; `None`: only
+    /// the phase deadlines bound it.
+    pub stall_timeout: Option<Duration>,
+    /// Idle time before TCP keepalive probes on connections this side opens (a silently
+    /// dropped connection is found while idle too); `None`: the system's default (none).
+    pub keepalive: Option<Duration>,
 }
 
 impl Default for TransportConfig {
@@ -46,6 +53,8 @@ impl Default for TransportConfig {
             idle_timeout: Duration::from_secs(300),
             transfer_timeout: Duration::from_secs(600),
             banner: "cipd CIP server ready".to_owned(),
+            stall_timeout: None,
+            keepalive: None,
         }
     }
 }
@@ -101,6 +110,14 @@ pub enum TransportError {
     Timeout {
         /// Where.
         phase: Phase,
+    },
+    /// No byte moved in either direction for `after` while an exchange was under way.
+    #[error("stalled: no byte moved for {} ({phase})", humantime::format_duration(*after))]
+    Stalled {
+        /// Where.
+        phase: Phase,
+        /// The stall timeout that passed.
+        after: Duration,
     },
     /// The peer closed the connection where the protocol does not allow it.
     #[error("connection closed by peer during {phase}")]
@@ -251,5 +268,7 @@ pub fn transport_config(config: &Config) -> TransportConfig {
         idle_timeout: l.idle_timeout,
         transfer_timeout: l.request_timeout,
         banner: format!("cipd {} CIP server ready", env!("CARGO_PKG_VERSION")),
+        stall_timeout: Some(l.stall_timeout),
+        keepalive: (!l.tcp_keepalive.is_zero()).then_some(l.tcp_keepalive),
     }
 }

@@ -15,7 +15,7 @@ mod handler;
 pub mod tls;
 
 pub use conn::{
-    CipClient, CipConnection, ClientReply, OtherProtocol, serve_connection,
+    CipClient, CipConnection, ClientReply, OtherProtocol, keepalive, serve_connection,
     serve_shared_connection, serve_tracked_connection,
 };
 pub use handler::*;

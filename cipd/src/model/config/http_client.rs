@@ -78,6 +78,20 @@ impl HttpClientConfig {
         ca: Option<&Path>,
         client_cert: Option<(&Path, &Path)>,
     ) -> Result<HttpClient, String> {
+        self.client_reading(ca, client_cert, None)
+    }
+
+    /// As [`HttpClientConfig::client`], each read of an answer bounded by `read_timeout`
+    /// (mesh exchanges: `limits.stall_timeout`).
+    ///
+    /// # Errors
+    /// As [`HttpClientConfig::client`].
+    pub fn client_reading(
+        &self,
+        ca: Option<&Path>,
+        client_cert: Option<(&Path, &Path)>,
+        read_timeout: Option<Duration>,
+    ) -> Result<HttpClient, String> {
         let ca = ca.or(self.ca.as_deref());
         let pair = client_cert.or(self
             .client_cert
@@ -91,6 +105,7 @@ impl HttpClientConfig {
             proxy: self.proxy.clone(),
             tls,
             resolve: Vec::new(),
+            read_timeout,
         })
         .map_err(|e| e.to_string())
     }

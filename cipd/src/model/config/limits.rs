@@ -6,6 +6,12 @@ use serde::Deserialize;
 
 use super::validate::Validator;
 
+/// Default `limits.stall_timeout`: an exchange in which no byte moves this long has
+/// stalled (a peer that stopped answering, a middlebox that dropped the connection).
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// Default `limits.tcp_keepalive`.
+pub const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(10);
+
 /// `[limits]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,6 +45,12 @@ pub struct RawLimits {
     pub connect_timeout: Option<String>,
     /// Time allowed for one whole poll or push exchange.
     pub poll_timeout: Option<String>,
+    /// Time no byte may move in either direction during an exchange with a peer before it
+    /// fails (default `"20s"`).
+    pub stall_timeout: Option<String>,
+    /// Idle time before TCP keepalive probes on mesh connections (default `"10s"`; probes
+    /// every third of it, three unanswered end the connection); `"0s"`: no keepalive.
+    pub tcp_keepalive: Option<String>,
     /// Time allowed for one HTTP request.
     pub http_timeout: Option<String>,
     /// Time an HTTP connection may take to send a request's headers, and may sit idle
@@ -133,6 +145,10 @@ pub struct Limits {
     pub connect_timeout: Duration,
     /// Poll/push exchange timeout (default 120 s).
     pub poll_timeout: Duration,
+    /// Time no byte may move during an exchange with a peer before it fails.
+    pub stall_timeout: Duration,
+    /// Idle time before TCP keepalive probes on mesh connections; zero: none.
+    pub tcp_keepalive: Duration,
     /// HTTP request timeout (default 30 s).
     pub http_timeout: Duration,
     /// HTTP header-read and keep-alive idle timeout (default 60 s).
@@ -194,6 +210,8 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(300),
             connect_timeout: Duration::from_secs(10),
             poll_timeout: Duration::from_secs(120),
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            tcp_keepalive: DEFAULT_TCP_KEEPALIVE,
             http_timeout: Duration::from_secs(30),
             http_idle_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
@@ -294,6 +312,15 @@ impl Validator<'_> {
                 d.connect_timeout,
             ),
             poll_timeout: self.duration("limits.poll_timeout", raw.poll_timeout, d.poll_timeout),
+            stall_timeout: self.duration(
+                "limits.stall_timeout",
+                raw.stall_timeout,
+                d.stall_timeout,
+            ),
+            tcp_keepalive: match raw.tcp_keepalive.as_deref().map(str::trim) {
+                Some("0" | "0s" | "off") => Duration::ZERO,
+                _ => self.duration("limits.tcp_keepalive", raw.tcp_keepalive, d.tcp_keepalive),
+            },
             http_timeout: self.duration("limits.http_timeout", raw.http_timeout, d.http_timeout),
             http_idle_timeout: self.duration(
                 "limits.http_idle_timeout",

@@ -824,6 +824,17 @@ impl Validator<'_> {
         let spool_ttl = self.duration("spool.ttl", raw.spool.ttl, DEFAULT_SPOOL_TTL);
         let index = self.index(raw.index, limits.default_referrals);
         let outbound = self.outbound(raw.outbound);
+        if outbound.max_wait >= limits.stall_timeout {
+            // A poller counts the wait for its answer as a stall past its stall_timeout.
+            self.err(
+                "outbound.max_wait",
+                format!(
+                    "must be shorter than limits.stall_timeout ({}): pollers give up on an \
+                     answer that waits longer",
+                    humantime::format_duration(limits.stall_timeout)
+                ),
+            );
+        }
         let mut import = self.import(raw.import);
         pipeline::scale_to_peers(
             &mut limits.max_concurrent_polls,

@@ -13,7 +13,7 @@ use super::validate::Validator;
 pub struct RawOutbound {
     /// Quiet time before a rebuild (default `"50ms"`).
     pub settle: Option<String>,
-    /// Longest a poll waits for an up-to-date hint (default `"30s"`).
+    /// Longest a poll waits for an up-to-date hint (default `"10s"`, below the pollers' `limits.stall_timeout`).
     pub max_wait: Option<String>,
     /// Lag after which a warning is logged and a rebuild forced (default `"5s"`).
     pub stale_after: Option<String>,
@@ -131,7 +131,7 @@ impl Default for OutboundConfig {
     fn default() -> Self {
         Self {
             settle: Duration::from_millis(50),
-            max_wait: Duration::from_secs(30),
+            max_wait: Duration::from_secs(10),
             stale_after: Duration::from_secs(5),
         }
     }

@@ -89,6 +89,7 @@ fn client_with(ca: Option<&Path>, cert: Option<(&Path, &Path)>, proxy: ProxySett
         proxy,
         tls: tls::web_client_config(ca, cert).unwrap(),
         resolve: Vec::new(),
+        read_timeout: None,
     })
     .unwrap()
 }
@@ -526,6 +527,7 @@ async fn a_dead_first_address_does_not_use_up_the_fetch() {
         proxy: ProxySetting::Direct,
         tls: tls::web_client_config(None, None).unwrap(),
         resolve: vec![("feed.test".into(), vec![dead, live])],
+        read_timeout: None,
     })
     .unwrap();
     let limits = FetchLimits {
@@ -549,6 +551,7 @@ async fn a_dead_first_address_does_not_use_up_the_fetch() {
         proxy: ProxySetting::Direct,
         tls: tls::web_client_config(None, None).unwrap(),
         resolve: vec![("feed.test".into(), vec![dead])],
+        read_timeout: None,
     })
     .unwrap();
     let err = alone

@@ -1,0 +1,138 @@
+//! Issue #44 item 1: an exchange in which no byte moves fails within `limits.stall_timeout`,
+//! whatever the whole exchange may take (`limits.poll_timeout`), over the CIP stream and
+//! over CIP-over-HTTP; `cipctl poll` on a peer whose poll is under way says so; the retry
+//! after such a transient failure comes within a second.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::harness::{NodeSpec, TestNode, fake_server};
+
+/// A CIP peer that answers the banner and the version line, then says nothing more and
+/// keeps the connection open (a peer that hangs, or a middlebox that dropped the
+/// connection's state without a reset).
+async fn silent_peer() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio_util::sync::CancellationToken,
+) {
+    fake_server(|stream| async move {
+        let (r, mut w) = stream.into_split();
+        let mut lines = BufReader::new(r);
+        let _ = w.write_all(b"% 220 silent CIP server ready\r\n").await;
+        let mut line = String::new();
+        let _ = lines.read_line(&mut line).await;
+        let _ = w.write_all(b"% 300 OK\r\n").await;
+        // Read the request and never answer.
+        let mut rest = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut lines, &mut rest).await;
+        drop(w);
+    })
+    .await
+}
+
+fn stall_spec(dsi: &str) -> NodeSpec {
+    let mut spec = NodeSpec::new(dsi, &["Garcia"]);
+    spec.poll_timeout = "60s";
+    spec.extra_limits = "stall_timeout = \"400ms\"".into();
+    spec.extra = "[outbound]\nmax_wait = \"200ms\"\n".into();
+    spec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_stream_peer_fails_within_the_stall_timeout_and_is_retried_soon() {
+    let (addr, connections, _token) = silent_peer().await;
+    let spec = stall_spec("1.3.6.1.4.1.99999.441").peer_at("silent", addr, &["poll"], None);
+    let node = TestNode::start(spec).await;
+    let started = Instant::now();
+    // While the poll waits, `cipctl poll` says it is under way, and where.
+    let n = node.daemon.node();
+    crate::harness::eventually("the poll waiting for its answer", || {
+        n.peer_states().iter().any(|p| {
+            p.exchange
+                .as_ref()
+                .is_some_and(|e| e.phase == "waiting for its answer")
+        })
+    })
+    .await;
+    let (name, under_way) = n.poll_now("silent").unwrap();
+    assert_eq!(name, "silent");
+    assert_eq!(
+        under_way.map(|e| e.phase).as_deref(),
+        Some("waiting for its answer")
+    );
+    let s = node
+        .wait_for("the stalled poll failing", |s| s.polls_failed >= 1)
+        .await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "{took:?}: not the 60 s poll timeout"
+    );
+    assert_eq!(s.polls_ok, 0);
+    let peer = n
+        .peer_states()
+        .into_iter()
+        .find(|p| p.name == "silent")
+        .unwrap();
+    let error = peer.last_error.unwrap_or_default();
+    assert!(error.contains("stalled"), "{error}");
+    // A transient failure: tried again within a second or so, not at the poll interval.
+    node.wait_for("a second attempt", |s| s.polls_failed >= 2)
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(connections.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_http_peer_fails_within_the_stall_timeout() {
+    // An HTTP server that reads the request and never answers.
+    let (addr, _, _token) = fake_server(|stream| async move {
+        let (r, w) = stream.into_split();
+        let mut lines = BufReader::new(r);
+        let mut rest = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut lines, &mut rest).await;
+        drop(w);
+    })
+    .await;
+    let mut spec = stall_spec("1.3.6.1.4.1.99999.442");
+    spec.extra.push_str(&format!(
+        "[[peer]]\nname = \"silent\"\ntransport = \"http\"\nurl = \"http://{addr}/cip\"\nrole = \"poll\"\npoll_interval = \"1h\"\n"
+    ));
+    let started = Instant::now();
+    let node = TestNode::start(spec).await;
+    node.wait_for("the stalled poll failing", |s| s.polls_failed >= 1)
+        .await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    node.stop().await;
+}
+
+#[test]
+fn keepalive_is_set_on_the_connections_we_open() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        cipd::front::transport::keepalive(&tcp, Duration::from_secs(9)).unwrap();
+        let sock = socket2::SockRef::from(&tcp);
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(9));
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(3)
+        );
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), 3);
+    });
+}
