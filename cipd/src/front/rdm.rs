@@ -315,8 +315,10 @@ fn need_ql(msg: &Message, expected: &[&str]) -> Result<String, Failure> {
         .find(|e| e.eq_ignore_ascii_case(ql))
         .map(|e| (*e).to_owned())
         .ok_or_else(|| {
+            // The client asked in a language this server does not offer (its server
+            // description lists those it does): the client's error.
             fail(
-                StatusCode::NOT_IMPLEMENTED,
+                StatusCode::BAD_REQUEST,
                 format!(
                     "query language {ql:?} is not supported for {}; use {}",
                     msg.header.rdm_type,
@@ -348,21 +350,18 @@ async fn server_description(node: &Arc<Node>, host: Option<&str>) -> Result<Resp
     let config = node.config();
     let host = server_host(node, host);
     let default = catalog(&config, None).ok();
-    let mut types: Vec<&str> = vec![
+    // Every type this server accepts, submissions included: whether a catalog takes a
+    // given submitter's RDs is that catalog's answer (403), not the protocol's.
+    let types: Vec<&str> = vec![
         "rd-request",
         "rd-request-deleted",
+        "rd-response",
+        "rd-response-deleted",
         "schema-description-request",
         "server-description-request",
         "taxonomy-description-request",
         "status-request",
     ];
-    if config
-        .collections
-        .iter()
-        .any(|c| matches!(c.source, SourceConfig::Rdm { writable: true, .. }))
-    {
-        types.extend(["rd-response", "rd-response-deleted"]);
-    }
     let samples = match default {
         Some(c) => {
             let store = store_of(node, c)?;
@@ -668,7 +667,7 @@ async fn rd_request(node: &Arc<Node>, msg: &Message) -> Result<Response, Failure
     let deleted = msg.header.rdm_type == RdmType::RdRequestDeleted;
     if deleted && ql != "gatherer" {
         return Err(fail(
-            StatusCode::NOT_IMPLEMENTED,
+            StatusCode::BAD_REQUEST,
             "rd-request-deleted is answered in the gatherer language only",
         ));
     }

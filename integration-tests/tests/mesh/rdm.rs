@@ -298,7 +298,7 @@ async fn rdm_serves_every_type_tracks_changes_and_pulls() {
         ),
         (
             request(RdmType::RdRequest, Some("sql"), None, scope("all")),
-            501,
+            400,
             "not supported",
         ),
         (
@@ -611,5 +611,60 @@ async fn an_http_1_0_client_gets_a_content_length_on_every_answer() {
     assert!(status.contains("415"), "{status}");
     assert_eq!(length, Some(body.len()));
     assert_eq!(checked, forms.len() + 8);
+    server.stop().await;
+}
+
+/// Issue #44 item 5: a strict client finds every type the server accepts in its
+/// description (submissions too, though no catalog here takes them: that is the catalog's
+/// answer, 403), and a request in a query language the server does not offer is the
+/// client's error (400 with an RDM error message), not 501.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_client_finds_every_type_and_its_own_errors() {
+    let server = TestNode::start(NodeSpec::new(SERVER, &["Garcia"])).await;
+    let url = format!("{}/rdm/incoming", server.http_url());
+    let (_, sd) = post(
+        &url,
+        &request(RdmType::ServerDescriptionRequest, None, None, None),
+    )
+    .await;
+    let sd = ServerDescription::from_object(&objects(&sd)[0]).unwrap();
+    for t in [
+        "rd-request",
+        "rd-request-deleted",
+        "rd-response",
+        "rd-response-deleted",
+        "schema-description-request",
+        "server-description-request",
+        "taxonomy-description-request",
+        "status-request",
+    ] {
+        assert!(
+            sd.supported_types.iter().any(|s| s == t),
+            "{t}: {:?}",
+            sd.supported_types
+        );
+    }
+    let (p, answer) = post(
+        &url,
+        &request(RdmType::RdRequest, Some("sql"), None, scope("all")),
+    )
+    .await;
+    assert_eq!(p.status, 400);
+    assert_eq!(answer.header.rdm_type, RdmType::StatusResponse);
+    let e = answer.header.error_message.unwrap();
+    assert!(e.contains("not supported") && e.contains("gatherer"), "{e}");
+    let (p, answer) = post(
+        &url,
+        &request(
+            RdmType::RdRequestDeleted,
+            Some("cip-query"),
+            None,
+            scope("all"),
+        ),
+    )
+    .await;
+    assert_eq!(p.status, 400, "{:?}", answer.header.error_message);
+    let (p, answer) = post(&url, &request(RdmType::RdResponse, None, None, None)).await;
+    assert_eq!(p.status, 403, "{:?}", answer.header.error_message);
     server.stop().await;
 }
