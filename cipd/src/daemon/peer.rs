@@ -156,12 +156,14 @@ pub fn transient(e: &PeerError) -> bool {
 /// Delay before retrying after `failures` failures in a row, the last `transient`: the
 /// first three transient ones come back within a second, at a uniformly random moment
 /// ("full jitter": peers cut off together do not come back together), and the window
-/// doubles only from the fourth on; a failure that is not transient backs off as
-/// [`next_delay`] does.
+/// doubles only from the fourth on, up to `transient_cap` (`limits.max_transient_backoff`:
+/// a peer that comes back is polled again within it); a failure that is not transient
+/// backs off as [`next_delay`] does.
 pub fn retry_delay(
     interval: Duration,
     failures: u32,
     max_backoff: Duration,
+    transient_cap: Duration,
     transient: bool,
 ) -> Duration {
     if !transient || failures == 0 {
@@ -169,7 +171,10 @@ pub fn retry_delay(
     }
     let first = interval.min(Duration::from_secs(1));
     let factor = 2u32.saturating_pow(failures.saturating_sub(3).min(30));
-    let window = first.saturating_mul(factor).min(max_backoff.max(interval));
+    let window = first
+        .saturating_mul(factor)
+        .min(max_backoff.max(interval))
+        .min(transient_cap.max(first));
     window
         .mul_f64(fastrand::f64())
         .max(Duration::from_millis(10))
@@ -203,7 +208,10 @@ fn jitter(d: Duration) -> Duration {
 
 async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) {
     let wake = node.poll_notifier(&peer.name);
-    let max_backoff = node.config().limits.max_backoff;
+    let (max_backoff, transient_cap) = {
+        let l = &node.config().limits;
+        (l.max_backoff, l.max_transient_backoff)
+    };
     let mut failures = 0u32;
     let mut last_transient = false;
     loop {
@@ -234,6 +242,7 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
         match outcome {
             Ok(n) => {
                 failures = 0;
+                node.note_reachable(&peer.name, true);
                 tracing::debug!(peer = %peer.name, objects = n, "poll done");
                 node.update_peer(&peer.name, |s| {
                     s.last_success = Some(SystemTime::now());
@@ -247,6 +256,9 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             Err(e) => {
                 failures = failures.saturating_add(1);
                 last_transient = transient(&e);
+                if last_transient {
+                    gone_check(&node, &peer.name).await;
+                }
                 let legacy = not_cipv3(&e);
                 let message = if legacy {
                     let wait = legacy_delay(peer.poll_interval, max_backoff);
@@ -275,7 +287,13 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             failures = 1;
             legacy_delay(peer.poll_interval, max_backoff)
         } else {
-            retry_delay(peer.poll_interval, failures, max_backoff, last_transient)
+            retry_delay(
+                peer.poll_interval,
+                failures,
+                max_backoff,
+                transient_cap,
+                last_transient,
+            )
         };
         node.update_peer(&peer.name, |s| {
             s.next_attempt = Some(SystemTime::now() + delay)
@@ -673,6 +691,21 @@ fn succeeded(reply: ClientReply) -> Result<(), PeerError> {
     }
 }
 
+/// Notes that `peer` did not answer; once it has not for `limits.peer_gone_after`, takes
+/// its hint out of the table (off the async workers) until it answers again.
+async fn gone_check(node: &Arc<Node>, peer: &str) {
+    let down_for = node.note_reachable(peer, false);
+    let after = node.config().limits.peer_gone_after;
+    let gone = node.peer_states().iter().any(|s| s.name == peer && s.gone);
+    if after.is_zero() || down_for < after || gone {
+        return;
+    }
+    let (n, p) = (node.clone(), peer.to_owned());
+    if let Err(e) = crate::sys::net::spawn_blocking(move || n.suspend_peer(&p)).await {
+        tracing::warn!(peer, error = %e, "cannot take an unreachable peer's hint out");
+    }
+}
+
 /// Notes where the poll of `peer` under way is (`cipctl poll` and `cipctl peers` show it).
 fn note_phase(node: &Node, peer: &str, phase: &str) {
     node.update_peer(peer, |s| {
@@ -701,7 +734,9 @@ mod retry_tests {
     fn transient_failures_come_back_fast_with_full_jitter() {
         let (i, cap) = (Duration::from_secs(900), Duration::from_secs(3600));
         for f in 1..=3 {
-            let d: Vec<Duration> = (0..200).map(|_| retry_delay(i, f, cap, true)).collect();
+            let d: Vec<Duration> = (0..200)
+                .map(|_| retry_delay(i, f, cap, cap, true))
+                .collect();
             assert!(d.iter().all(|d| *d <= Duration::from_secs(1)), "{f}: {d:?}");
             assert!(
                 d.iter().any(|d| *d < Duration::from_millis(200)),
@@ -709,11 +744,14 @@ mod retry_tests {
             );
         }
         // From the fourth in a row the window doubles: 2 s, 4 s, ...
-        assert!((0..200).all(|_| retry_delay(i, 4, cap, true) <= Duration::from_secs(2)));
-        assert!((0..200).any(|_| retry_delay(i, 6, cap, true) > Duration::from_secs(4)));
-        assert!(retry_delay(i, 40, cap, true) <= cap);
+        assert!((0..200).all(|_| retry_delay(i, 4, cap, cap, true) <= Duration::from_secs(2)));
+        assert!((0..200).any(|_| retry_delay(i, 6, cap, cap, true) > Duration::from_secs(4)));
+        assert!(retry_delay(i, 40, cap, cap, true) <= cap);
+        // A peer that comes back is polled again within the transient cap.
+        let minute = Duration::from_secs(60);
+        assert!((0..200).all(|_| retry_delay(i, 40, cap, minute, true) <= minute));
         // Not transient: the old back-off (1 s, 2 s, 4 s, ... jittered by a tenth).
-        let d = retry_delay(i, 3, cap, false);
+        let d = retry_delay(i, 3, cap, cap, false);
         assert!(
             d >= Duration::from_millis(3600) && d <= Duration::from_millis(4400),
             "{d:?}"

@@ -21,6 +21,10 @@ pub struct ReferralJson {
     pub definite: bool,
     /// Matched values with their counts.
     pub values: Vec<(String, u64)>,
+    /// Its polls fail now: the dataset may not answer (PROTOCOL.md, "Peers that come and
+    /// go").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreachable: bool,
 }
 
 /// The answer to `/v1/referrals`.
@@ -77,6 +81,7 @@ impl From<ReferralView<'_>> for ReferralJson {
                 .values()
                 .map(|(v, c)| (String::from_utf8_lossy(v).into_owned(), c))
                 .collect(),
+            unreachable: false,
         }
     }
 }

@@ -111,6 +111,13 @@ pub struct PeerState {
     /// The poll under way now, if one is.
     #[serde(default)]
     pub exchange: Option<Exchange>,
+    /// Since when its polls fail (`None` while it answers): it is unreachable now.
+    #[serde(default)]
+    pub unreachable_since: Option<SystemTime>,
+    /// Its hint left the table after `limits.peer_gone_after` unreachable (the spooled copy
+    /// stays); its next answer brings it back.
+    #[serde(default)]
+    pub gone: bool,
 }
 
 /// A poll under way: where it is, and since when.

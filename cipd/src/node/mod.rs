@@ -57,6 +57,7 @@ pub use crate::store::local::{QueryError, object_matches};
 mod hosts;
 mod inbound;
 mod queries;
+mod reachability;
 mod reload;
 pub mod search;
 
@@ -180,6 +181,8 @@ pub struct Node {
     upstreams: crate::store::clients::Upstreams,
     /// Per-client search rates (`search.rate`).
     search_clients: crate::store::clients::RateLimiter,
+    /// The datasets of the polled peers that do not answer now (referrals say so).
+    unreachable: ArcSwap<std::collections::HashSet<Dsi>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -256,6 +259,7 @@ impl Node {
             searcher,
             upstreams: Default::default(),
             search_clients: Default::default(),
+            unreachable: ArcSwap::from_pointee(std::collections::HashSet::new()),
             http: ArcSwap::from_pointee(http),
             inflight,
             bindings: Arc::new(Bindings::new(&config)),

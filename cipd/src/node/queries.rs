@@ -176,6 +176,7 @@ impl Node {
                         &answer,
                         opts.limit,
                         local.total,
+                        &self.unreachable.load(),
                     );
                     let out = (Bytes::from(out), n);
                     self.answers
@@ -206,11 +207,15 @@ impl Node {
         let query = self.parse_query(q)?;
         let opts = self.query_options(possible, limit);
         let own = self.identity.load().dsi.clone();
+        let unreachable = self.unreachable.load();
         let mut referrals: Vec<ReferralJson> = self
             .page_answer(&query, &opts)
             .iter()
             .filter(|r| *r.dsi() != own)
-            .map(ReferralJson::from)
+            .map(|r| ReferralJson {
+                unreachable: unreachable.contains(r.dsi()),
+                ..ReferralJson::from(r)
+            })
             .collect();
         let more = referrals.len() > opts.limit;
         referrals.truncate(opts.limit);

@@ -172,6 +172,7 @@ pub fn write_answer(
     answer: &Answer,
     limit: usize,
     local: u64,
+    unreachable: &std::collections::HashSet<Dsi>,
 ) -> u32 {
     #[derive(Serialize)]
     struct Out<'a> {
@@ -185,7 +186,12 @@ pub fn write_answer(
     let body = Out {
         query,
         dsi: own.as_str(),
-        referrals: Referrals { answer, own, limit },
+        referrals: Referrals {
+            answer,
+            own,
+            limit,
+            unreachable,
+        },
         more: others > limit,
         local,
     };
@@ -198,6 +204,7 @@ struct Referrals<'a> {
     answer: &'a Answer,
     own: &'a Dsi,
     limit: usize,
+    unreachable: &'a std::collections::HashSet<Dsi>,
 }
 
 impl Serialize for Referrals<'_> {
@@ -209,13 +216,15 @@ impl Serialize for Referrals<'_> {
             .filter(|r| r.dsi() != self.own)
             .take(self.limit)
         {
-            seq.serialize_element(&Referral(r))?;
+            let down = !self.unreachable.is_empty() && self.unreachable.contains(r.dsi());
+            seq.serialize_element(&Referral(r, down))?;
         }
         seq.end()
     }
 }
 
-struct Referral<'a>(ReferralView<'a>);
+/// A referral, and whether its dataset is unreachable now.
+struct Referral<'a>(ReferralView<'a>, bool);
 
 impl Serialize for Referral<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -228,6 +237,8 @@ impl Serialize for Referral<'_> {
             total: u64,
             definite: bool,
             values: Values<'a>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            unreachable: bool,
         }
         let r = &self.0;
         Fields {
@@ -238,6 +249,7 @@ impl Serialize for Referral<'_> {
             total: r.total(),
             definite: r.definite(),
             values: Values(*r),
+            unreachable: self.1,
         }
         .serialize(s)
     }

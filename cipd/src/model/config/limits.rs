@@ -51,6 +51,12 @@ pub struct RawLimits {
     /// Idle time before TCP keepalive probes on mesh connections (default `"10s"`; probes
     /// every third of it, three unanswered end the connection); `"0s"`: no keepalive.
     pub tcp_keepalive: Option<String>,
+    /// How long a peer we poll may stay unreachable before its hint leaves the table
+    /// (default `"10m"`); `"0s"`: never.
+    pub peer_gone_after: Option<String>,
+    /// The longest wait between retries of a peer whose failures are transient (default
+    /// `"1m"`): a peer that comes back is polled again within it.
+    pub max_transient_backoff: Option<String>,
     /// Time allowed for one HTTP request.
     pub http_timeout: Option<String>,
     /// Time an HTTP connection may take to send a request's headers, and may sit idle
@@ -149,6 +155,11 @@ pub struct Limits {
     pub stall_timeout: Duration,
     /// Idle time before TCP keepalive probes on mesh connections; zero: none.
     pub tcp_keepalive: Duration,
+    /// How long a polled peer may stay unreachable before its hint leaves the table; zero:
+    /// never.
+    pub peer_gone_after: Duration,
+    /// The longest wait between retries after transient failures.
+    pub max_transient_backoff: Duration,
     /// HTTP request timeout (default 30 s).
     pub http_timeout: Duration,
     /// HTTP header-read and keep-alive idle timeout (default 60 s).
@@ -212,6 +223,8 @@ impl Default for Limits {
             poll_timeout: Duration::from_secs(120),
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             tcp_keepalive: DEFAULT_TCP_KEEPALIVE,
+            peer_gone_after: Duration::from_secs(600),
+            max_transient_backoff: Duration::from_secs(60),
             http_timeout: Duration::from_secs(30),
             http_idle_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(10),
@@ -321,6 +334,19 @@ impl Validator<'_> {
                 Some("0" | "0s" | "off") => Duration::ZERO,
                 _ => self.duration("limits.tcp_keepalive", raw.tcp_keepalive, d.tcp_keepalive),
             },
+            peer_gone_after: match raw.peer_gone_after.as_deref().map(str::trim) {
+                Some("0" | "0s" | "off") => Duration::ZERO,
+                _ => self.duration(
+                    "limits.peer_gone_after",
+                    raw.peer_gone_after,
+                    d.peer_gone_after,
+                ),
+            },
+            max_transient_backoff: self.duration(
+                "limits.max_transient_backoff",
+                raw.max_transient_backoff,
+                d.max_transient_backoff,
+            ),
             http_timeout: self.duration("limits.http_timeout", raw.http_timeout, d.http_timeout),
             http_idle_timeout: self.duration(
                 "limits.http_idle_timeout",

@@ -1,7 +1,11 @@
-//! Issue #44 item 1: an exchange in which no byte moves fails within `limits.stall_timeout`,
-//! whatever the whole exchange may take (`limits.poll_timeout`), over the CIP stream and
-//! over CIP-over-HTTP; `cipctl poll` on a peer whose poll is under way says so; the retry
-//! after such a transient failure comes within a second.
+//! Issue #44, the mesh on a flaky internet:
+//!
+//! * an exchange in which no byte moves fails within `limits.stall_timeout`, whatever the
+//!   whole exchange may take (`limits.poll_timeout`), over the CIP stream and over
+//!   CIP-over-HTTP; `cipctl poll` on a peer whose poll is under way says so; the retry after
+//!   such a transient failure comes within a second;
+//! * a peer that does not answer is marked unreachable in the referrals, leaves the table
+//!   after `limits.peer_gone_after`, and is taken in again as soon as it answers.
 
 use std::time::{Duration, Instant};
 
@@ -135,4 +139,71 @@ fn keepalive_is_set_on_the_connections_we_open() {
         );
         assert_eq!(sock.tcp_keepalive_retries().unwrap(), 3);
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_goes_leaves_the_table_and_is_taken_in_again_when_it_answers() {
+    let leaf_spec = NodeSpec::new("1.3.6.1.4.1.99999.451", &["Okafor"]);
+    let leaf = TestNode::start(leaf_spec.clone()).await;
+    let leaf_cip = leaf.cip_addr();
+    let other = TestNode::start(NodeSpec::new("1.3.6.1.4.1.99999.452", &["Garcia"])).await;
+    let mut spec = NodeSpec::new("1.3.6.1.4.1.99999.450", &[])
+        .peer("leaf", &leaf, &["poll"])
+        .peer("other", &other, &["poll"]);
+    spec.extra_limits = "peer_gone_after = \"1s\"\nmax_transient_backoff = \"300ms\"".into();
+    let mid = TestNode::start(spec).await;
+    mid.wait_for("both hints", |s| s.table_peers >= 2).await;
+    let referred = mid.query("Author=Okafor").await;
+    assert!(!referred.referrals[0].unreachable);
+
+    let dir = leaf.stop().await;
+    let node = mid.daemon.node();
+    node.poll_now("leaf").unwrap();
+    // Unreachable: still referred to, and the referral says so.
+    let a = mid
+        .wait_query("Author=Okafor", |a| {
+            a.referrals.first().is_some_and(|r| r.unreachable) || a.referrals.is_empty()
+        })
+        .await;
+    if let Some(r) = a.referrals.first() {
+        assert!(r.unreachable, "{a:?}");
+    }
+    // Gone after peer_gone_after: no longer referred to, out of the table, still spooled.
+    mid.wait_query("Author=Okafor", |a| a.referrals.is_empty())
+        .await;
+    let state = node
+        .peer_states()
+        .into_iter()
+        .find(|p| p.name == "leaf")
+        .unwrap();
+    assert!(state.gone && state.unreachable_since.is_some(), "{state:?}");
+    assert_eq!(node.table().peers().len(), 1);
+    assert!(
+        node.received_hint("leaf").is_ok(),
+        "its spooled hint is kept"
+    );
+    assert!(!mid.query("Author=Garcia").await.referrals[0].unreachable);
+
+    // It comes back (on its old port): taken in at the next retry, within the cap.
+    let port = leaf_cip.to_string();
+    let back = TestNode::start_edited(leaf_spec, dir, move |text| {
+        text.replacen("cip = [\"127.0.0.1:0\"]", &format!("cip = [\"{port}\"]"), 1)
+    })
+    .await;
+    let a = mid
+        .wait_query("Author=Okafor", |a| !a.referrals.is_empty())
+        .await;
+    assert!(!a.referrals[0].unreachable, "{a:?}");
+    let state = node
+        .peer_states()
+        .into_iter()
+        .find(|p| p.name == "leaf")
+        .unwrap();
+    assert!(
+        !state.gone && state.unreachable_since.is_none(),
+        "{state:?}"
+    );
+    mid.stop().await;
+    back.stop().await;
+    other.stop().await;
 }

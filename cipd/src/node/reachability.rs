@@ -1,0 +1,67 @@
+//! Peers that come and go: which polled peers do not answer now (their referrals say so),
+//! and taking the hint of one unreachable past `limits.peer_gone_after` out of the table
+//! until it answers again (PROTOCOL.md, "Peers that come and go").
+
+use super::*;
+
+impl Node {
+    /// Notes the outcome of a poll of `name`: on the first failure after answers it becomes
+    /// unreachable (its referrals say so), on an answer reachable again (and no longer gone).
+    /// Returns how long it has been unreachable (zero when it answered).
+    pub fn note_reachable(&self, name: &str, answered: bool) -> Duration {
+        let now = SystemTime::now();
+        let mut changed = false;
+        let mut since = None;
+        self.update_peer(name, |s| {
+            if answered {
+                changed = s.unreachable_since.take().is_some() || s.gone;
+                s.gone = false;
+            } else {
+                changed = s.unreachable_since.is_none();
+                since = Some(*s.unreachable_since.get_or_insert(now));
+            }
+        });
+        if changed {
+            self.refresh_unreachable();
+        }
+        since.map_or(Duration::ZERO, |t| {
+            now.duration_since(t).unwrap_or_default()
+        })
+    }
+
+    /// Takes `name`'s hint out of the table (so out of referrals and of the out-bound hint)
+    /// while it is unreachable: the spooled copy stays, and its next answer brings it back
+    /// (the payload's digest is forgotten, so the same hint is imported again). Writes the
+    /// table: call it off the async workers. True when a hint was taken out.
+    pub fn suspend_peer(&self, name: &str) -> bool {
+        let Some(dsi) = self.peer_dsi(name) else {
+            return false;
+        };
+        let removed = {
+            let mut imported = lock(&self.imported);
+            imported.remove(&dsi);
+            self.table.remove(&dsi)
+        };
+        self.update_peer(name, |s| s.gone = true);
+        if removed {
+            tracing::warn!(peer = %name, %dsi, "peer unreachable for limits.peer_gone_after: its hint leaves the table until it answers");
+            self.forget_hints(std::slice::from_ref(&dsi));
+            self.note_table_change();
+            self.outbound.request();
+        }
+        removed
+    }
+
+    /// Rebuilds the set of unreachable datasets the referral answers mark, and drops the
+    /// answers computed without it.
+    fn refresh_unreachable(&self) {
+        let set: std::collections::HashSet<Dsi> = lock(&self.peers)
+            .values()
+            .filter(|s| s.unreachable_since.is_some())
+            .filter_map(|s| s.dsi.as_deref())
+            .filter_map(|d| Dsi::new(d).ok())
+            .collect();
+        self.unreachable.store(Arc::new(set));
+        self.invalidate_answers();
+    }
+}
