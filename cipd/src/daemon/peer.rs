@@ -153,12 +153,15 @@ pub fn transient(e: &PeerError) -> bool {
     }
 }
 
-/// Delay before retrying after `failures` failures in a row, the last `transient`: the
-/// first three transient ones come back within a second, at a uniformly random moment
-/// ("full jitter": peers cut off together do not come back together), and the window
-/// doubles only from the fourth on, up to `transient_cap` (`limits.max_transient_backoff`:
-/// a peer that comes back is polled again within it); a failure that is not transient
-/// backs off as [`next_delay`] does.
+/// Delay before retrying after `failures` failures in a row, the last `transient`: as
+/// [`next_delay`] (1 s, doubling, jittered by a tenth), and for transient failures never
+/// longer than `transient_cap` (`limits.max_transient_backoff`: a peer that comes back is
+/// polled again within it).
+///
+/// Full jitter (a uniformly random moment in the window) was tried here and broke the
+/// simulated mesh's convergence under random link failures (`cipd-sim -F 3 -D 5 --seed 3
+/// --fail-rate 0.0005 --repair-rate 0.05`: never within 120 s, against 31.8 s); until
+/// that is understood the schedule stays deterministic but for its tenth.
 pub fn retry_delay(
     interval: Duration,
     failures: u32,
@@ -166,18 +169,12 @@ pub fn retry_delay(
     transient_cap: Duration,
     transient: bool,
 ) -> Duration {
-    if !transient || failures == 0 {
-        return next_delay(interval, failures, max_backoff);
+    let delay = next_delay(interval, failures, max_backoff);
+    if transient && failures > 0 {
+        delay.min(transient_cap.max(interval.min(Duration::from_secs(1))))
+    } else {
+        delay
     }
-    let first = interval.min(Duration::from_secs(1));
-    let factor = 2u32.saturating_pow(failures.saturating_sub(3).min(30));
-    let window = first
-        .saturating_mul(factor)
-        .min(max_backoff.max(interval))
-        .min(transient_cap.max(first));
-    window
-        .mul_f64(fastrand::f64())
-        .max(Duration::from_millis(10))
 }
 
 /// True when `e` says the peer is not a CIPv3 server at all: it refused the version line
@@ -731,31 +728,20 @@ mod retry_tests {
     use super::*;
 
     #[test]
-    fn transient_failures_come_back_fast_with_full_jitter() {
+    fn transient_failures_are_retried_within_the_transient_cap() {
         let (i, cap) = (Duration::from_secs(900), Duration::from_secs(3600));
-        for f in 1..=3 {
-            let d: Vec<Duration> = (0..200)
-                .map(|_| retry_delay(i, f, cap, cap, true))
-                .collect();
-            assert!(d.iter().all(|d| *d <= Duration::from_secs(1)), "{f}: {d:?}");
-            assert!(
-                d.iter().any(|d| *d < Duration::from_millis(200)),
-                "spread from zero"
-            );
-        }
-        // From the fourth in a row the window doubles: 2 s, 4 s, ...
-        assert!((0..200).all(|_| retry_delay(i, 4, cap, cap, true) <= Duration::from_secs(2)));
-        assert!((0..200).any(|_| retry_delay(i, 6, cap, cap, true) > Duration::from_secs(4)));
-        assert!(retry_delay(i, 40, cap, cap, true) <= cap);
-        // A peer that comes back is polled again within the transient cap.
         let minute = Duration::from_secs(60);
-        assert!((0..200).all(|_| retry_delay(i, 40, cap, minute, true) <= minute));
-        // Not transient: the old back-off (1 s, 2 s, 4 s, ... jittered by a tenth).
-        let d = retry_delay(i, 3, cap, cap, false);
+        // 1 s, 2 s, 4 s ... jittered by a tenth.
+        let d = retry_delay(i, 3, cap, minute, true);
         assert!(
             d >= Duration::from_millis(3600) && d <= Duration::from_millis(4400),
             "{d:?}"
         );
+        // A peer that comes back is polled again within the transient cap ...
+        assert!((0..200).all(|_| retry_delay(i, 40, cap, minute, true) <= minute));
+        // ... while other failures back off to max_backoff.
+        assert!(retry_delay(i, 40, cap, minute, false) > minute);
+        assert!(retry_delay(i, 0, cap, minute, true) > Duration::from_secs(800));
     }
 
     #[test]
