@@ -25,3 +25,22 @@ pub fn fail(err: &anyhow::Error) -> ExitCode {
     eprintln!("cipctl: {err:#}");
     ExitCode::from(EXIT_FAILURE)
 }
+
+/// Runs `fut` on a current-thread runtime and turns its outcome into the exit status: `ok`
+/// of its value, or the error printed as [`fail`] prints it.
+pub fn block_on<T>(
+    fut: impl std::future::Future<Output = anyhow::Result<T>>,
+    ok: impl FnOnce(T) -> ExitCode,
+) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&anyhow::Error::from(e)),
+    };
+    match rt.block_on(fut) {
+        Ok(v) => ok(v),
+        Err(e) => fail(&e),
+    }
+}

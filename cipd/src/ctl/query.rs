@@ -82,17 +82,7 @@ impl ClientTlsArgs {
 
 /// Runs `cipctl query`.
 pub fn run(args: QueryArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return super::fail(&anyhow::Error::from(e)),
-    };
-    match rt.block_on(run_async(&args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => super::fail(&e),
-    }
+    super::block_on(run_async(&args), |()| ExitCode::SUCCESS)
 }
 
 /// What `--follow` found at one node.

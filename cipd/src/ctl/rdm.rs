@@ -19,7 +19,7 @@ use anyhow::Context as _;
 use cip_proto::rdm::{Body, Csid, GathererScope, Header, Message, Query, RdmType, View};
 use clap::{Args, Subcommand};
 
-use super::{EXIT_INVALID_INPUT, fail};
+use super::EXIT_INVALID_INPUT;
 use crate::pipeline::rdm_pull::{ClientError, exchange};
 use crate::sys::http::FetchLimits;
 
@@ -132,17 +132,7 @@ fn scoped(scope: &str, view: View) -> Option<Query> {
 
 /// Runs a `cipctl rdm` subcommand.
 pub fn run(cmd: RdmCommand) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return fail(&anyhow::Error::from(e)),
-    };
-    match rt.block_on(run_async(cmd)) {
-        Ok(code) => code,
-        Err(e) => fail(&e),
-    }
+    super::block_on(run_async(cmd), |code| code)
 }
 
 async fn run_async(cmd: RdmCommand) -> anyhow::Result<ExitCode> {

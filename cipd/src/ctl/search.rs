@@ -46,18 +46,13 @@ pub struct SearchArgs {
 
 /// Runs `cipctl search`.
 pub fn run(args: SearchArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return super::fail(&anyhow::Error::from(e)),
-    };
-    match rt.block_on(run_async(&args)) {
-        Ok(partial) if partial => ExitCode::from(3),
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => super::fail(&e),
-    }
+    super::block_on(run_async(&args), |partial| {
+        if partial {
+            ExitCode::from(3)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
 }
 
 /// Asks `args.server` for the search.

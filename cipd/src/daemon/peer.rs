@@ -691,9 +691,8 @@ fn succeeded(reply: ClientReply) -> Result<(), PeerError> {
 /// Notes that `peer` did not answer; once it has not for `limits.peer_gone_after`, takes
 /// its hint out of the table (off the async workers) until it answers again.
 async fn gone_check(node: &Arc<Node>, peer: &str) {
-    let down_for = node.note_reachable(peer, false);
+    let (down_for, gone) = node.note_reachable(peer, false);
     let after = node.config().limits.peer_gone_after;
-    let gone = node.peer_states().iter().any(|s| s.name == peer && s.gone);
     if after.is_zero() || down_for < after || gone {
         return;
     }

@@ -7,11 +7,12 @@ use super::*;
 impl Node {
     /// Notes the outcome of a poll of `name`: on the first failure after answers it becomes
     /// unreachable (its referrals say so), on an answer reachable again (and no longer gone).
-    /// Returns how long it has been unreachable (zero when it answered).
-    pub fn note_reachable(&self, name: &str, answered: bool) -> Duration {
+    /// Returns how long it has been unreachable (zero when it answered) and whether its
+    /// hint has left the table already.
+    pub fn note_reachable(&self, name: &str, answered: bool) -> (Duration, bool) {
         let now = SystemTime::now();
         let mut changed = false;
-        let mut since = None;
+        let (mut since, mut gone) = (None, false);
         self.update_peer(name, |s| {
             if answered {
                 changed = s.unreachable_since.take().is_some() || s.gone;
@@ -19,14 +20,16 @@ impl Node {
             } else {
                 changed = s.unreachable_since.is_none();
                 since = Some(*s.unreachable_since.get_or_insert(now));
+                gone = s.gone;
             }
         });
         if changed {
             self.refresh_unreachable();
         }
-        since.map_or(Duration::ZERO, |t| {
+        let down_for = since.map_or(Duration::ZERO, |t| {
             now.duration_since(t).unwrap_or_default()
-        })
+        });
+        (down_for, gone)
     }
 
     /// Takes `name`'s hint out of the table (so out of referrals and of the out-bound hint)

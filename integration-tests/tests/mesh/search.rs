@@ -938,3 +938,104 @@ fn real_roads_answers_to_our_search_lines_parse() {
             .all(|r| r.value("Author-Name") == Some("Jon Knight"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clear_errors_and_a_node_off_says_so() {
+    let node = TestNode::start(NodeSpec::new("1.3.6.1.4.1.99999.491", &["Garcia"])).await;
+    let to = node.daemon.http_addr().unwrap();
+    for (path, headers, kind) in [
+        ("/v1/search", "", "missing-query"),
+        ("/v1/search?q=Author%20Garcia", "", "bad-query"),
+        ("/v1/search?q=Author%3DGarcia&limit=0", "", "bad-parameter"),
+        (
+            "/v1/search?q=Author%3DGarcia&deadline=soon",
+            "",
+            "bad-parameter",
+        ),
+        (
+            "/v1/search?q=Author%3DGarcia",
+            "CIP-Search-Direction: sideways\r\n",
+            "bad-parameter",
+        ),
+        (
+            "/v1/search?q=Author%3DGarcia",
+            "CIP-Search-Budget: lots\r\n",
+            "bad-parameter",
+        ),
+    ] {
+        let (status, body) = raw_get("127.0.0.1", to, path, headers).await;
+        assert_eq!(status, 400, "{path} {headers}: {body}");
+        let e: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(e["error"], kind, "{path}: {body}");
+        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    node.stop().await;
+
+    let mut spec = NodeSpec::new("1.3.6.1.4.1.99999.492", &["Garcia"]);
+    spec.extra = "[search]\nenabled = false\n".into();
+    let off = TestNode::start(spec).await;
+    let to = off.daemon.http_addr().unwrap();
+    for path in ["/v1/search?q=Author%3DGarcia", "/search"] {
+        let (status, body) = raw_get("127.0.0.1", to, path, "").await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.contains("search-off"), "{body}");
+    }
+    off.stop().await;
+}
+
+/// A node that answers something that is not a search answer: a failure, cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_answering_garbage_is_unreachable_and_left_alone() {
+    let (addr, hits, _token) = crate::harness::fake_server(|stream| async move {
+        let (r, mut w) = stream.into_split();
+        let mut lines = BufReader::new(r);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if lines.read_line(&mut line).await.unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        let body = "<html>not a search answer</html>";
+        let _ = w
+            .write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await;
+    })
+    .await;
+    let leaf = leaf_at("1.3.6.1.4.1.99999.494", &format!("http://{addr}/")).await;
+    let mid = TestNode::start(NodeSpec::new("1.3.6.1.4.1.99999.493", &["Garcia"]).peer(
+        "leaf",
+        &leaf,
+        &["poll"],
+    ))
+    .await;
+    mid.wait_for("the leaf's hint", |s| s.table_peers >= 1)
+        .await;
+    let a = search(&mid, "Author=Garcia", "").await;
+    let u = &a.unchased[0];
+    assert_eq!(u.reason, NotChased::Unreachable, "{a:#?}");
+    assert!(u.detail.as_deref().unwrap().contains("bad answer"), "{u:?}");
+    assert!(a.partial);
+    let asked = hits.load(Ordering::SeqCst);
+    let b = search(&mid, "Author=Garcia & Title~report", "").await;
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        asked,
+        "left alone after it failed"
+    );
+    assert!(
+        b.unchased[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("not asked again")
+    );
+    mid.stop().await;
+    leaf.stop().await;
+}

@@ -1757,6 +1757,18 @@ level = "=="
     }
 
     #[test]
+    fn a_poll_may_not_wait_past_the_pollers_stall_timeout() {
+        let base = "data_dir = \"d\"\n[node]\ndsi = \"1.2\"\n[listen]\nhttp = [\"127.0.0.1:0\"]\n";
+        let err =
+            Config::from_toml(&format!("{base}[outbound]\nmax_wait = \"20s\"\n")).unwrap_err();
+        assert_eq!(err.problems()[0].key, "outbound.max_wait", "{err}");
+        assert!(err.to_string().contains("stall_timeout"), "{err}");
+        let ok =
+            format!("{base}[outbound]\nmax_wait = \"20s\"\n[limits]\nstall_timeout = \"30s\"\n");
+        assert!(Config::from_toml(&ok).is_ok());
+    }
+
+    #[test]
     fn a_node_without_http_needs_a_base_uri() {
         let text = "data_dir = \"d\"\n[node]\ndsi = \"1.2\"\n[listen]\ncip = [\"127.0.0.1:0\"]\n";
         let err = Config::from_toml(text).unwrap_err();
