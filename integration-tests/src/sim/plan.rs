@@ -111,7 +111,7 @@ impl Plan {
         let _ = write!(
             t,
             "[export]\nattributes = [\"DOCUMENT:Author\"]\ndefault_threshold = {}\n\
-             [limits]\nwatch_interval = \"{}ms\"\nshutdown_grace = \"1s\"\nconnect_timeout = \"2s\"\nhandshake_timeout = \"5s\"\nrequest_timeout = \"10s\"\nstall_timeout = \"1s\"\n[outbound]\nmax_wait = \"500ms\"\n",
+             [limits]\nwatch_interval = \"{}ms\"\nshutdown_grace = \"1s\"\nconnect_timeout = \"2s\"\nhandshake_timeout = \"5s\"\nrequest_timeout = \"10s\"\n",
             data::threshold_of(&self.spec.thresholds, node.level),
             self.spec.watch_interval.as_millis()
         );
