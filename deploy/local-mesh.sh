@@ -7,9 +7,11 @@
 # datachanged up to its poller. Every node has a small collection of its own (authors
 # "Author <i>", and "Garcia" on every third node), so referrals differ from node to node.
 # Ports: CIP 27000+i, HTTP 27100+i (BASE_PORT overrides 27000). State lives in a temp dir
-# that is removed at exit (KEEP=1 keeps it). CIPD_BIN_DIR=dir uses prebuilt binaries.
+# that is removed at exit (KEEP=1 keeps it). CIPD_BIN_DIR=dir uses prebuilt binaries;
+# otherwise they are built and taken from cargo's target directory (CARGO_TARGET_DIR too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. deploy/lib/target-dir.sh
 N="${1:-7}"
 BASE="${BASE_PORT:-27000}"
 if ! [[ "$N" =~ ^[0-9]+$ ]] || (( N < 1 || N > 99 )); then
@@ -20,7 +22,7 @@ if [[ -n "${CIPD_BIN_DIR:-}" ]]; then
   BIN="$CIPD_BIN_DIR"        # prebuilt binaries (cipd, cipctl)
 else
   cargo build --release --quiet --bin cipd --bin cipctl
-  BIN="$PWD/target/release"
+  BIN="$(cargo_profile_dir release)"
 fi
 DIR="$(mktemp -d -t cipd-mesh.XXXXXX)"
 PIDS=()

@@ -16,8 +16,8 @@
 # /usr/bin/time over $RUNS runs of each. cksoif reads standard input and always exits 0;
 # its last line says how many objects it parsed.
 #
-# Environment: CIPCTL (default: target/release/cipctl, built if missing), WORK (default a
-# temporary directory), CORPUS_MB (38), RUNS (11), DPKG_STATUS.
+# Environment: CIPCTL (default: cipctl in cargo's target directory, release/, built if
+# missing), WORK (default a temporary directory), CORPUS_MB (38), RUNS (11), DPKG_STATUS.
 set -euo pipefail
 
 die() { echo "soif-check-vs-cksoif.sh: error: $*" >&2; exit 1; }
@@ -28,7 +28,10 @@ ROOT=$(cd "$HERE/../.." && pwd)
 HARVEST=$1
 WORK=${WORK:-$(mktemp -d)}
 RUNS=${RUNS:-11}
-CIPCTL=${CIPCTL:-$ROOT/target/release/cipctl}
+if [ -z "${CIPCTL:-}" ]; then
+    . "$ROOT/deploy/lib/target-dir.sh"
+    CIPCTL=$(cd "$ROOT" && cargo_profile_dir release)/cipctl || die "cargo cannot say where it builds"
+fi
 
 if [ ! -x "$CIPCTL" ]; then
     (cd "$ROOT" && cargo build --release -p cipd --bin cipctl) || die "cannot build cipctl"
