@@ -4,14 +4,14 @@
 //! The daemon's allocator (jemalloc, `cipd/src/main.rs`) serves an allocation of [`BIG`]
 //! bytes or more from an arena of its own that keeps no freed pages for reuse
 //! (`oversize_threshold`, `.cargo/config.toml`); its background thread returns them to the
-//! system within about 200 ms. That is not at once: code that must not hold a big buffer
-//! twice even briefly writes into a mapping of its own, as the routing table's segment
-//! builders do. Other arenas keep freed pages for about 100 ms (`dirty_decay_ms`), in case
-//! they are wanted again, which suits the many small buffers of queries. A buffer *grown*
-//! past [`BIG`] by reallocation stays in the arena its first, small allocation came from: a
-//! 64 MiB receive buffer, freed once its hint was parsed, then still counted while the
-//! import built the hint's segment. Growing past [`BIG`] with a fresh allocation
-//! ([`reserve`]) puts the buffer where it belongs.
+//! system soon after (how soon, measured: `docs/sizing.md`, "Process memory"). That is not
+//! at once: code that must not hold a big buffer twice even briefly writes into a mapping of
+//! its own, as the routing table's segment builders do. Other arenas keep freed pages for
+//! `dirty_decay_ms` (`.cargo/config.toml`), in case they are wanted again, which suits the
+//! many small buffers of queries. A buffer *grown* past [`BIG`] by reallocation stays in the
+//! arena its first, small allocation came from: a 64 MiB receive buffer, freed once its
+//! hint was parsed, then still counted while the import built the hint's segment. Growing
+//! past [`BIG`] with a fresh allocation ([`reserve`]) puts the buffer where it belongs.
 
 use bytes::BytesMut;
 
