@@ -11,14 +11,24 @@ echo "package: $deb"
 work=$(mktemp -d)
 trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 dpkg-deb --contents "$deb" > "$work/contents"
+awk '{print $6}' "$work/contents" > "$work/paths"
+# The documentation: README, PROTOCOL and CHANGELOG, every page of docs/ and every picture
+# a page shows.
+docs=(README.md PROTOCOL.md CHANGELOG.md)
+for page in docs/*.md; do
+  docs+=("$page")
+  for pic in $(grep -oE '\]\([^)#]+\.svg\)' "$page" | sed -e 's/^](//' -e 's/)$//'); do
+    docs+=("docs/$pic")
+  done
+done
 for f in ./usr/bin/cipd ./usr/bin/cipctl ./etc/cipd/cipd.toml \
          ./usr/lib/systemd/system/cipd.service ./usr/share/man/man1/cipd.1.gz \
          ./usr/share/man/man1/cipctl.1.gz ./usr/share/bash-completion/completions/cipctl \
          ./usr/share/zsh/vendor-completions/_cipctl \
          ./usr/share/fish/vendor_completions.d/cipctl.fish \
-         ./usr/share/doc/cipd/cipd.toml.example ./usr/share/doc/cipd/README.md \
-         ./usr/share/doc/cipd/docs/search.md; do
-  grep -qE " $f\$" "$work/contents" || fail "$f is not in the package"
+         ./usr/share/doc/cipd/cipd.toml.example \
+         $(printf './usr/share/doc/cipd/%s ' "${docs[@]}"); do
+  grep -qxF "$f" "$work/paths" || fail "$f is not in the package"
 done
 dpkg-deb --control "$deb" "$work/control"
 grep -qx /etc/cipd/cipd.toml "$work/control/conffiles" || fail "cipd.toml is not a conffile"
