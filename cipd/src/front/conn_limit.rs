@@ -264,7 +264,7 @@ impl ConnLimiter {
         registry.push(slot.clone());
         drop(registry);
         Metrics::inc(&self.counters.accepted);
-        Metrics::inc(&self.counters.open);
+        self.counters.open.inc();
         Ok(ConnGuard {
             limiter: self.clone(),
             key,
@@ -588,7 +588,7 @@ impl Drop for ConnGuard {
         if let Some(key) = self.key {
             release_address(&self.limiter.per_address, key);
         }
-        self.limiter.counters.open.fetch_sub(1, Ordering::Relaxed);
+        self.limiter.counters.open.dec();
         // An evicted connection's total slot went to the connection that evicted it. Read
         // under the registry's lock, which eviction holds while it hands the slot over.
         let mut registry = self
@@ -738,14 +738,13 @@ mod tests {
             Refusal::Total { max: 3 }
         );
         assert_eq!(l.addresses(), 3, "the refused address left no entry");
-        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        assert_eq!(load(&counters.evicted_fresh), 2);
-        assert_eq!(load(&counters.evicted_idle), 1);
-        assert_eq!(load(&counters.refused_total), 1);
-        assert_eq!(load(&counters.accepted), 6);
-        assert_eq!(load(&counters.open), 3);
+        assert_eq!(counters.evicted_fresh.get(), 2);
+        assert_eq!(counters.evicted_idle.get(), 1);
+        assert_eq!(counters.refused_total.get(), 1);
+        assert_eq!(counters.accepted.get(), 6);
+        assert_eq!(counters.open.get(), 3);
         drop((busy, b, c));
-        assert_eq!((l.open(), l.addresses(), load(&counters.open)), (0, 0, 0));
+        assert_eq!((l.open(), l.addresses(), counters.open.get()), (0, 0, 0));
         assert!(l.registry.lock().unwrap().is_empty());
     }
 

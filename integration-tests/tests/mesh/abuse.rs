@@ -174,11 +174,7 @@ async fn attack_in_this_process() {
     // Everything the attackers opened is closed again, and the node still answers.
     let metrics = node.daemon.node().metrics();
     eventually("attackers' cip connections closed", || {
-        metrics
-            .listener("cip")
-            .open
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == 0
+        metrics.listener("cip").open.get() == 0
     })
     .await;
     good_poll(target.cip).await.unwrap();

@@ -536,7 +536,6 @@ pub fn mesh_info(node: &Node) -> MeshInfo {
 
 /// The counters now.
 pub fn counters_now(node: &Node) -> Counters {
-    use std::sync::atomic::Ordering::Relaxed;
     let m = node.metrics();
     let (ok, failed) = m
         .polls()
@@ -549,9 +548,9 @@ pub fn counters_now(node: &Node) -> Counters {
         uptime_seconds: node.uptime().as_secs_f64(),
         polls: ok + failed,
         polls_failed: failed,
-        imports: m.index_objects_received.load(Relaxed),
-        rejected: m.index_objects_rejected.load(Relaxed),
-        queries: m.queries.load(Relaxed),
+        imports: m.index_objects_received.get(),
+        rejected: m.index_objects_rejected.get(),
+        queries: m.queries.get(),
     }
 }
 

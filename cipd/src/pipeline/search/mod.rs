@@ -440,10 +440,7 @@ impl Searcher {
             for done in futures_util::future::join_all(asks).await {
                 if done.sent {
                     run.subqueries = run.subqueries.saturating_add(1);
-                    host.metrics()
-                        .search
-                        .subqueries
-                        .fetch_add(1, Ordering::Relaxed);
+                    host.metrics().search.subqueries.inc();
                 }
                 match done.outcome {
                     Ok(got) => {

@@ -190,7 +190,7 @@ async fn depth_budget_and_limit_stop_the_chase() {
         [("2.1", NotChased::Budget), ("2.2", NotChased::Budget)]
     );
     assert_eq!(
-        host.metrics.search.unchased[0].load(Ordering::Relaxed),
+        host.metrics.search.unchased[0].get(),
         2,
         "counted by reason"
     );
