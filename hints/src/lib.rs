@@ -14,15 +14,13 @@ pub mod aggregate;
 pub use table::answer;
 mod hasher;
 mod index;
-mod memo;
-mod narrow;
 mod pages;
 mod peer;
 pub mod query;
 pub mod rank;
-mod summarize;
-pub mod summary;
-mod sums;
+pub mod substring;
+/// The path the daemon's configuration names [`substring::SummaryConfig`] by.
+pub use substring as summary;
 pub mod table;
 pub mod thesaurus;
 mod threads;

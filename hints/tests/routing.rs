@@ -12,7 +12,7 @@ use cip_proto::soif::attr::contains_ignore_ascii_case;
 use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
 use hints::query::{MatchOp, Query};
 use hints::rank::QueryOptions;
-use hints::summary::SummaryConfig;
+use hints::substring::SummaryConfig;
 use hints::table::{PeerMeta, RoutingTable, TableConfig};
 use proptest::prelude::*;
 

@@ -8,10 +8,10 @@ use std::sync::atomic::AtomicBool;
 use arc_swap::ArcSwapOption;
 
 use crate::hasher::RandomState;
-use crate::memo::Memo;
 use crate::pages::PagesMut;
 use crate::threads::spawn_or_run;
 
+use super::cache::Cache;
 use super::segment::{
     BIG, GROUP, HAS_UPPER, HEADER, POSTING, Segment, SegmentOverflow, attr_bit, cmp_folded, rd32,
 };
@@ -346,7 +346,7 @@ impl Builder {
             grams: OnceLock::new(),
             summaries: ArcSwapOption::empty(),
             summarizing: AtomicBool::new(false),
-            memo: Memo::default(),
+            cache: Cache::default(),
         };
         seg.starts.shrink_to_fit();
         seg.attr_bits.shrink_to_fit();

@@ -46,10 +46,17 @@
 //! * [`merge`]: merging segments, dropping the postings of peers gone;
 //! * [`exact`]: the exact-match table and exact lookups;
 //! * [`grams`]: the substring index, 4-gram lists;
-//! * [`search`]: substring searches through it (or, while it is not built, by scanning).
+//! * [`search`]: substring searches through it (or, while it is not built, by scanning);
+//! * [`sums`]: the per-peer sums of substring needles a segment keeps, summaries and cached
+//!   alike, and their lookup;
+//! * [`cache`]: the substring cache (`memo` in the configuration's and the figures' names):
+//!   one segment's cached sums, and the byte budget all segments' caches share.
 //!
-//! The summaries and memoized sums a segment holds for substring queries are
-//! [`crate::summary`]'s and [`crate::memo`]'s.
+//! The last two are storage only: which sums a segment keeps, and computing them from its
+//! values, is [`crate::substring`]'s part.
+
+pub(crate) mod cache;
+pub(crate) mod sums;
 
 mod builder;
 mod bulk;

@@ -6,6 +6,7 @@ use memchr::memmem;
 
 use super::grams::{GramIndex, GramList, decode_ids, gram_key, intersect, quad_key};
 use super::segment::{ANY_ATTR, Segment};
+use super::sums::{NARROW_MAX, NARROW_MIN};
 
 /// Values per batch of the pipeline of [`Segment::for_each_substring`].
 const SCAN_BATCH: usize = 32;
@@ -34,15 +35,13 @@ impl Segment {
 
     /// True when `needle` (ASCII-lowercased) is not summarized here under `attr` although
     /// the segment's narrow summaries would hold it if enough postings were under it
-    /// ([`crate::narrow`]): then fewer are, and summing it is cheap.
+    /// ([`crate::substring`]): then fewer are, and summing it is cheap.
     pub(crate) fn covers_narrowly(&self, needle: &[u8], attr: u32) -> bool {
         let guard = self.summaries.load();
         let Some(s) = guard.as_deref() else {
             return false;
         };
-        if s.narrow_cover == 0
-            || !(crate::sums::NARROW_MIN..=crate::sums::NARROW_MAX).contains(&needle.len())
-        {
+        if s.narrow_cover == 0 || !(NARROW_MIN..=NARROW_MAX).contains(&needle.len()) {
             return false;
         }
         let quad = quad_key(&needle[..4]);

@@ -9,11 +9,11 @@ use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
 
-use crate::memo::Memo;
 use crate::pages::Pages;
-use crate::sums::{Store, Summaries};
 
+use super::cache::Cache;
 use super::grams::GramIndex;
+use super::sums::{Store, Summaries};
 
 /// Most ids [`Segment::touch_postings`] takes at once.
 pub(crate) const TOUCH_BATCH: usize = 16;
@@ -67,14 +67,14 @@ pub(crate) struct Segment {
     /// Built with the segment, except in a bulk load ([`Segment::ensure_grams`]); without
     /// it substring searches scan every value.
     pub(super) grams: OnceLock<GramIndex>,
-    /// Built after the segment is in use ([`Segment::summarize`]), and built again once
+    /// Built after the segment is in use ([`Segment::build_summaries`]), and built again once
     /// enough of its peers have gone that narrow summaries thin out; readers hold the
     /// ones they loaded.
     pub(crate) summaries: ArcSwapOption<Summaries>,
-    /// Set while [`Segment::summarize`] builds them.
+    /// Set while [`Segment::build_summaries`] builds them.
     pub(crate) summarizing: AtomicBool,
     /// Sums of expensive substring needles, kept as queries compute them.
-    pub(crate) memo: Memo,
+    pub(crate) cache: Cache,
 }
 
 /// A value's record, decoded from its header.
@@ -482,7 +482,7 @@ impl Segment {
     }
 }
 
-/// What the segment holds of substring sums ([`crate::summary`], [`crate::memo`]).
+/// What the segment holds of substring sums ([`crate::substring`]).
 impl Segment {
     /// The segment's summaries, once built (see [`Segment::summaries`]), to hold on to.
     #[cfg(test)]
@@ -501,17 +501,17 @@ impl Segment {
     /// them.
     #[inline]
     pub(crate) fn memoized(&self, needle: &[u8], attr: u32) -> Option<Arc<Store>> {
-        self.memo.get(needle, attr)
+        self.cache.get(needle, attr)
     }
 
     /// Whether a query kept the sums of `needle` (ASCII-lowercased) under `attr`.
     pub(crate) fn has_memoized(&self, needle: &[u8], attr: u32) -> bool {
-        self.memo.contains(needle, attr)
+        self.cache.contains(needle, attr)
     }
 
     /// Needles memoized and their bytes.
-    pub(crate) fn memo_stats(&self) -> (usize, usize) {
-        self.memo.stats()
+    pub(crate) fn cache_stats(&self) -> (usize, usize) {
+        self.cache.stats()
     }
 
     /// Number of n-grams summarized.

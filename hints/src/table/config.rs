@@ -3,7 +3,7 @@
 
 use cip_proto::Dsi;
 
-use crate::summary::SummaryConfig;
+use crate::substring::SummaryConfig;
 
 /// Default for [`TableLimits::max_peers`].
 pub const DEFAULT_MAX_PEERS: usize = 10_000;

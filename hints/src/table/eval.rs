@@ -9,6 +9,7 @@ use bytes::Bytes;
 use cip_proto::Dsi;
 
 use crate::hint::AttrSpec;
+use crate::index::sums::{SUMMARY_TOPS, Store};
 use crate::index::{Segment, TOUCH_BATCH, attr_mask, cmp_folded, hash_lower};
 use crate::peer::PeerMeta;
 use crate::query::{MatchOp, Query, Term};
@@ -16,7 +17,6 @@ use crate::rank::{
     Explanation, MatchedValue, QueryOptions, RankKey, Referral, TermExplanation, TermStatus,
     ValueBuf, rank_order,
 };
-use crate::sums::{SUMMARY_TOPS, Store};
 use crate::table::answer::{Answer, Item};
 use crate::thesaurus::AttrPattern;
 
@@ -135,8 +135,8 @@ struct Scratch {
 /// values are read.
 enum Summed {
     /// The segment's summaries (a newer build may replace them meanwhile).
-    Built(Arc<crate::sums::Summaries>),
-    /// Sums a query kept ([`crate::memo`]).
+    Built(Arc<crate::index::sums::Summaries>),
+    /// Sums a query kept ([`crate::index::cache`]).
     Kept(Arc<Store>),
 }
 
@@ -269,7 +269,7 @@ impl Tally {
     }
 
     /// Counts `matched` values summing to `sum` for `slot` (from a summary).
-    fn add_summary(&mut self, summary: &crate::sums::Summary<'_>) {
+    fn add_summary(&mut self, summary: &crate::index::sums::Summary<'_>) {
         for (i, e) in summary.entries.iter().enumerate() {
             self.add_summed(e.slot, summary.sum(i), e.matched);
         }
@@ -496,9 +496,9 @@ impl RoutingTable {
 
     /// True when answering `q` costs about what an exact lookup does, whatever the
     /// table's size: every term is exact, or the one term is a substring whose per-peer
-    /// sums every big segment has (summarized or memoized, see [`crate::memo`]) and whose
-    /// other segments are small. The daemon answers such queries on the spot instead of
-    /// handing them to a scanning thread.
+    /// sums every big segment has (summarized or in the substring cache, see
+    /// [`crate::substring`]) and whose other segments are small. The daemon answers such
+    /// queries on the spot instead of handing them to a scanning thread.
     pub fn answers_quickly(&self, q: &Query, opts: &QueryOptions) -> bool {
         if q.terms().iter().all(|t| t.op == MatchOp::Exact) {
             return true;
@@ -679,7 +679,7 @@ impl RoutingTable {
                 let finder = memchr::memmem::Finder::new(&scratch.lower);
                 let summable = attrs.len() == 1 && k <= SUMMARY_TOPS;
                 let mask = attr_mask(attrs);
-                let memo = &self.memo;
+                let cache = &self.cache;
                 let cfg = &self.config.summaries;
                 for (si, seg) in segs.iter().enumerate() {
                     let si = si as u32;
@@ -703,7 +703,7 @@ impl RoutingTable {
                             }
                         }
                         if let Some(store) = seg.memoized(&scratch.lower, attr) {
-                            memo.hit();
+                            cache.hit();
                             tally.add_summary(&store.only(attr));
                             scratch.summed.push((si, Summed::Kept(store)));
                             continue;
@@ -715,7 +715,7 @@ impl RoutingTable {
                     // Values reported under other attributes only need not be loaded.
                     seg.retain_under(&mut scratch.ids, mask);
                     if summable
-                        && memo.enabled()
+                        && cache.enabled()
                         && seg.len() >= cfg.min_values
                         // Too few values hold it to be worth keeping.
                         && !seg.covers_narrowly(&scratch.lower, attrs[0])
@@ -723,8 +723,8 @@ impl RoutingTable {
                     {
                         // Expensive, and likely asked again: sum it for every attribute
                         // and slot in one pass, and keep that.
-                        memo.computed();
-                        let store = seg.memoize(&finder, &scratch.ids, exact, attrs[0], memo);
+                        cache.computed();
+                        let store = seg.memoize(&finder, &scratch.ids, exact, attrs[0], cache);
                         tally.add_summary(&store.only(attrs[0]));
                         scratch.summed.push((si, Summed::Kept(store)));
                         continue;

@@ -62,13 +62,14 @@
 //! Substring matches are checked and their postings summed in one pipelined pass: record
 //! starts two batches ahead, whole records one batch ahead, so that cache misses overlap.
 //! A needle held by a large share of a big segment's values reads that segment's
-//! precomputed sums instead ([`crate::summary`]): its cost would otherwise be bounded
+//! precomputed sums instead (its broad summaries): its cost would otherwise be bounded
 //! only by the number of postings to add. A narrower needle that still matched many
 //! candidates in a big segment has the same sums computed in its pass and kept with the
-//! segment for its next asking ([`crate::memo`], bounded by [`SummaryConfig::memo_bytes`]).
-//! Below the broad share, every 4- to 6-byte needle held by enough values has the first
-//! slots of its page precomputed ([`crate::narrow`]), so that a first asking reads those;
-//! a needle of that length without them is held by few values and is summed on the spot.
+//! segment for its next asking (the substring cache, bounded by
+//! [`SummaryConfig::memo_bytes`]). Below the broad share, every 4- to 6-byte needle held by
+//! enough values has the first slots of its page precomputed (narrow summaries), so that a
+//! first asking reads those; a needle of that length without them is held by few values and
+//! is summed on the spot. All three are [`crate::substring`]'s.
 //!
 //! Other queries (several terms, possible referrals, many values) rank candidates over all
 //! terms, then a second pass collects the matched values of just the `limit` best.
@@ -85,7 +86,7 @@
 //! [`QueryOptions::max_values`]: crate::rank::QueryOptions::max_values
 //! [`Answer`]: crate::table::answer::Answer
 //! [`Referral`]: crate::rank::Referral
-//! [`SummaryConfig::memo_bytes`]: crate::summary::SummaryConfig::memo_bytes
+//! [`SummaryConfig::memo_bytes`]: crate::substring::SummaryConfig::memo_bytes
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -97,8 +98,8 @@ use cip_proto::dsi::DsiError;
 
 use crate::hasher::RandomState;
 use crate::hint::{AttrSpec, CipHint};
+use crate::index::cache::CacheBudget;
 use crate::index::{BulkBuilder, Segment, SegmentOverflow};
-use crate::memo::MemoBudget;
 use crate::threads::on_threads;
 
 pub mod answer;
@@ -165,7 +166,7 @@ pub struct TableStats {
     pub dead_entries: usize,
     /// Approximate heap bytes of the index and peer data.
     pub approx_bytes: usize,
-    /// Broad n-grams summarized (see [`crate::summary`]), summed over segments.
+    /// Broad n-grams summarized (see [`crate::substring`]), summed over segments.
     pub summaries: usize,
     /// Summary builds still running in the background.
     pub summaries_pending: usize,
@@ -173,10 +174,10 @@ pub struct TableStats {
     pub summary_bytes: usize,
     /// The hints' memory charge against [`TableLimits::max_table_bytes`] ([`budget_bytes`]).
     pub budget_bytes: u64,
-    /// Substring needles whose sums are memoized ([`crate::memo`]), summed over segments.
+    /// Substring needles whose sums are memoized ([`crate::substring`]), summed over segments.
     pub memoized: usize,
     /// Bytes those take (not in `approx_bytes`: bounded by
-    /// [`SummaryConfig::memo_bytes`](crate::summary::SummaryConfig::memo_bytes)).
+    /// [`SummaryConfig::memo_bytes`](crate::substring::SummaryConfig::memo_bytes)).
     pub memo_bytes: usize,
     /// Segment searches answered from memoized sums since the table was made.
     pub memo_hits: u64,
@@ -497,7 +498,7 @@ impl RoutingTable {
             writer: Mutex::new(()),
             pending: Arc::default(),
             bulk_load: std::sync::atomic::AtomicBool::new(false),
-            memo: MemoBudget::new(config.summaries.memo_bytes),
+            cache: CacheBudget::new(config.summaries.memo_bytes),
             config,
         }
     }
@@ -511,9 +512,9 @@ impl RoutingTable {
         self.current.load_full()
     }
 
-    /// Builds the summaries the segments of `snap` lack ([`crate::summary`]), or whose
-    /// narrow ones lost too many peers since ([`crate::narrow`]): in the background when
-    /// [`SummaryConfig::background`](crate::summary::SummaryConfig::background) is set
+    /// Builds the summaries the segments of `snap` lack ([`crate::substring`]), or whose
+    /// narrow ones lost too many peers since: in the background when
+    /// [`SummaryConfig::background`](crate::substring::SummaryConfig::background) is set
     /// (queries scan, or use the ones before, meanwhile), else before returning.
     fn summarize(&self, snap: &Snapshot) {
         if self.bulk() {
@@ -1060,10 +1061,10 @@ impl RoutingTable {
             st.approx_bytes += seg.heap_bytes();
             st.summaries += seg.summarized();
             st.summary_bytes += seg.summary_bytes();
-            st.memoized += seg.memo_stats().0;
+            st.memoized += seg.cache_stats().0;
         }
-        st.memo_bytes = self.memo.used();
-        (st.memo_hits, st.memo_computed) = self.memo.counts();
+        st.memo_bytes = self.cache.used();
+        (st.memo_hits, st.memo_computed) = self.cache.counts();
         st.summaries_pending = *self.pending.lock();
         st.budget_bytes = snap.budget_held();
         st.approx_bytes += snap.slots.capacity() * 8

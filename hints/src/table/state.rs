@@ -13,7 +13,7 @@ use cip_proto::soif::attr::base_name;
 use crate::hasher::RandomState;
 use crate::hint::AttrSpec;
 use crate::index::Segment;
-use crate::memo::MemoBudget;
+use crate::index::cache::CacheBudget;
 use crate::peer::PeerMeta;
 use crate::thesaurus::AttrPattern;
 
@@ -40,7 +40,7 @@ pub(crate) struct PeerEntry {
     pub provenance: Vec<Dsi>,
     pub distinct_values: usize,
     pub entries: usize,
-    /// Its memory charge ([`budget_bytes`](super::config::budget_bytes)).
+    /// Its memory charge ([`budget_bytes`](super::budget_bytes)).
     pub budget: u64,
 }
 
@@ -384,8 +384,8 @@ pub struct RoutingTable {
     pub(super) pending: Arc<Pending>,
     /// Set during a bulk load ([`RoutingTable::set_bulk_load`]).
     pub(super) bulk_load: std::sync::atomic::AtomicBool,
-    /// Bytes of memoized substring sums, over all segments ([`crate::memo`]).
-    pub(super) memo: Arc<MemoBudget>,
+    /// Bytes of memoized substring sums, over all segments ([`crate::index::cache`]).
+    pub(super) cache: Arc<CacheBudget>,
 }
 
 /// A count of background summary builds, to wait on.

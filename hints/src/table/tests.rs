@@ -3,7 +3,7 @@ use super::*;
 use crate::hint::{WeightEntry, Weightlist};
 use crate::query::Query;
 use crate::rank::{QueryOptions, Referral, TermStatus};
-use crate::summary::{SUMMARY_TOPS, SummaryConfig};
+use crate::substring::{SUMMARY_TOPS, SummaryConfig};
 use crate::thesaurus::Thesaurus;
 use bytes::Bytes;
 use std::time::Duration;

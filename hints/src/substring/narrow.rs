@@ -2,7 +2,7 @@
 //! [`SummaryConfig::narrow_min_values`] of a big segment's values hold, precomputed, so
 //! that a substring query asked for the first time costs about what a cached one does.
 //!
-//! A broad summary ([`crate::summary`]) keeps every slot's sum, which only pays for the
+//! A broad summary ([`super::broad`]) keeps every slot's sum, which only pays for the
 //! few hundred n-grams a large share of the values hold. Below that share there are tens
 //! of thousands of n-grams, each matching tens to tens of thousands of values: too many to
 //! keep whole, too broad to sum on the spot within microseconds. A referral page needs
@@ -15,10 +15,10 @@
 //! its hint alone (its total, then its DSI), so the order of two slots never changes while
 //! they live, and a dead slot never lives again. A slot's postings sit in one segment, so
 //! the pages of the segments merge into the table's. A page of `limit` is therefore among
-//! the kept slots while `limit` of them live ([`crate::sums::Summary::exact_for`]); a query
+//! the kept slots while `limit` of them live ([`crate::index::sums::Summary::exact_for`]); a query
 //! it cannot answer (a bigger page, too many peers gone since) scans as before, and once
 //! more than an eighth of a segment's slots have died its summaries are built again
-//! ([`crate::summarize`]).
+//! ([`super::summarize`]).
 //!
 //! The build shares work by 4-gram: each 4-gram held by enough values has its values read
 //! once, in one pipelined pass that sums them and finds the 5- and 6-grams starting with
@@ -34,9 +34,11 @@ use memchr::memmem;
 
 use crate::hasher::RandomState;
 use crate::index::Segment;
-use crate::summary::{Accumulator, SummaryConfig};
-use crate::sums::{CutBlocks, NARROW_MAX, NARROW_MIN, SumEntry, Summaries, pack, unpack};
 use crate::threads::workers;
+
+use super::accumulate::Accumulator;
+use super::config::SummaryConfig;
+use crate::index::sums::{CutBlocks, NARROW_MAX, NARROW_MIN, SumEntry, Summaries, pack, unpack};
 
 /// One n-gram's narrow summary: per attribute, its kept entries by slot with their full
 /// sums, and how the block was cut.

@@ -1,13 +1,14 @@
-//! A segment's summary build: the sums of its broad n-grams ([`crate::summary`]), then the
-//! best slots of its narrow ones ([`crate::narrow`]), which read the former; built again
+//! A segment's summary build: the sums of its broad n-grams ([`super::broad`]), then the
+//! best slots of its narrow ones ([`super::narrow`]), which read the former; built again
 //! when enough of the segment's peers have gone that the narrow ones thin out.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::index::Segment;
-use crate::summary::SummaryConfig;
-use crate::sums::Summaries;
+
+use super::config::SummaryConfig;
+use crate::index::sums::Summaries;
 
 /// Narrow summaries are built again once the segment's live entries fell below this many
 /// eighths of what they were at the build: each replaced or removed peer leaves a dead
@@ -44,7 +45,7 @@ impl Segment {
     }
 
     /// Builds the summaries of broad n-grams and narrow ones (`ties` holds each slot's tie
-    /// position, `u32::MAX` when dead; empty, slot order: see [`crate::narrow::build`])
+    /// position, `u32::MAX` when dead; empty, slot order: see [`super::narrow::build`])
     /// under a claim ([`Segment::claim_summaries`]), which it ends, panic or not. Queries
     /// use them once built, and drop the ones they replace once no query holds those.
     pub(crate) fn build_summaries(&self, cfg: &SummaryConfig, ties: &[u32]) {
@@ -56,11 +57,11 @@ impl Segment {
         }
         let _release = Release(self);
         let mut summaries = Summaries::build(self, cfg);
-        crate::narrow::add(&mut summaries, self, cfg, ties);
+        super::narrow::add(&mut summaries, self, cfg, ties);
         summaries.live_entries = self
             .slots()
             .iter()
-            .filter(|s| crate::narrow::tie_of(ties, s.0) != u32::MAX)
+            .filter(|s| super::narrow::tie_of(ties, s.0) != u32::MAX)
             .map(|s| s.1)
             .sum();
         self.summaries.store(Some(Arc::new(summaries)));

@@ -1,8 +1,9 @@
 //! Per-slot sums of substring needles as a segment keeps them: the [`Summaries`] of its
-//! broad n-grams and the [`Store`] that memoized sums ([`crate::memo`]) use as well.
+//! broad and narrow n-grams, and the [`Store`] that the substring cache ([`super::cache`])
+//! keeps sums in as well.
 //!
 //! This is only their storage and lookup: which n-grams are summarized and how the sums are
-//! computed from a segment's values is [`crate::summary`]'s part.
+//! computed from a segment's values is [`crate::substring`]'s part.
 
 use std::collections::HashMap;
 
@@ -15,7 +16,7 @@ pub const SUMMARY_TOPS: usize = 5;
 /// Longest n-gram summarized (packed with its length into a `u64`).
 pub(crate) const MAX_GRAM: usize = 7;
 
-/// Shortest n-gram summarized narrowly ([`crate::narrow`]).
+/// Shortest n-gram summarized narrowly (see [`crate::substring`]).
 pub(crate) const NARROW_MIN: usize = 4;
 /// Longest n-gram summarized narrowly.
 pub(crate) const NARROW_MAX: usize = 6;
@@ -27,7 +28,7 @@ pub(crate) struct SumEntry {
     pub slot: u32,
     /// Values holding the n-gram that the slot reported.
     pub matched: u32,
-    /// Their summed counts; [`BIG_SUM`] when the sum is kept in [`Summaries::big`].
+    /// Their summed counts; [`BIG_SUM`] when the sum is kept in [`Store::big`].
     pub(crate) sum: u32,
     /// The slot's best values (highest count, then folded order), best first; `u32::MAX`
     /// pads.
@@ -48,7 +49,7 @@ pub(crate) const CUT: u8 = 1;
 pub(crate) type Cut = u8;
 
 /// Summed entries, grouped in blocks by attribute: the storage of precomputed summaries
-/// and of memoized ones ([`crate::memo`]).
+/// and of memoized ones ([`super::cache`]).
 #[derive(Debug, Default)]
 pub(crate) struct Store {
     /// `(attribute, entries start, entries end)`, by attribute within a needle.
@@ -157,7 +158,7 @@ pub(crate) struct Summaries {
     pub(crate) store: Store,
     /// When nonzero, every 4- to 6-byte n-gram starting with a 4-gram of
     /// [`Summaries::narrow_quads`], held by this many values and with this many postings
-    /// under an attribute, is summarized under it ([`crate::narrow`]).
+    /// under an attribute, is summarized under it (narrow summaries, [`crate::substring`]).
     pub(crate) narrow_cover: usize,
     /// Entries of the segment's slots live when they were built.
     pub(crate) live_entries: u64,
@@ -249,7 +250,8 @@ impl Summaries {
         self.store.lookup((start, end), attr)
     }
 
-    /// Adds a narrow summary ([`crate::narrow`]) of `key`; false when the store is full.
+    /// Adds a narrow summary (see [`crate::substring`]) of `key`; false when the store is
+    /// full.
     pub(crate) fn push_narrow(&mut self, key: u64, blocks: CutBlocks) -> bool {
         if self.store.blocks.len() + blocks.len() >= NARROW as usize {
             return false;
@@ -295,3 +297,16 @@ pub(crate) type Blocks = Vec<(u32, Vec<(SumEntry, u64)>)>;
 
 /// [`Blocks`] each with how it was cut ([`Store::push_cut`]).
 pub(crate) type CutBlocks = Vec<(u32, Vec<(SumEntry, u64)>, Cut)>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_takes_three_to_seven_bytes() {
+        assert!(pack(b"ab").is_none());
+        assert!(pack(b"abcdefgh").is_none());
+        let (b, len) = unpack(pack(b"abc d").unwrap());
+        assert_eq!(&b[..len], b"abc d");
+    }
+}

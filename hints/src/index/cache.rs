@@ -1,16 +1,16 @@
-//! Substring sums memoized per segment: the per-peer sums of a needle that was expensive to
-//! answer, kept for the next query of it.
+//! The substring cache (`memo` in the configuration's and the figures' names): per
+//! segment, the per-peer sums of a needle that was expensive to answer, kept for the next
+//! query of it.
 //!
-//! Summaries ([`crate::summary`]) cover the broadest n-grams of a big segment, mined when
-//! it is built. Needles below their threshold (a few hundred to a few tens of thousands of
-//! matching values) are still costly to scan in a table of millions of values, and real
-//! workloads repeat them; and finding the candidates of even a narrow needle intersects
-//! 4-gram lists over millions of values. So when a substring term under one attribute
-//! matches at least [`crate::summary::SummaryConfig::memo_min_candidates`] candidates (by
-//! default one) in a big segment, the
-//! segment's sums for it (the same [`Store`] a summary uses: per attribute and slot, the
-//! summed count, the values matched and the slot's best values) are computed in the pass
-//! that answers the query and kept in the segment.
+//! Broad summaries ([`crate::substring`]) cover the broadest n-grams of a big segment,
+//! mined when it is built. Needles below their threshold (a few hundred to a few tens of
+//! thousands of matching values) are still costly to scan in a table of millions of values,
+//! and real workloads repeat them; and finding the candidates of even a narrow needle
+//! intersects 4-gram lists over millions of values. So when a substring term under one
+//! attribute matches at least [`SummaryConfig::memo_min_candidates`] candidates (by default
+//! one) in a big segment, the segment's sums for it (the same [`Store`] a summary uses: per
+//! attribute and slot, the summed count, the values matched and the slot's best values)
+//! are computed in the pass that answers the query and kept in the segment.
 //!
 //! A segment never changes, so a memoized entry stays right for as long as the segment
 //! lives: unlike an answer cache keyed by table generation, it survives imports elsewhere
@@ -18,19 +18,21 @@
 //! whose hints were replaced or dropped since are skipped when the entries are read, as
 //! they are for summaries. Entries go with their segment when a merge replaces it.
 //!
-//! Every segment's entries draw on one table-wide [`MemoBudget`] of bytes; a segment over it
-//! forgets its oldest entries first, and an entry that does not fit is not kept.
+//! Every segment's entries draw on one table-wide [`CacheBudget`] of bytes; a segment over
+//! it forgets its oldest entries first, and an entry that does not fit is not kept.
+//!
+//! [`SummaryConfig::memo_min_candidates`]: crate::substring::SummaryConfig::memo_min_candidates
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::sums::Store;
 use crate::hasher::RandomState;
-use crate::sums::Store;
 
-/// Bytes of memoized sums the whole table may hold, and how the memo fares.
+/// Bytes of memoized sums the whole table may hold, and how the cache fares.
 #[derive(Debug)]
-pub(crate) struct MemoBudget {
+pub(crate) struct CacheBudget {
     limit: usize,
     used: AtomicUsize,
     /// Substring terms answered from memoized sums.
@@ -39,7 +41,7 @@ pub(crate) struct MemoBudget {
     computed: AtomicU64,
 }
 
-impl MemoBudget {
+impl CacheBudget {
     pub(crate) fn new(limit: usize) -> Arc<Self> {
         Arc::new(Self {
             limit,
@@ -64,7 +66,7 @@ impl MemoBudget {
         self.hits.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts sums computed for the memo.
+    /// Counts sums computed for the cache.
     pub(crate) fn computed(&self) {
         self.computed.fetch_add(1, Ordering::Relaxed);
     }
@@ -93,7 +95,7 @@ impl MemoBudget {
 
 /// One segment's memoized sums, by attribute and needle.
 #[derive(Debug, Default)]
-pub(crate) struct Memo {
+pub(crate) struct Cache {
     inner: Mutex<Inner>,
 }
 
@@ -105,7 +107,7 @@ struct Inner {
     order: VecDeque<Box<[u8]>>,
     /// Bytes charged to `budget` (set by the first entry kept).
     bytes: usize,
-    budget: Option<Arc<MemoBudget>>,
+    budget: Option<Arc<CacheBudget>>,
 }
 
 thread_local! {
@@ -127,7 +129,7 @@ fn charge(key: &[u8], store: &Store) -> usize {
     store.heap_bytes() + 2 * key.len() + 96
 }
 
-impl Memo {
+impl Cache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Every update leaves the map, order and charge consistent before it can panic.
         self.inner
@@ -158,7 +160,7 @@ impl Memo {
         needle: &[u8],
         attr: u32,
         store: Arc<Store>,
-        budget: &Arc<MemoBudget>,
+        budget: &Arc<CacheBudget>,
     ) {
         let mut buf = Vec::new();
         let key = key_of(&mut buf, needle, attr);
@@ -195,7 +197,7 @@ impl Memo {
     }
 }
 
-impl Drop for Memo {
+impl Drop for Cache {
     fn drop(&mut self) {
         let inner = self.lock();
         if let Some(budget) = &inner.budget {
@@ -229,28 +231,28 @@ mod tests {
             (1, 10, 20)
         );
         let one = charge(b"\0\0\0\0value 1", &a);
-        let budget = MemoBudget::new(2 * one + 10);
-        let memo = Memo::default();
-        memo.put(b"value 1", 0, a.clone(), &budget);
-        memo.put(b"value 2", 0, store_of(&seg, b"value 2"), &budget);
-        assert_eq!(memo.stats().0, 2);
-        assert_eq!(budget.used(), memo.stats().1);
+        let budget = CacheBudget::new(2 * one + 10);
+        let cache = Cache::default();
+        cache.put(b"value 1", 0, a.clone(), &budget);
+        cache.put(b"value 2", 0, store_of(&seg, b"value 2"), &budget);
+        assert_eq!(cache.stats().0, 2);
+        assert_eq!(budget.used(), cache.stats().1);
         // A third forgets the oldest.
-        memo.put(b"value 3", 0, store_of(&seg, b"value 3"), &budget);
-        assert!(memo.get(b"value 1", 0).is_none());
-        assert!(memo.get(b"value 2", 0).is_some() && memo.get(b"value 3", 0).is_some());
+        cache.put(b"value 3", 0, store_of(&seg, b"value 3"), &budget);
+        assert!(cache.get(b"value 1", 0).is_none());
+        assert!(cache.get(b"value 2", 0).is_some() && cache.get(b"value 3", 0).is_some());
         assert!(budget.used() <= 2 * one + 10);
         // Another segment cannot take what this one holds, beyond its own entries.
-        let other = Memo::default();
+        let other = Cache::default();
         other.put(b"value 4", 0, store_of(&seg, b"value 4"), &budget);
         assert!(other.get(b"value 4", 0).is_none());
-        drop(memo);
+        drop(cache);
         assert_eq!(budget.used(), 0);
         other.put(b"value 4", 0, store_of(&seg, b"value 4"), &budget);
         assert!(other.get(b"value 4", 0).is_some());
         // Off: nothing kept.
-        let off = MemoBudget::new(0);
-        let m = Memo::default();
+        let off = CacheBudget::new(0);
+        let m = Cache::default();
         m.put(b"value 1", 0, a, &off);
         assert!(m.get(b"value 1", 0).is_none() && !off.enabled());
     }
