@@ -247,7 +247,8 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
                     s.consecutive_failures = 0;
                     s.successes += 1;
                 });
-                node.metrics().poll_done(&peer.name, true);
+                node.metrics()
+                    .poll_done(&peer.name, true, started.elapsed().unwrap_or_default());
                 node.update_status(|s| s.polls_ok += 1);
             }
             Err(e) => {
@@ -273,7 +274,8 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
                     s.consecutive_failures = failures;
                     s.failures += 1;
                 });
-                node.metrics().poll_done(&peer.name, false);
+                node.metrics()
+                    .poll_done(&peer.name, false, started.elapsed().unwrap_or_default());
                 node.update_status(|s| s.polls_failed += 1);
                 if legacy {
                     failures = u32::MAX;

@@ -19,6 +19,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
 use prometheus_client::metrics::MetricType;
@@ -35,6 +36,11 @@ use scrape::{CipTotals, Scraped, counter_family};
 /// Upper bounds (seconds) of the query and search latency histograms' buckets.
 pub const LATENCY_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// Upper bounds (seconds) of the buckets of exchanges with other nodes: polls, sub-queries.
+pub const EXCHANGE_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// Upper bounds of the sub-queries-per-search histogram's buckets.
@@ -105,6 +111,11 @@ struct ReasonLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PollLabels {
     peer: String,
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
     result: &'static str,
 }
 
@@ -194,6 +205,8 @@ pub struct Metrics {
     polls: Family<PollLabels, Counter>,
     /// Each polled peer's series (ok, failed), resolved at its first poll.
     polled: Mutex<BTreeMap<String, [Counter; 2]>>,
+    /// Poll durations: ok, failed.
+    poll_duration: [Histogram; 2],
     registry: Registry,
 }
 
@@ -218,6 +231,8 @@ pub struct SearchMetrics {
     pub unchased: [Counter; 6],
     /// Client search latency.
     pub latency: Histogram,
+    /// Time each sub-query this node sent took to be answered or to fail.
+    pub subquery_latency: Histogram,
     /// Sub-queries per client search.
     subqueries_per_search: Histogram,
 }
@@ -287,6 +302,12 @@ impl SearchMetrics {
                 "Client search latency.",
                 Histogram::seconds(&LATENCY_BUCKETS),
             ),
+            subquery_latency: register(
+                r,
+                "cipd_search_subquery_duration_seconds",
+                "Time each sub-query this node sent took to be answered or to fail.",
+                Histogram::seconds(&EXCHANGE_BUCKETS),
+            ),
         }
     }
 
@@ -301,6 +322,12 @@ impl SearchMetrics {
     pub fn observe_subqueries(&self, subqueries: u32) {
         self.subqueries_per_search
             .observe_count(u64::from(subqueries));
+    }
+
+    /// Counts one sub-query this node sent, which was answered or failed after `took`.
+    pub fn note_subquery(&self, took: Duration) {
+        self.subqueries.inc();
+        self.subquery_latency.observe(took);
     }
 }
 
@@ -427,6 +454,14 @@ impl Default for Metrics {
             "Polls of each peer by outcome.",
             Family::default(),
         );
+        let poll_duration = register(
+            r,
+            "cipd_poll_duration_seconds",
+            "Time each poll of a peer took, by outcome.",
+            Family::<ResultLabel, Histogram>::new_with_constructor(
+                (|| Histogram::seconds(&EXCHANGE_BUCKETS)) as fn() -> Histogram,
+            ),
+        );
         let query_latency = register(
             r,
             "cipd_query_duration_seconds",
@@ -457,26 +492,31 @@ impl Default for Metrics {
             listeners,
             polls,
             polled: Mutex::new(BTreeMap::new()),
+            poll_duration: ["ok", "failed"]
+                .map(|result| poll_duration.get_or_create_owned(&ResultLabel { result })),
             registry,
         }
     }
 }
 
 impl Metrics {
-    /// Counts one poll of `peer`, which succeeded (`ok`) or failed.
-    pub fn poll_done(&self, peer: &str, ok: bool) {
+    /// Counts one poll of `peer`, which succeeded (`ok`) or failed after `took`.
+    pub fn poll_done(&self, peer: &str, ok: bool, took: Duration) {
         let i = usize::from(!ok);
-        let mut polled = super::lock(&self.polled);
-        if let Some(series) = polled.get(peer) {
-            series[i].inc();
-        } else {
-            let series = ["ok", "failed"].map(|result| {
-                let peer = peer.to_owned();
-                self.polls.get_or_create_owned(&PollLabels { peer, result })
-            });
-            series[i].inc();
-            polled.insert(peer.to_owned(), series);
+        {
+            let mut polled = super::lock(&self.polled);
+            if let Some(series) = polled.get(peer) {
+                series[i].inc();
+            } else {
+                let series = ["ok", "failed"].map(|result| {
+                    let peer = peer.to_owned();
+                    self.polls.get_or_create_owned(&PollLabels { peer, result })
+                });
+                series[i].inc();
+                polled.insert(peer.to_owned(), series);
+            }
         }
+        self.poll_duration[i].observe(took);
     }
 
     /// Poll counters per peer.

@@ -440,7 +440,13 @@ impl Searcher {
             for done in futures_util::future::join_all(asks).await {
                 if done.sent {
                     run.subqueries = run.subqueries.saturating_add(1);
-                    host.metrics().search.subqueries.inc();
+                    let ms = match &done.outcome {
+                        Ok(got) => got.ms,
+                        Err(lost) => lost.ms,
+                    };
+                    host.metrics().search.note_subquery(
+                        Duration::try_from_secs_f64(ms / 1000.0).unwrap_or_default(),
+                    );
                 }
                 match done.outcome {
                     Ok(got) => {

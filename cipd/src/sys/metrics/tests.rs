@@ -12,7 +12,7 @@ fn page() -> String {
     let m = Metrics::default();
     m.listener("admin");
     m.listener("http");
-    m.poll_done("p", true);
+    m.poll_done("p", true, Duration::from_millis(3));
     m.render(&Gauges::default())
 }
 
@@ -64,13 +64,13 @@ fn renders_counters_histograms_and_labels() {
     Metrics::inc(&m.queries);
     Metrics::inc(&m.queries);
     m.referrals.inc_by(5);
-    m.poll_done("leaf \"a\"", true);
-    m.poll_done("leaf \"a\"", false);
-    m.poll_done("leaf \"a\"", true);
+    m.poll_done("leaf \"a\"", true, Duration::from_millis(20));
+    m.poll_done("leaf \"a\"", false, Duration::from_secs(2));
+    m.poll_done("leaf \"a\"", true, Duration::from_millis(30));
     m.query_latency.observe(Duration::from_micros(300));
     m.query_latency.observe(Duration::from_secs(5));
     m.search.observe_subqueries(3);
-    m.search.subqueries.inc();
+    m.search.note_subquery(Duration::from_millis(7));
     m.search.note_unchased_label("depth");
     let text = m.render(&Gauges {
         table_entries: 7,
@@ -85,6 +85,9 @@ fn renders_counters_histograms_and_labels() {
         "cipd_referrals_returned_total 5",
         "cipd_polls_total{peer=\"leaf \\\"a\\\"\",result=\"ok\"} 2",
         "cipd_polls_total{peer=\"leaf \\\"a\\\"\",result=\"failed\"} 1",
+        "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.025\"} 1",
+        "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.05\"} 2",
+        "cipd_poll_duration_seconds_count{result=\"failed\"} 1",
         "cipd_query_duration_seconds_bucket{le=\"0.00025\"} 0",
         "cipd_query_duration_seconds_bucket{le=\"0.0005\"} 1",
         "cipd_query_duration_seconds_bucket{le=\"1\"} 1",
@@ -94,6 +97,7 @@ fn renders_counters_histograms_and_labels() {
         "cipd_search_subqueries_per_search_bucket{le=\"2\"} 0",
         "cipd_search_subqueries_per_search_bucket{le=\"4\"} 1",
         "cipd_search_subqueries_total 1",
+        "cipd_search_subquery_duration_seconds_bucket{le=\"0.01\"} 1",
         "cipd_search_unchased_total{reason=\"depth\"} 1",
         "cipd_search_unchased_total{reason=\"budget\"} 0",
         "cipd_table_entries 7",
@@ -327,8 +331,66 @@ const BASELINE_TYPES: &[(&str, &str)] = &[
     ("cipd_uptime_seconds", "gauge"),
 ];
 
-/// Series added since the baseline.
-const ADDED_SERIES: &[&str] = &[];
+/// Series added since the baseline: the latency histograms of exchanges with other nodes.
+const ADDED_SERIES: &[&str] = &[
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.001\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.0025\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.005\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.01\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.025\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.05\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.1\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.25\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.5\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"1\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"2.5\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"5\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"10\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"30\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"60\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"+Inf\"}",
+    "cipd_poll_duration_seconds_sum{result=\"ok\"}",
+    "cipd_poll_duration_seconds_count{result=\"ok\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.001\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.0025\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.005\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.01\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.025\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.05\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.1\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.25\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"0.5\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"1\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"2.5\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"5\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"10\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"30\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"60\"}",
+    "cipd_poll_duration_seconds_bucket{result=\"failed\",le=\"+Inf\"}",
+    "cipd_poll_duration_seconds_sum{result=\"failed\"}",
+    "cipd_poll_duration_seconds_count{result=\"failed\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.001\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.0025\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.005\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.01\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.025\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.05\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.1\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.25\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"0.5\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"1\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"2.5\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"5\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"10\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"30\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"60\"}",
+    "cipd_search_subquery_duration_seconds_bucket{le=\"+Inf\"}",
+    "cipd_search_subquery_duration_seconds_sum",
+    "cipd_search_subquery_duration_seconds_count",
+];
 
 /// Type lines added since the baseline.
-const ADDED_TYPES: &[(&str, &str)] = &[];
+const ADDED_TYPES: &[(&str, &str)] = &[
+    ("cipd_poll_duration_seconds", "histogram"),
+    ("cipd_search_subquery_duration_seconds", "histogram"),
+];
