@@ -8,7 +8,7 @@
 //! peer's first poll does. Figures owned by other parts of the daemon ([`Gauges`]) are
 //! passed in when rendering, so they are never stale.
 //!
-//! Names are written here as the page shows them: [`register`] strips the `_total` the
+//! Names are written here as the page shows them: `register` strips the `_total` the
 //! encoder adds back to a counter and the full stop the registry adds back to a help text.
 //! The tests list every series of the page; one that disappears or is renamed fails them.
 
