@@ -1,6 +1,6 @@
-//! Keeps `cipd/src` in layers (`ARCHITECTURE.md`): every module imports only from its own
-//! layer or the layers below it, and no files import each other in a circle. The files of
-//! `hints/src` form no circle either.
+//! Keeps `cipd/src` and `hints/src` in layers (`ARCHITECTURE.md`): every module imports
+//! only from its own layer or the layers below it, and no files import each other in a
+//! circle.
 //!
 //! The check reads the sources as text: every path that starts with `crate::`, `super::` or
 //! `self::` (in `use` trees, groups included, and in code) is resolved to the module file it
@@ -10,10 +10,28 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
-/// The layers, bottom first. A module's layer is the first segment of its path.
+/// The layers of `cipd/src`, bottom first. A module's layer is the first segment of its path.
 const LAYERS: &[&str] = &[
     "sys", "model", "store", "pipeline", "node", "front", "daemon", "ctl",
 ];
+
+/// The layers of `hints/src`, bottom first, each with the top-level modules in it (the map
+/// in `hints/src/lib.rs`). A module's layer is the one that holds the first segment of its
+/// path.
+const HINTS_LAYERS: &[Layer] = &[
+    ("sys", &["hasher", "pages", "threads"]),
+    (
+        "model",
+        &["weightlist", "hint", "query", "thesaurus", "peer", "rank"],
+    ),
+    ("index", &["index"]),
+    ("substring", &["substring"]),
+    ("table", &["table"]),
+    ("make", &["builder", "aggregate"]),
+];
+
+/// A layer: its name and the top-level modules in it.
+type Layer = (&'static str, &'static [&'static str]);
 
 /// One module file: its path in the crate (`["front", "http"]`) and its source.
 struct Module {
@@ -32,41 +50,11 @@ struct Edge {
 
 #[test]
 fn imports_point_down_and_form_no_circle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let modules = modules(&src);
-    assert!(
-        modules.len() > 40,
-        "found only {} module files under {}",
-        modules.len(),
-        src.display()
-    );
-    let known: BTreeSet<Vec<String>> = modules.iter().map(|m| m.path.clone()).collect();
-    let edges: Vec<Edge> = modules.iter().flat_map(|m| edges(m, &known)).collect();
-    assert!(
-        edges.len() > 100,
-        "found only {} imports between modules; is the reader broken?",
-        edges.len()
-    );
-
-    let mut problems = Vec::new();
-    for e in &edges {
-        let (from, to) = (rank(&e.from), rank(&e.to));
-        match (from, to) {
-            (Some(f), Some(t)) if t > f => problems.push(format!(
-                "{} (line {}) imports `{}` from the higher layer `{}`",
-                e.from, e.line, e.written, LAYERS[t]
-            )),
-            (None, _) | (_, None) if e.from != "lib" => problems.push(format!(
-                "{} (line {}): `{}` is outside every layer ({})",
-                e.from,
-                e.line,
-                e.written,
-                LAYERS.join(", ")
-            )),
-            _ => {}
-        }
-    }
-    problems.extend(circle_problems(&edges));
+    let layers: Vec<Layer> = LAYERS
+        .iter()
+        .map(|l| (*l, std::slice::from_ref(l)))
+        .collect();
+    let problems = import_problems("src", &layers, 40, 100);
     assert!(
         problems.is_empty(),
         "imports in cipd/src must point down (see ARCHITECTURE.md):\n{}",
@@ -75,15 +63,61 @@ fn imports_point_down_and_form_no_circle() {
 }
 
 #[test]
-fn hints_files_form_no_circle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hints/src");
+fn hints_imports_point_down_and_form_no_circle() {
+    let problems = import_problems("../hints/src", HINTS_LAYERS, 25, 50);
+    assert!(
+        problems.is_empty(),
+        "imports in hints/src must point down (see ARCHITECTURE.md):\n{}",
+        problems.join("\n")
+    );
+}
+
+/// Every import of the library under `dir` (relative to this crate) that runs up a layer
+/// or leaves every layer, and every circle of files. `min_modules` and `min_edges` guard
+/// the reader: fewer found means it is broken.
+fn import_problems(
+    dir: &str,
+    layers: &[Layer],
+    min_modules: usize,
+    min_edges: usize,
+) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let modules = modules(&src);
-    assert!(modules.len() > 15, "found only {} files", modules.len());
+    assert!(
+        modules.len() > min_modules,
+        "found only {} module files under {}",
+        modules.len(),
+        src.display()
+    );
     let known: BTreeSet<Vec<String>> = modules.iter().map(|m| m.path.clone()).collect();
     let edges: Vec<Edge> = modules.iter().flat_map(|m| edges(m, &known)).collect();
-    assert!(edges.len() > 25, "found only {} imports", edges.len());
-    let problems = circle_problems(&edges);
-    assert!(problems.is_empty(), "hints/src:\n{}", problems.join("\n"));
+    assert!(
+        edges.len() > min_edges,
+        "found only {} imports between modules under {}; is the reader broken?",
+        edges.len(),
+        src.display()
+    );
+
+    let mut problems = Vec::new();
+    for e in &edges {
+        let (from, to) = (rank(&e.from, layers), rank(&e.to, layers));
+        match (from, to) {
+            (Some(f), Some(t)) if t > f => problems.push(format!(
+                "{} (line {}) imports `{}` from the higher layer `{}`",
+                e.from, e.line, e.written, layers[t].0
+            )),
+            (None, _) | (_, None) if e.from != "lib" => problems.push(format!(
+                "{} (line {}): `{}` is outside every layer ({})",
+                e.from,
+                e.line,
+                e.written,
+                layer_list(layers)
+            )),
+            _ => {}
+        }
+    }
+    problems.extend(circle_problems(&edges));
+    problems
 }
 
 /// One message per circle of files, with the imports that tie it.
@@ -110,10 +144,23 @@ fn circle_problems(edges: &[Edge]) -> Vec<String> {
         .collect()
 }
 
-/// The layer of module `name` (`front/http`), as an index into [`LAYERS`].
-fn rank(name: &str) -> Option<usize> {
+/// The layer of module `name` (`front/http`), as an index into `layers`.
+fn rank(name: &str, layers: &[Layer]) -> Option<usize> {
     let top = name.split('/').next()?;
-    LAYERS.iter().position(|l| *l == top)
+    layers.iter().position(|l| l.1.contains(&top))
+}
+
+/// The layers bottom first, as a failure names them: `sys, model, ...`, each followed by
+/// its modules where they are not just the one of its name.
+fn layer_list(layers: &[Layer]) -> String {
+    let named: Vec<String> = layers
+        .iter()
+        .map(|&(name, modules)| match modules {
+            [only] if *only == name => name.to_owned(),
+            _ => format!("{name}: {}", modules.join(" ")),
+        })
+        .collect();
+    named.join(", ")
 }
 
 /// Every module file of the library, test-only files (`tests.rs`) and the binaries left out.
