@@ -25,6 +25,7 @@ use crate::front::transport::{
     BASE_URI_PARAM, CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls,
     transport_config,
 };
+use crate::model::backoff::Backoff;
 use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
 use crate::node::{Exchange, Node, hint_type};
 
@@ -120,16 +121,20 @@ pub fn restart(node: &Arc<Node>) {
 
 /// Delay before the next attempt: the interval (±10 % jitter) after a success; after
 /// `failures` failures, `min(interval, 1 s) * 2^(failures-1)` capped at the larger of the
-/// interval and `max_backoff`, also jittered.
+/// interval and `max_backoff`, also jittered by a tenth.
 pub fn next_delay(interval: Duration, failures: u32, max_backoff: Duration) -> Duration {
-    let base = if failures == 0 {
-        interval
-    } else {
-        let first = interval.min(Duration::from_secs(1));
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(30));
-        first.saturating_mul(factor).min(max_backoff.max(interval))
-    };
-    jitter(base)
+    if failures == 0 {
+        return Backoff {
+            first: interval,
+            cap: interval,
+        }
+        .tenth_jitter(1);
+    }
+    Backoff {
+        first: interval.min(Duration::from_secs(1)),
+        cap: max_backoff.max(interval),
+    }
+    .tenth_jitter(failures)
 }
 
 /// True when `e` is transient (PROTOCOL.md, "Retries"): the connection failed, stalled
@@ -153,27 +158,48 @@ pub fn transient(e: &PeerError) -> bool {
     }
 }
 
-/// Delay before retrying after `failures` failures in a row, the last `transient`: as
-/// [`next_delay`] (1 s, doubling, jittered by a tenth), and for transient failures never
-/// longer than `transient_cap` (`limits.max_transient_backoff`: a peer that comes back is
-/// polled again within it).
-///
-/// Full jitter (a uniformly random moment in the window) was tried here and broke the
-/// simulated mesh's convergence under random link failures (`cipd-sim -F 3 -D 5 --seed 3
-/// --fail-rate 0.0005 --repair-rate 0.05`: never within 120 s, against 31.8 s); until
-/// that is understood the schedule stays deterministic but for its tenth.
-pub fn retry_delay(
-    interval: Duration,
-    failures: u32,
-    max_backoff: Duration,
-    transient_cap: Duration,
-    transient: bool,
-) -> Duration {
-    let delay = next_delay(interval, failures, max_backoff);
-    if transient && failures > 0 {
-        delay.min(transient_cap.max(interval.min(Duration::from_secs(1))))
-    } else {
-        delay
+/// How long to wait after failures.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// The peer's poll interval (or push interval).
+    pub interval: Duration,
+    /// `limits.max_backoff`: the widest wait after failures that persist.
+    pub max_backoff: Duration,
+    /// `limits.transient_backoff` and `limits.max_transient_backoff`.
+    pub transient: Backoff,
+}
+
+impl RetryPolicy {
+    /// The policy of `peer` under `config`'s limits.
+    pub fn of(config: &Config, peer: &PeerConfig) -> Self {
+        let l = &config.limits;
+        Self {
+            interval: peer.poll_interval,
+            max_backoff: l.max_backoff,
+            transient: Backoff {
+                first: l.transient_backoff,
+                cap: l.max_transient_backoff,
+            },
+        }
+    }
+
+    /// Delay before retrying after `failures` failures in a row, the last `transient`.
+    /// Transient failures are retried fast, at a uniformly random moment of a window that
+    /// starts at `transient_backoff` (250 ms) and doubles while they persist, up to
+    /// `max_transient_backoff` (1 min): after a short outage the first retry comes within
+    /// a fraction of a second, and nodes that failed together spread out. Other failures
+    /// keep [`next_delay`]'s steady schedule (1 s doubling to `max_backoff`, ±10 %).
+    /// Neither waits longer than the poll interval would after a success, nor than
+    /// `max_backoff`.
+    pub fn delay(&self, failures: u32, transient: bool) -> Duration {
+        if transient && failures > 0 {
+            self.transient
+                .full_jitter(failures)
+                .min(self.interval.mul_f64(1.1))
+                .min(self.max_backoff.max(self.interval))
+        } else {
+            next_delay(self.interval, failures, self.max_backoff)
+        }
     }
 }
 
@@ -196,19 +222,14 @@ pub fn not_cipv3(e: &PeerError) -> bool {
 /// when the poll interval or `limits.max_backoff` is (an operator's `cipctl poll` still
 /// tries at once).
 pub fn legacy_delay(interval: Duration, max_backoff: Duration) -> Duration {
-    jitter(interval.max(max_backoff).max(Duration::from_secs(3600)))
-}
-
-fn jitter(d: Duration) -> Duration {
-    d.mul_f64(0.9 + 0.2 * fastrand::f64())
+    let d = interval.max(max_backoff).max(Duration::from_secs(3600));
+    Backoff { first: d, cap: d }.tenth_jitter(1)
 }
 
 async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) {
     let wake = node.poll_notifier(&peer.name);
-    let (max_backoff, transient_cap) = {
-        let l = &node.config().limits;
-        (l.max_backoff, l.max_transient_backoff)
-    };
+    let policy = RetryPolicy::of(&node.config(), &peer);
+    let max_backoff = policy.max_backoff;
     let mut failures = 0u32;
     let mut last_transient = false;
     loop {
@@ -286,13 +307,7 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             failures = 1;
             legacy_delay(peer.poll_interval, max_backoff)
         } else {
-            retry_delay(
-                peer.poll_interval,
-                failures,
-                max_backoff,
-                transient_cap,
-                last_transient,
-            )
+            policy.delay(failures, last_transient)
         };
         node.update_peer(&peer.name, |s| {
             s.next_attempt = Some(SystemTime::now() + delay)
@@ -538,10 +553,11 @@ async fn connect(node: &Node, config: &Config, peer: &PeerConfig) -> Result<Sess
 async fn push_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) {
     let mut changes = node.outbound_changes();
     changes.mark_changed();
-    let max_backoff = node.config().limits.max_backoff;
+    let policy = RetryPolicy::of(&node.config(), &peer);
     let mut failures = 0u32;
+    let mut last_transient = false;
     loop {
-        let delay = next_delay(peer.poll_interval, failures, max_backoff);
+        let delay = policy.delay(failures, last_transient);
         tokio::select! {
             r = changes.changed() => if r.is_err() { return },
             () = tokio::time::sleep(delay) => {}
@@ -565,6 +581,7 @@ async fn push_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
+                last_transient = transient(&e);
                 tracing::warn!(peer = %peer.name, error = %e, failures, "push failed");
                 node.update_peer(&peer.name, |s| {
                     s.last_error = Some(e.to_string());
@@ -630,9 +647,10 @@ async fn notify_loop(node: Arc<Node>, token: CancellationToken) {
 /// newer change's notice takes over.
 async fn notify_until_delivered(node: &Node, peer: &PeerConfig, generation: u64) {
     let changes = node.outbound_changes();
+    let policy = RetryPolicy::of(&node.config(), peer);
     let mut failures = 0u32;
     loop {
-        match send_datachanged(node, peer).await {
+        let last_transient = match send_datachanged(node, peer).await {
             Ok(()) => {
                 node.update_status(|s| s.datachanged_sent += 1);
                 return;
@@ -640,11 +658,13 @@ async fn notify_until_delivered(node: &Node, peer: &PeerConfig, generation: u64)
             Err(e) => {
                 failures = failures.saturating_add(1);
                 tracing::info!(peer = %peer.name, error = %e, failures, "datachanged not delivered; will retry");
+                transient(&e)
             }
-        }
-        let max_backoff = node.config().limits.max_backoff;
+        };
         tokio::time::sleep(
-            next_delay(peer.poll_interval, failures, max_backoff).min(peer.poll_interval),
+            policy
+                .delay(failures, last_transient)
+                .min(peer.poll_interval),
         )
         .await;
         if *changes.borrow() != generation {
@@ -729,20 +749,34 @@ mod retry_tests {
     use super::*;
 
     #[test]
-    fn transient_failures_are_retried_within_the_transient_cap() {
-        let (i, cap) = (Duration::from_secs(900), Duration::from_secs(3600));
+    fn transient_failures_are_retried_fast_then_within_the_transient_cap() {
         let minute = Duration::from_secs(60);
-        // 1 s, 2 s, 4 s ... jittered by a tenth.
-        let d = retry_delay(i, 3, cap, minute, true);
-        assert!(
-            d >= Duration::from_millis(3600) && d <= Duration::from_millis(4400),
-            "{d:?}"
-        );
-        // A peer that comes back is polled again within the transient cap ...
-        assert!((0..200).all(|_| retry_delay(i, 40, cap, minute, true) <= minute));
+        let policy = RetryPolicy {
+            interval: Duration::from_secs(900),
+            max_backoff: Duration::from_secs(3600),
+            transient: Backoff {
+                first: Duration::from_millis(250),
+                cap: minute,
+            },
+        };
+        // The first retry comes within 250 ms, spread over the window (full jitter) ...
+        let first: Vec<Duration> = (0..200).map(|_| policy.delay(1, true)).collect();
+        assert!(first.iter().all(|d| *d <= Duration::from_millis(250)));
+        assert!(first.iter().any(|d| *d < Duration::from_millis(125)));
+        assert!(first.iter().any(|d| *d >= Duration::from_millis(125)));
+        // ... the third within 1 s ...
+        assert!((0..200).all(|_| policy.delay(3, true) <= Duration::from_secs(1)));
+        // ... a peer that comes back is polled again within the transient cap ...
+        assert!((0..200).all(|_| policy.delay(40, true) <= minute));
         // ... while other failures back off to max_backoff.
-        assert!(retry_delay(i, 40, cap, minute, false) > minute);
-        assert!(retry_delay(i, 0, cap, minute, true) > Duration::from_secs(800));
+        assert!(policy.delay(40, false) > minute);
+        assert!(policy.delay(0, true) > Duration::from_secs(800));
+        // Never longer than the interval would be after a success.
+        let short = RetryPolicy {
+            interval: Duration::from_millis(100),
+            ..policy
+        };
+        assert!((0..200).all(|_| short.delay(5, true) <= Duration::from_millis(110)));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! and the plain value types every layer above shares. Imports only [`crate::sys`].
 
 pub mod answer;
+pub mod backoff;
 pub mod config;
 pub mod index_kind;
 pub mod routes;

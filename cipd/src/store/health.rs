@@ -149,11 +149,13 @@ impl Health {
     /// Notes a failure of `key`; returns how long it is now left alone (`failure_ttl`,
     /// doubling with each failure in a row, at most `max_failure_ttl`).
     pub fn note_failure(&self, key: &str, error: &str) -> Duration {
-        let (base, max) = (self.failure_ttl, self.max_failure_ttl);
+        let schedule = crate::model::backoff::Backoff {
+            first: self.failure_ttl,
+            cap: self.max_failure_ttl,
+        };
         self.with(key, |h| {
             h.failures = h.failures.saturating_add(1);
-            let doublings = (h.failures - 1).min(16);
-            let ttl = base.saturating_mul(1 << doublings).min(max);
+            let ttl = schedule.window(h.failures);
             h.retry_at = Some(Instant::now() + ttl);
             h.last_error = Some(error.to_owned());
             ttl

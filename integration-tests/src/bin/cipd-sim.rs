@@ -86,6 +86,11 @@ struct Args {
     /// Every peer's poll interval in seconds.
     #[arg(long, default_value_t = 60)]
     poll_interval_s: u64,
+    /// Every node's `limits.stall_timeout` in milliseconds: an exchange in which no byte
+    /// moves this long fails and is retried (the daemon's default, 20 s, is for the
+    /// internet; the simulated links' delays are milliseconds).
+    #[arg(long, default_value_t = 1000)]
+    stall_ms: u64,
     /// Also run the same mesh for real, each node a cipd process in its own network
     /// namespace behind a latency proxy (needs root), and compare the two figure by figure.
     #[arg(long)]
@@ -160,6 +165,7 @@ fn main() -> ExitCode {
             changes: a.changes,
             faults: a.faults.clone(),
             poll_interval: Duration::from_secs(a.poll_interval_s.max(1)),
+            stall_timeout: Duration::from_millis(a.stall_ms.max(2)),
             progress: a.progress,
             ..SimSpec::default()
         };

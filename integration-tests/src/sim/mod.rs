@@ -131,6 +131,10 @@ pub struct SimSpec {
     pub faults: Vec<Fault>,
     /// Every peer's poll interval.
     pub poll_interval: Duration,
+    /// Every node's `limits.stall_timeout` (its `outbound.max_wait` is half of it): scaled
+    /// to the simulated links' milliseconds as the daemon's 20 s default is to the
+    /// internet's.
+    pub stall_timeout: Duration,
     /// How often leaves look at their collection files.
     pub watch_interval: Duration,
     /// Print the simulated time and steps to standard error every few seconds of real time.
@@ -164,6 +168,7 @@ impl Default for SimSpec {
             changes: 3,
             faults: Vec::new(),
             poll_interval: Duration::from_secs(60),
+            stall_timeout: Duration::from_secs(1),
             watch_interval: Duration::from_millis(100),
             progress: false,
         }

@@ -111,9 +111,12 @@ impl Plan {
         let _ = write!(
             t,
             "[export]\nattributes = [\"DOCUMENT:Author\"]\ndefault_threshold = {}\n\
-             [limits]\nwatch_interval = \"{}ms\"\nshutdown_grace = \"1s\"\nconnect_timeout = \"2s\"\nhandshake_timeout = \"5s\"\nrequest_timeout = \"10s\"\n",
+             [outbound]\nmax_wait = \"{}ms\"\n\
+             [limits]\nwatch_interval = \"{}ms\"\nshutdown_grace = \"1s\"\nconnect_timeout = \"2s\"\nhandshake_timeout = \"5s\"\nrequest_timeout = \"10s\"\nstall_timeout = \"{}ms\"\n",
             data::threshold_of(&self.spec.thresholds, node.level),
-            self.spec.watch_interval.as_millis()
+            self.spec.stall_timeout.as_millis() / 2,
+            self.spec.watch_interval.as_millis(),
+            self.spec.stall_timeout.as_millis(),
         );
         let mut peer = |other: usize, role: &str| {
             let _ = write!(

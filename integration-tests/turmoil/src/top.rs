@@ -301,9 +301,18 @@ impl Topology {
         link.repair_oneway(a, b);
     }
 
-    pub(crate) fn tick_by(&mut self, duration: Duration) {
+    /// Moves the network's time on by one step. Random partitions and repairs are drawn
+    /// here, once per link per step (cipd patch: the published crate draws them once per
+    /// message sent, so an outage lasted a number of messages, not a time, and a link no
+    /// one sent on never healed).
+    pub(crate) fn tick_by(&mut self, duration: Duration, rand: &mut dyn RngCore) {
         let _ = self.rt.tick(duration);
+        let random = self.config.message_loss().fail_rate > 0.0
+            || self.links.values().any(|l| l.config.message_loss.is_some());
         for link in self.links.values_mut() {
+            if random {
+                link.rand_partition_or_repair(&self.config, rand);
+            }
             link.tick(self.rt.now());
         }
     }
@@ -386,7 +395,6 @@ impl Link {
     ) -> Result<()> {
         tracing::trace!(target: TRACING_TARGET, ?src, ?dst, protocol = %message, "Send");
 
-        self.rand_partition_or_repair(global_config, rand);
         let result = self.enqueue(global_config, rand, src, dst, message);
         self.process_deliverables();
         result

@@ -54,6 +54,10 @@ pub struct RawLimits {
     /// How long a peer we poll may stay unreachable before its hint leaves the table
     /// (default `"10m"`); `"0s"`: never.
     pub peer_gone_after: Option<String>,
+    /// The window of the first retry after a transient failure (default `"250ms"`): the
+    /// retry comes at a random moment within it, and the window doubles while failures
+    /// persist, up to `max_transient_backoff`.
+    pub transient_backoff: Option<String>,
     /// The longest wait between retries of a peer whose failures are transient (default
     /// `"1m"`): a peer that comes back is polled again within it.
     pub max_transient_backoff: Option<String>,
@@ -158,6 +162,8 @@ pub struct Limits {
     /// How long a polled peer may stay unreachable before its hint leaves the table; zero:
     /// never.
     pub peer_gone_after: Duration,
+    /// The window of the first retry after a transient failure (default 250 ms).
+    pub transient_backoff: Duration,
     /// The longest wait between retries after transient failures.
     pub max_transient_backoff: Duration,
     /// HTTP request timeout (default 30 s).
@@ -224,6 +230,7 @@ impl Default for Limits {
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             tcp_keepalive: DEFAULT_TCP_KEEPALIVE,
             peer_gone_after: Duration::from_secs(600),
+            transient_backoff: Duration::from_millis(250),
             max_transient_backoff: Duration::from_secs(60),
             http_timeout: Duration::from_secs(30),
             http_idle_timeout: Duration::from_secs(60),
@@ -342,6 +349,11 @@ impl Validator<'_> {
                     d.peer_gone_after,
                 ),
             },
+            transient_backoff: self.duration(
+                "limits.transient_backoff",
+                raw.transient_backoff,
+                d.transient_backoff,
+            ),
             max_transient_backoff: self.duration(
                 "limits.max_transient_backoff",
                 raw.max_transient_backoff,
