@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use integration_tests::sim::{Fault, SimSpec, run};
+use integration_tests::sim::{Churn, Fault, SimSpec, run};
 
 fn small(seed: u64) -> SimSpec {
     let mut spec = SimSpec {
@@ -102,4 +102,75 @@ fn a_dag_converges_exact_and_survives_a_crash() {
         "{}",
         r.render()
     );
+}
+
+/// A blackhole (a link that silently drops everything, no reset) caught under a poll: the
+/// poll fails within the stall timeout, and every table is exact again within 2 s of the
+/// link's return (the simulated nodes' `max_transient_backoff`: the retry after it, plus the
+/// poll and the notices up).
+#[test]
+fn a_blackhole_is_found_within_the_stall_timeout() {
+    for seed in 1..=4 {
+        let mut spec = small(seed);
+        spec.changes = 0;
+        spec.faults = vec![Fault::Blackhole(Duration::from_millis(2500))];
+        let r = run(&spec).expect("the simulation runs");
+        let f = &r.faults[0];
+        let found = f
+            .detected_after
+            .unwrap_or_else(|| panic!("seed {seed}: the poll was not failed: {}", r.render()));
+        assert!(
+            found <= spec.stall_timeout + spec.tick * 2,
+            "seed {seed}: found after {found:?}: {}",
+            r.render()
+        );
+        let back = f
+            .recovered_after
+            .unwrap_or_else(|| panic!("seed {seed}: never exact again: {}", r.render()));
+        assert!(
+            back <= spec.stall_timeout * 2 + Duration::from_millis(100),
+            "seed {seed}: {back:?}"
+        );
+        assert!(r.all_exact, "seed {seed}: {}", r.render());
+    }
+}
+
+/// Random link failures (about 1 % of the time, 100 ms outages) and node churn together
+/// over a few hundred nodes and a few seeds: restarts from the spool, leaves that leave for
+/// good and leaves that join late; every table is exact for the nodes alive soon after the
+/// last change. (The full sweep is `cipd-sim --seeds 50`, docs/simulation.md.)
+#[test]
+fn a_churn_sweep_with_flaky_links_ends_exact() {
+    for seed in 1..=2 {
+        let mut spec = SimSpec {
+            fan_in: 3,
+            depth: 4,
+            seed,
+            changes: 0,
+            fail_rate: 0.0005,
+            repair_rate: 0.05,
+            timeout: Duration::from_secs(60),
+            churn: Some(Churn {
+                period: Duration::from_secs(20),
+                restarts: 0.05,
+                leaves: 0.05,
+                joins: 0.05,
+                down: Duration::from_secs(1),
+            }),
+            ..SimSpec::default()
+        };
+        spec.data.objects = 60;
+        spec.data.vocabulary = 200;
+        let r = run(&spec).expect("the simulation runs");
+        let c = r.churn.as_ref().expect("a churn outcome");
+        assert!(c.restarts > 0 && c.left > 0 && c.joined > 0, "{c:?}");
+        let after = c
+            .exact_after
+            .unwrap_or_else(|| panic!("seed {seed}: never exact: {}", r.render()));
+        assert!(
+            after <= Duration::from_secs(10),
+            "seed {seed}: exact {after:?} after the last change: {}",
+            r.render()
+        );
+    }
 }

@@ -429,6 +429,7 @@ impl RunningDaemon {
         let done = tokio::time::timeout(self.grace, self.node.tracker.wait())
             .await
             .is_ok();
+        peer::farewell(&self.node).await;
         if done {
             tracing::info!("shutdown complete");
         } else {

@@ -641,6 +641,32 @@ async fn notify_loop(node: Arc<Node>, token: CancellationToken) {
     }
 }
 
+/// Tells every `poller` peer, once, that our data changed as we stop, after our listeners
+/// have closed: each polls at once, finds us gone and counts us unreachable, so a node that
+/// leaves for good is dropped from its pollers' tables `limits.peer_gone_after` later
+/// rather than only after their next scheduled poll; one that restarts says `datachanged`
+/// again when it is back. Each notice is retried until delivered, all within
+/// `connect_timeout` or 2 s, whichever is less.
+pub async fn farewell(node: &Arc<Node>) {
+    let config = node.config();
+    let deadline = config.limits.connect_timeout.min(Duration::from_secs(2));
+    let mut notices = tokio::task::JoinSet::new();
+    for peer in config.peers.iter().filter(|p| p.has_role(PeerRole::Poller)) {
+        let (n, p) = (node.clone(), peer.clone());
+        notices.spawn(async move {
+            // Retried (fast, as after any transient failure) until the deadline.
+            let policy = RetryPolicy::of(&n.config(), &p);
+            let mut failures = 0u32;
+            while let Err(e) = send_datachanged(&n, &p).await {
+                failures = failures.saturating_add(1);
+                tracing::debug!(peer = %p.name, error = %e, failures, "farewell datachanged not delivered");
+                tokio::time::sleep(policy.delay(failures, transient(&e))).await;
+            }
+        });
+    }
+    let _ = tokio::time::timeout(deadline, notices.join_all()).await;
+}
+
 /// Sends `datachanged` for out-bound generation `generation` to `peer` until it is
 /// delivered, retrying with the poll back-off (a notice lost to a partition or a peer's
 /// restart would otherwise leave the peer stale until its next scheduled poll), until a

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use integration_tests::sim::data::DataSpec;
-use integration_tests::sim::{Fault, SimSpec, run};
+use integration_tests::sim::{Churn, Fault, SimSpec, run};
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -69,7 +69,8 @@ struct Args {
     /// Leaf changes timed to the root.
     #[arg(long, default_value_t = 3)]
     changes: usize,
-    /// Faults after the changes: partition:MS, crash:MS, flap:N, slow:MS (comma-separated).
+    /// Faults after the changes: partition:MS, crash:MS, flap:N, slow:MS, blackhole:MS
+    /// (comma-separated).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<Fault>,
     /// Instead of one run: run meshes of depth 1 to --report-depth for each of
@@ -91,6 +92,24 @@ struct Args {
     /// internet; the simulated links' delays are milliseconds).
     #[arg(long, default_value_t = 1000)]
     stall_ms: u64,
+    /// Node churn after the faults for this many simulated seconds (0: none): nodes crash
+    /// and restart from their spool, leaves leave for good (stopped by their operator) and
+    /// new leaves join, at --restarts, --departures and --joins per simulated minute.
+    #[arg(long, default_value_t = 0)]
+    churn_s: u64,
+    /// With --churn-s: share of all nodes that restart per simulated minute.
+    #[arg(long, default_value_t = 0.01)]
+    restarts: f64,
+    /// With --churn-s: share of the leaves that leave for good per simulated minute.
+    #[arg(long, default_value_t = 0.01)]
+    departures: f64,
+    /// With --churn-s: share of the leaves that join per simulated minute (down from the
+    /// start until then).
+    #[arg(long, default_value_t = 0.01)]
+    joins: f64,
+    /// With --churn-s: how long a restarting node stays down, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    down_ms: u64,
     /// Also run the same mesh for real, each node a cipd process in its own network
     /// namespace behind a latency proxy (needs root), and compare the two figure by figure.
     #[arg(long)]
@@ -146,6 +165,7 @@ fn main() -> ExitCode {
         integration_tests::real::lab::clean_up_on_interrupt();
     }
     let mut failed = false;
+    let mut sweep = Sweep::default();
     for seed in a.seed..a.seed + a.seeds.max(1) {
         let spec = SimSpec {
             fan_in: a.fan_in,
@@ -166,6 +186,13 @@ fn main() -> ExitCode {
             faults: a.faults.clone(),
             poll_interval: Duration::from_secs(a.poll_interval_s.max(1)),
             stall_timeout: Duration::from_millis(a.stall_ms.max(2)),
+            churn: (a.churn_s > 0).then(|| Churn {
+                period: Duration::from_secs(a.churn_s),
+                restarts: a.restarts.max(0.0),
+                leaves: a.departures.max(0.0),
+                joins: a.joins.max(0.0),
+                down: Duration::from_millis(a.down_ms),
+            }),
             progress: a.progress,
             ..SimSpec::default()
         };
@@ -177,10 +204,16 @@ fn main() -> ExitCode {
             Ok(r) => {
                 let exact = r.all_exact
                     && r.changes.iter().all(Option::is_some)
-                    && r.faults.iter().all(|f| f.recovered_after.is_some());
+                    && r.faults.iter().all(|f| f.recovered_after.is_some())
+                    && r.churn.as_ref().is_none_or(|c| c.exact_after.is_some());
                 if a.seeds > 1 {
+                    let churn = r
+                        .churn
+                        .as_ref()
+                        .map(|c| format!(", churn exact after {:?}", c.exact_after))
+                        .unwrap_or_default();
                     println!(
-                        "seed {seed}: {} (converged {:?}, faults {:?})",
+                        "seed {seed}: {} (converged {:?}, faults {:?}{churn})",
                         if exact { "exact" } else { "NOT EXACT" },
                         r.converged_at,
                         r.faults
@@ -188,6 +221,7 @@ fn main() -> ExitCode {
                             .map(|f| f.recovered_after)
                             .collect::<Vec<_>>()
                     );
+                    sweep.add(&r, exact);
                 } else {
                     println!("seed {seed}\n{}", r.render());
                 }
@@ -198,6 +232,9 @@ fn main() -> ExitCode {
                 failed = true;
             }
         }
+    }
+    if a.seeds > 1 && !a.real {
+        println!("{}", sweep.render());
     }
     if failed {
         ExitCode::FAILURE
@@ -255,4 +292,51 @@ fn real_and_compare(a: &Args, spec: SimSpec) -> bool {
         if agree { "agree" } else { "DISAGREE" }
     );
     exact && agree
+}
+
+/// A sweep's figures over its seeds: how many were exact, and the slowest and median times.
+#[derive(Default)]
+struct Sweep {
+    seeds: usize,
+    exact: usize,
+    converged: Vec<Option<Duration>>,
+    recovered: Vec<Option<Duration>>,
+    churn: Vec<Option<Duration>>,
+}
+
+impl Sweep {
+    fn add(&mut self, r: &integration_tests::sim::Report, exact: bool) {
+        self.seeds += 1;
+        self.exact += usize::from(exact);
+        self.converged.push(r.converged_at);
+        self.recovered
+            .extend(r.faults.iter().map(|f| f.recovered_after));
+        if let Some(c) = &r.churn {
+            self.churn.push(c.exact_after);
+        }
+    }
+
+    fn render(&self) -> String {
+        let line = |what: &str, times: &[Option<Duration>]| -> String {
+            if times.is_empty() {
+                return String::new();
+            }
+            let never = times.iter().filter(|t| t.is_none()).count();
+            let mut ms: Vec<u128> = times.iter().flatten().map(Duration::as_millis).collect();
+            ms.sort_unstable();
+            let (median, max) = (
+                ms.get(ms.len() / 2).copied().unwrap_or(0),
+                ms.last().copied().unwrap_or(0),
+            );
+            format!("\n  {what}: median {median} ms, slowest {max} ms, never {never}")
+        };
+        format!(
+            "sweep: {} seeds, {} exact{}{}{}",
+            self.seeds,
+            self.exact,
+            line("converged", &self.converged),
+            line("exact again after a fault", &self.recovered),
+            line("exact after the churn's last change", &self.churn)
+        )
+    }
 }

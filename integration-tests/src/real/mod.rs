@@ -519,6 +519,19 @@ impl RealMesh {
                     fault,
                     node: target,
                     recovered_after: done,
+                    detected_after: None,
+                });
+            }
+            Fault::Blackhole(d) => {
+                self.change(leaf, &value)?;
+                let detected_after = self.blackhole(target, d)?;
+                let start = Instant::now();
+                let recovered_after = self.wait_from(start, |m| m.tables_exact());
+                return Ok(FaultOutcome {
+                    fault,
+                    node: target,
+                    recovered_after,
+                    detected_after,
                 });
             }
         }
@@ -528,7 +541,38 @@ impl RealMesh {
             fault,
             node: target,
             recovered_after,
+            detected_after: None,
         })
+    }
+
+    /// Blackholes the link between `target` and the root for `d` (the proxies drop what
+    /// crosses it, closing nothing), with the root polling `target` into it at once; returns
+    /// how long that poll took to fail (none: not within `d`).
+    fn blackhole(&mut self, target: usize, d: Duration) -> Result<Option<Duration>, RealError> {
+        let name = crate::sim::plan::name_of(target);
+        let failures = |m: &Self| -> u64 {
+            m.admin(0, AdminRequest::Peers)
+                .and_then(|v| {
+                    v["peers"]
+                        .as_array()?
+                        .iter()
+                        .find(|p| p["name"] == name.as_str())?["failures"]
+                        .as_u64()
+                })
+                .unwrap_or(0)
+        };
+        self.link(target, 0, "drop", "")?;
+        let from = Instant::now();
+        let _ = self.admin(0, AdminRequest::Poll { peer: name.clone() });
+        let mut detected = None;
+        while from.elapsed() < d {
+            if detected.is_none() && failures(self) > 0 {
+                detected = Some(from.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.link(target, 0, "heal", "")?;
+        Ok(detected)
     }
 }
 

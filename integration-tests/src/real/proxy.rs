@@ -16,7 +16,9 @@
 //!   (until then connections are accepted and held, so that every node starts at the same
 //!   instant as in the simulation); `cut IP` holds every byte from or to IP (a partition:
 //!   connections stall and TCP delivers what was held once healed, if the daemon has not
-//!   given up), `heal IP` lets them flow; `slow IP MS` gives IP's connections a fixed
+//!   given up), `drop IP` silently discards every byte from or to IP (a blackhole: no
+//!   reset, no refusal, nothing delivered later), `heal IP` lets them flow again after
+//!   either; `slow IP MS` gives IP's connections a fixed
 //!   one-way latency, `fast IP` takes it back; `stats` prints per client address the
 //!   connections forwarded and bytes carried each way. End of input stops the proxy.
 
@@ -54,6 +56,7 @@ pub struct ProxyConfig {
 struct Control {
     released: bool,
     cut: BTreeSet<IpAddr>,
+    dropped: BTreeSet<IpAddr>,
     slow: BTreeMap<IpAddr, Duration>,
 }
 
@@ -165,8 +168,12 @@ fn command(ctl: &watch::Sender<Control>, stats: &Stats, line: &str) -> String {
         ("cut", Some(Ok(ip)), None) => ctl.send_modify(|c| {
             c.cut.insert(ip);
         }),
+        ("drop", Some(Ok(ip)), None) => ctl.send_modify(|c| {
+            c.dropped.insert(ip);
+        }),
         ("heal", Some(Ok(ip)), None) => ctl.send_modify(|c| {
             c.cut.remove(&ip);
+            c.dropped.remove(&ip);
         }),
         ("slow", Some(Ok(ip)), Some(Ok(ms))) => ctl.send_modify(|c| {
             c.slow.insert(ip, Duration::from_millis(ms));
@@ -183,7 +190,7 @@ fn command(ctl: &watch::Sender<Control>, stats: &Stats, line: &str) -> String {
         }
         _ => {
             return format!(
-                "error {line:?}: expected go, cut IP, heal IP, slow IP MS, fast IP or stats"
+                "error {line:?}: expected go, cut IP, drop IP, heal IP, slow IP MS, fast IP or stats"
             );
         }
     }
@@ -287,6 +294,10 @@ impl Conn {
                 tokio::time::sleep_until(at).await;
                 if ctl.wait_for(|c| c.flows(ip)).await.is_err() {
                     return;
+                }
+                if ctl.borrow().dropped.contains(&ip) {
+                    // Blackholed: lost on the way, and never sent again.
+                    continue;
                 }
                 let Some(data) = data else {
                     let _ = to.shutdown().await;

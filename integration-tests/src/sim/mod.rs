@@ -58,6 +58,10 @@ pub enum Fault {
     /// A level-1 node's link to the root gets `0` of latency each way while one of its
     /// leaves changes (then back to normal).
     Slow(Duration),
+    /// A level-1 node's link to the root silently drops everything (no reset, no refusal:
+    /// a middlebox that lost the connection's state) for `0`, from the moment the root is
+    /// polling that node after one of its leaves changed; then heals.
+    Blackhole(Duration),
 }
 
 impl std::fmt::Display for Fault {
@@ -67,6 +71,7 @@ impl std::fmt::Display for Fault {
             Self::Crash(d) => write!(f, "crash {}ms", d.as_millis()),
             Self::Flap(n) => write!(f, "flap x{n}"),
             Self::Slow(d) => write!(f, "slow {}ms", d.as_millis()),
+            Self::Blackhole(d) => write!(f, "blackhole {}ms", d.as_millis()),
         }
     }
 }
@@ -74,7 +79,7 @@ impl std::fmt::Display for Fault {
 impl std::str::FromStr for Fault {
     type Err = String;
 
-    /// `partition:MS`, `crash:MS`, `flap:N`, `slow:MS`.
+    /// `partition:MS`, `crash:MS`, `flap:N`, `slow:MS`, `blackhole:MS`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (kind, arg) = s
             .split_once(':')
@@ -90,8 +95,9 @@ impl std::str::FromStr for Fault {
                 u32::try_from(n).map_err(|_| "flap count too big")?,
             )),
             "slow" => Ok(Self::Slow(ms)),
+            "blackhole" => Ok(Self::Blackhole(ms)),
             _ => Err(format!(
-                "fault {s:?}: kind must be partition, crash, flap or slow"
+                "fault {s:?}: kind must be partition, crash, flap, slow or blackhole"
             )),
         }
     }
@@ -131,14 +137,60 @@ pub struct SimSpec {
     pub faults: Vec<Fault>,
     /// Every peer's poll interval.
     pub poll_interval: Duration,
-    /// Every node's `limits.stall_timeout` (its `outbound.max_wait` is half of it): scaled
-    /// to the simulated links' milliseconds as the daemon's 20 s default is to the
-    /// internet's.
+    /// Every node's `limits.stall_timeout` (its `outbound.max_wait` is half of it, its
+    /// `limits.max_transient_backoff` twice and its `limits.peer_gone_after` five times
+    /// it): scaled to the simulated links' milliseconds
+    /// as the daemon's 20 s default is to the internet's.
     pub stall_timeout: Duration,
     /// How often leaves look at their collection files.
     pub watch_interval: Duration,
+    /// Nodes that come and go after the faults (none: no churn).
+    pub churn: Option<Churn>,
     /// Print the simulated time and steps to standard error every few seconds of real time.
     pub progress: bool,
+}
+
+/// Node churn: through `period`, nodes crash and restart from their spool, leaves leave for
+/// good and new leaves join, at random moments drawn from the seed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Churn {
+    /// How long the churn lasts (simulated).
+    pub period: Duration,
+    /// Share of all nodes that restart per simulated minute (0.01: 1 %).
+    pub restarts: f64,
+    /// Share of the leaves that leave for good per simulated minute.
+    pub leaves: f64,
+    /// Share of the leaves that join per simulated minute (they are in their parents'
+    /// configurations from the start, but down until they join).
+    pub joins: f64,
+    /// How long a restarting node stays down.
+    pub down: Duration,
+}
+
+impl Default for Churn {
+    fn default() -> Self {
+        Self {
+            period: Duration::from_secs(60),
+            restarts: 0.01,
+            leaves: 0.01,
+            joins: 0.01,
+            down: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the churn did and how the mesh took it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChurnOutcome {
+    /// Restarts (crash, then restart from the spool after [`Churn::down`]).
+    pub restarts: usize,
+    /// Leaves that left for good.
+    pub left: usize,
+    /// Leaves that joined.
+    pub joined: usize,
+    /// Simulated time from the last change until every table was exact for the nodes then
+    /// alive (none: not within the timeout).
+    pub exact_after: Option<Duration>,
 }
 
 impl Default for SimSpec {
@@ -169,6 +221,7 @@ impl Default for SimSpec {
             faults: Vec::new(),
             poll_interval: Duration::from_secs(60),
             stall_timeout: Duration::from_secs(1),
+            churn: None,
             watch_interval: Duration::from_millis(100),
             progress: false,
         }
@@ -209,6 +262,9 @@ pub struct FaultOutcome {
     pub node: usize,
     /// Simulated time from the end of the fault until every table was exact again.
     pub recovered_after: Option<Duration>,
+    /// For a blackhole: time from its start until the exchange caught in it had failed
+    /// (none for other faults, or when no exchange was caught).
+    pub detected_after: Option<Duration>,
 }
 
 /// A run's figures. Everything but `wall` and `rss_kib` is reproduced by the same spec.
@@ -232,6 +288,8 @@ pub struct Report {
     pub change_traffic: Vec<(u64, u64)>,
     /// The faults.
     pub faults: Vec<FaultOutcome>,
+    /// The churn, when asked for (simulation only).
+    pub churn: Option<ChurnOutcome>,
     /// Values the root's children report, in all (brute force), and how many of them the
     /// root's table held at convergence with the right count: recall at or above the
     /// thresholds.
@@ -318,12 +376,26 @@ impl Report {
             let _ = writeln!(s, "polls while they went up: {}", traffic.join(", "));
         }
         for f in &self.faults {
+            let found = f
+                .detected_after
+                .map(|d| format!(" (the exchange in it failed {} ms in)", d.as_millis()))
+                .unwrap_or_default();
             let _ = writeln!(
                 s,
-                "fault {} at n{}: exact again {} after it ended",
+                "fault {} at n{}: exact again {} after it ended{found}",
                 f.fault,
                 f.node,
                 fmt_opt(f.recovered_after)
+            );
+        }
+        if let Some(c) = &self.churn {
+            let _ = writeln!(
+                s,
+                "churn: {} restarts, {} leaves left, {} joined; every table exact for the nodes alive {} after the last",
+                c.restarts,
+                c.left,
+                c.joined,
+                fmt_opt(c.exact_after)
             );
         }
         let _ = writeln!(
@@ -442,8 +514,16 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
     for (id, config) in configs.into_iter().enumerate() {
         mesh.register(id, config);
     }
-
-    measure(&mut mesh, wall)
+    let joiners = match &spec.churn {
+        Some(c) => mesh.hold_back_joiners(c),
+        None => Vec::new(),
+    };
+    let mut report = measure(&mut mesh, wall)?;
+    if let Some(c) = &spec.churn {
+        report.churn = Some(mesh.churn(c, &joiners)?);
+        report.wall = wall.elapsed();
+    }
+    Ok(report)
 }
 
 /// A mesh under measurement, simulated ([`run`]) or real ([`crate::real::run`]); [`measure`]
@@ -519,6 +599,7 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
         changes,
         change_traffic,
         faults,
+        churn: None,
         root_expected,
         root_matched,
         root_extra,
@@ -759,6 +840,18 @@ impl Mesh<'_> {
                     fault,
                     node: target,
                     recovered_after: done,
+                    detected_after: None,
+                });
+            }
+            Fault::Blackhole(d) => {
+                self.change(leaf, &value)?;
+                let detected_after = self.blackhole(target, d)?;
+                let recovered_after = self.wait(|m| m.tables_exact())?;
+                return Ok(FaultOutcome {
+                    fault,
+                    node: target,
+                    recovered_after,
+                    detected_after,
                 });
             }
         }
@@ -767,8 +860,166 @@ impl Mesh<'_> {
             fault,
             node: target,
             recovered_after,
+            detected_after: None,
         })
     }
+}
+
+impl Mesh<'_> {
+    /// The root's state of its peer `target`, while the root is up.
+    fn root_peer(&self, target: usize) -> Option<cipd::node::PeerState> {
+        let name = name_of(target);
+        self.node(0)?
+            .peer_states()
+            .into_iter()
+            .find(|p| p.name == name)
+    }
+
+    /// Steps (each tick) until the root's poll of `target` is under way, then blackholes their link for
+    /// `d` and heals it; returns how long the caught exchange took to fail (none when no
+    /// exchange was caught, or it had not failed when the link came back).
+    fn blackhole(&mut self, target: usize, d: Duration) -> Result<Option<Duration>, SimError> {
+        let (a, root) = (name_of(target), name_of(0));
+        let start = self.sim.elapsed();
+        // Past connecting: the simulated network refuses a connection whose SYN it drops at
+        // once, where a real blackhole leaves it to the connect timeout.
+        let polling = |m: &Self| {
+            m.root_peer(target)
+                .and_then(|p| p.exchange)
+                .is_some_and(|e| e.phase != "connecting")
+        };
+        while !polling(self) && self.sim.elapsed() - start < self.spec.timeout {
+            self.step()?;
+        }
+        let caught = polling(self);
+        let failures = self.root_peer(target).map_or(0, |p| p.failures);
+        self.sim.partition(a.as_str(), root.as_str());
+        let from = self.sim.elapsed();
+        let mut detected = None;
+        while self.sim.elapsed() - from < d {
+            self.step()?;
+            if caught
+                && detected.is_none()
+                && self
+                    .root_peer(target)
+                    .is_some_and(|p| p.failures > failures)
+            {
+                detected = Some(self.sim.elapsed() - from);
+            }
+        }
+        self.sim.repair(a.as_str(), root.as_str());
+        Ok(detected)
+    }
+
+    /// Before the start: takes the leaves that will join during `churn` down, absent from
+    /// every expected table until they join.
+    fn hold_back_joiners(&mut self, churn: &Churn) -> Vec<usize> {
+        let leaves: Vec<usize> = self.plan.leaves.keys().copied().collect();
+        let n = per_period(churn.joins, leaves.len(), churn.period);
+        let mut rng = fastrand::Rng::with_seed(self.spec.seed ^ 0x6a6f_696e);
+        let mut joiners = Vec::new();
+        while joiners.len() < n.min(leaves.len() / 2) {
+            let l = leaves[rng.usize(..leaves.len())];
+            if !joiners.contains(&l) {
+                joiners.push(l);
+            }
+        }
+        for &l in &joiners {
+            self.sim.crash(name_of(l));
+            self.plan.set_absent(l, true);
+        }
+        joiners
+    }
+
+    /// Runs `churn`: restarts, departures and the `joiners`' arrivals at moments drawn
+    /// from the seed, then waits until every table is exact for the nodes alive.
+    fn churn(&mut self, churn: &Churn, joiners: &[usize]) -> Result<ChurnOutcome, SimError> {
+        #[derive(Clone, Copy)]
+        enum Event {
+            Crash(usize),
+            Restart(usize),
+            Leave(usize),
+            Join(usize),
+        }
+        let mut rng = fastrand::Rng::with_seed(self.spec.seed ^ 0x6368_7572);
+        let period = churn.period.as_millis().max(1) as u64;
+        let at = |rng: &mut fastrand::Rng| Duration::from_millis(rng.u64(..period));
+        let mut taken: std::collections::BTreeSet<usize> = joiners.iter().copied().collect();
+        let mut pick = |rng: &mut fastrand::Rng, from: &[usize]| -> Option<usize> {
+            let free: Vec<usize> = from
+                .iter()
+                .copied()
+                .filter(|i| !taken.contains(i))
+                .collect();
+            let i = *free.get(rng.usize(..free.len().max(1)))?;
+            taken.insert(i);
+            Some(i)
+        };
+        let all: Vec<usize> = (0..self.plan.len()).collect();
+        let leaves: Vec<usize> = self.plan.leaves.keys().copied().collect();
+        let mut events: Vec<(Duration, Event)> = Vec::new();
+        for _ in 0..per_period(churn.restarts, all.len(), churn.period) {
+            if let Some(id) = pick(&mut rng, &all) {
+                let t = at(&mut rng);
+                events.push((t, Event::Crash(id)));
+                events.push((t + churn.down, Event::Restart(id)));
+            }
+        }
+        for _ in 0..per_period(churn.leaves, leaves.len(), churn.period) {
+            if let Some(id) = pick(&mut rng, &leaves) {
+                events.push((at(&mut rng), Event::Leave(id)));
+            }
+        }
+        for &id in joiners {
+            events.push((at(&mut rng), Event::Join(id)));
+        }
+        events.sort_by_key(|(t, _)| *t);
+        let mut out = ChurnOutcome::default();
+        let start = self.sim.elapsed();
+        for (t, event) in events {
+            let due = start + t;
+            while self.sim.elapsed() < due {
+                self.step()?;
+            }
+            match event {
+                Event::Crash(id) => {
+                    self.sim.crash(name_of(id));
+                    self.nodes.borrow_mut()[id] = None;
+                }
+                Event::Restart(id) => {
+                    self.sim.bounce(name_of(id));
+                    out.restarts += 1;
+                }
+                Event::Leave(id) => {
+                    // Stopped by its operator: it says goodbye (a last `datachanged`) to
+                    // the nodes that poll it, then is gone for good.
+                    if let Some(node) = self.node(id) {
+                        node.shutdown();
+                    }
+                    self.nodes.borrow_mut()[id] = None;
+                    self.plan.set_absent(id, true);
+                    out.left += 1;
+                }
+                Event::Join(id) => {
+                    self.sim.bounce(name_of(id));
+                    self.plan.set_absent(id, false);
+                    out.joined += 1;
+                }
+            }
+        }
+        out.exact_after = self.wait(|m| m.tables_exact())?;
+        Ok(out)
+    }
+}
+
+/// How many of `population` a rate of `share` per simulated minute hits in `period`
+/// (rounded, at least one when the rate is not zero).
+fn per_period(share: f64, population: usize, period: Duration) -> usize {
+    if share <= 0.0 || population == 0 {
+        return 0;
+    }
+    let n = share * population as f64 * period.as_secs_f64() / 60.0;
+    (n.round() as usize).max(1)
 }
 
 impl MeshUnderTest for Mesh<'_> {

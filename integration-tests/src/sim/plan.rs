@@ -58,8 +58,11 @@ pub struct Plan {
     pub tree: Tree,
     /// Each leaf's collection.
     pub leaves: BTreeMap<usize, Counts>,
-    /// Each node's out-bound hint, by brute force.
+    /// Each node's out-bound hint, by brute force, over the leaves present.
     pub expected: Vec<Counts>,
+    /// Nodes down for good or not yet joined (churn): neither counted nor expected in
+    /// their parents' tables.
+    pub absent: std::collections::BTreeSet<usize>,
 }
 
 impl Plan {
@@ -77,6 +80,7 @@ impl Plan {
             tree,
             leaves,
             expected,
+            absent: std::collections::BTreeSet::new(),
         }
     }
 
@@ -112,11 +116,13 @@ impl Plan {
             t,
             "[export]\nattributes = [\"DOCUMENT:Author\"]\ndefault_threshold = {}\n\
              [outbound]\nmax_wait = \"{}ms\"\n\
-             [limits]\nwatch_interval = \"{}ms\"\nshutdown_grace = \"1s\"\nconnect_timeout = \"2s\"\nhandshake_timeout = \"5s\"\nrequest_timeout = \"10s\"\nstall_timeout = \"{}ms\"\n",
+             [limits]\nwatch_interval = \"{}ms\"\nshutdown_grace = \"1s\"\nconnect_timeout = \"2s\"\nhandshake_timeout = \"5s\"\nrequest_timeout = \"10s\"\nstall_timeout = \"{}ms\"\npeer_gone_after = \"{}ms\"\nmax_transient_backoff = \"{}ms\"\n",
             data::threshold_of(&self.spec.thresholds, node.level),
             self.spec.stall_timeout.as_millis() / 2,
             self.spec.watch_interval.as_millis(),
             self.spec.stall_timeout.as_millis(),
+            self.spec.stall_timeout.as_millis() * 5,
+            self.spec.stall_timeout.as_millis() * 2,
         );
         let mut peer = |other: usize, role: &str| {
             let _ = write!(
@@ -178,8 +184,29 @@ impl Plan {
         let counts = self.leaves.get_mut(&leaf).expect("a leaf");
         counts.insert(value.to_owned(), copies);
         let text = data::soif(leaf, counts);
-        self.expected = data::expected_hints(&self.tree, &self.leaves, &self.spec.thresholds);
+        self.recount();
         text
+    }
+
+    /// Marks `id` absent (left, or not yet joined) or present, and updates the expected
+    /// hints.
+    pub fn set_absent(&mut self, id: usize, absent: bool) {
+        if absent {
+            self.absent.insert(id);
+        } else {
+            self.absent.remove(&id);
+        }
+        self.recount();
+    }
+
+    fn recount(&mut self) {
+        let present: BTreeMap<usize, Counts> = self
+            .leaves
+            .iter()
+            .filter(|(id, _)| !self.absent.contains(id))
+            .map(|(id, c)| (*id, c.clone()))
+            .collect();
+        self.expected = data::expected_hints(&self.tree, &present, &self.spec.thresholds);
     }
 
     /// Whether node `id` (with `peers` datasets in its table) holds exactly its children's
@@ -190,7 +217,12 @@ impl Plan {
         peers: usize,
         mut held: impl FnMut(usize) -> Option<Counts>,
     ) -> bool {
-        let children = &self.tree.nodes[id].children;
+        let children: Vec<usize> = self.tree.nodes[id]
+            .children
+            .iter()
+            .copied()
+            .filter(|c| !self.absent.contains(c))
+            .collect();
         peers == children.len()
             && children
                 .iter()
