@@ -103,6 +103,17 @@ fn check_config(file: &Path) -> ExitCode {
         config.collections.len(),
         config.peers.len()
     );
+    let t = &config.limits.table;
+    let mib = |b: u64| b / (1 << 20);
+    println!(
+        "routing table budgets: {} MiB in all, {} MiB per peer ({})",
+        mib(t.max_table_bytes),
+        mib(t.max_peer_bytes),
+        cipd::sys::memory::available().map_or_else(
+            || "memory this process may use: unknown".to_owned(),
+            |m| format!("memory this process may use: {} MiB", mib(m))
+        )
+    );
     ExitCode::SUCCESS
 }
 

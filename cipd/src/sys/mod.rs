@@ -12,6 +12,7 @@ pub mod budget;
 pub mod durable;
 pub mod fds;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod net;
 pub mod notify;

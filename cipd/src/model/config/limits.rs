@@ -244,7 +244,7 @@ impl Default for Limits {
             max_objects: 1000,
             local_scan_max_objects: DEFAULT_SCAN_MAX_OBJECTS,
             watch_interval: Some(Duration::from_secs(30)),
-            table: hints::table::TableLimits::default(),
+            table: table_limits_for(crate::sys::memory::available()),
             query: hints::query::QueryLimits::default(),
             admin: AdminLimits::default(),
         }
@@ -517,3 +517,43 @@ pub const DEFAULT_SCAN_MAX_OBJECTS: usize = 100_000;
 
 /// Default longest request line, in bytes (`limits.max_admin_request`).
 pub const MAX_REQUEST_LINE: usize = 64 << 10;
+
+/// Share of the memory the process may use that the routing table's hints may be charged
+/// by default (`limits.max_table_bytes`): settled, the process holds about 1.1-1.3x the
+/// charge, and importing one big hint briefly needs up to 2.3x that hint's (docs/sizing.md).
+pub const TABLE_MEMORY_SHARE: f64 = 0.4;
+
+/// The routing table's default budgets on a machine where the process may use `memory`
+/// bytes ([`crate::sys::memory::available`], cgroup limits included): the table
+/// [`TABLE_MEMORY_SHARE`] of it, at most 8 GiB; one peer a quarter of the table's, at most
+/// 1 GiB. Unknown memory: the fixed defaults.
+pub fn table_limits_for(memory: Option<u64>) -> hints::table::TableLimits {
+    let d = hints::table::TableLimits::default();
+    let Some(memory) = memory else { return d };
+    let table = ((memory as f64 * TABLE_MEMORY_SHARE) as u64).clamp(64 << 20, d.max_table_bytes);
+    hints::table::TableLimits {
+        max_table_bytes: table,
+        max_peer_bytes: (table / 4).clamp(16 << 20, d.max_peer_bytes),
+        ..d
+    }
+}
+
+#[cfg(test)]
+mod sizing_tests {
+    use super::*;
+
+    #[test]
+    fn budgets_follow_the_memory_the_process_may_use() {
+        let big = table_limits_for(Some(64 << 30));
+        assert_eq!(big.max_table_bytes, 8 << 30);
+        assert_eq!(big.max_peer_bytes, 1 << 30);
+        // A 2 GiB container: 40 % for the table, a quarter of that for one peer.
+        let small = table_limits_for(Some(2 << 30));
+        assert_eq!(small.max_table_bytes, (2u64 << 30) * 4 / 10);
+        assert_eq!(small.max_peer_bytes, small.max_table_bytes / 4);
+        let unknown = table_limits_for(None);
+        assert_eq!(unknown.max_table_bytes, 8 << 30);
+        // Never below a floor that still holds a useful table.
+        assert_eq!(table_limits_for(Some(1 << 20)).max_table_bytes, 64 << 20);
+    }
+}
