@@ -8,23 +8,23 @@
 //! at once. Loading never binds ports or opens sockets; [`Config::check_environment`] adds
 //! the file-system checks (`check-config` runs both).
 
-use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cip_proto::Dsi;
-use hints::builder::Thresholds;
-use hints::hint::AttrSpec;
 use hints::summary::SummaryConfig;
 use serde::Deserialize;
 
 mod collection;
 mod console;
 mod document;
+mod export;
 mod http_client;
+mod index;
 mod limits;
+mod listen;
+mod node;
+mod peers;
 mod pipeline;
 mod search;
 mod trust;
@@ -37,8 +37,15 @@ pub use collection::{
     RawCollection, RawHinaDi, RawRdm, RdmConfig, SourceConfig, Untrusted,
 };
 pub use console::{ConsoleConfig, RawConsole};
+pub use export::{DEFAULT_EXPORT, ExportConfig, RawExport};
 pub use http_client::{HttpClientConfig, RawHttpClient, user_agent};
+pub use index::{MAX_SUMMARY_THREADS, RawIndex};
 pub use limits::{AdminLimits, DEFAULT_SCAN_MAX_OBJECTS, Limits, MAX_REQUEST_LINE, RawLimits};
+pub use listen::{ListenConfig, RawListen, RawTlsListener, TlsListenerConfig};
+pub use node::{NodeConfig, RawNode};
+pub use peers::{
+    DEFAULT_POLL_INTERVAL, PeerConfig, PeerRole, PeerTlsConfig, PeerTransport, RawPeer, RawPeerTls,
+};
 pub use pipeline::{ImportConfig, OutboundConfig};
 pub use pipeline::{RawImport, RawOutbound};
 pub use search::{RawSearch, SearchConfig, TargetRule, parse_net};
@@ -107,120 +114,6 @@ pub struct RawConfig {
     pub search: RawSearch,
 }
 
-/// `[node]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawNode {
-    /// The node's dataset identifier (an OID, RFC 2652 §2.1.2).
-    pub dsi: Option<String>,
-    /// Base URI(s) put on the out-bound index object; default: the first HTTP listener.
-    #[serde(default)]
-    pub base_uri: Option<OneOrMany>,
-    /// Human-friendly description sent with the DSI (RFC 2651 §4.1).
-    pub description: Option<String>,
-}
-
-/// `[listen]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawListen {
-    /// Plain CIP stream listeners (`"127.0.0.1:7070"`; port 0 picks a free port).
-    #[serde(default)]
-    pub cip: Vec<String>,
-    /// CIP stream listeners with implicit TLS (spec A20).
-    #[serde(default)]
-    pub cip_tls: Vec<RawTlsListener>,
-    /// HTTP front-end listeners (queries).
-    #[serde(default)]
-    pub http: Vec<String>,
-    /// HTTPS front-end listeners: the same routes over TLS, optionally requiring client
-    /// certificates.
-    #[serde(default)]
-    pub https: Vec<RawTlsListener>,
-    /// Path of the admin socket (Unix domain socket).
-    pub admin_socket: Option<PathBuf>,
-    /// Path of CIP over HTTP (RFC 2653 §2.3) on the HTTP listeners (`"/cip"`); off when
-    /// absent.
-    pub cip_http: Option<String>,
-    /// Whois++ listeners (RFC 1835), which also speak CIP to a client whose first line is
-    /// `# CIP-Version: 3`, as ROADS' `wppd` does.
-    #[serde(default)]
-    pub whoispp: Vec<String>,
-}
-
-/// `[[listen.cip_tls]]` and `[[listen.https]]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTlsListener {
-    /// Address to bind.
-    pub addr: String,
-    /// PEM certificate chain.
-    pub cert: PathBuf,
-    /// PEM private key.
-    pub key: PathBuf,
-    /// PEM CA bundle: when set, clients must present a certificate it signed.
-    pub client_ca: Option<PathBuf>,
-}
-
-/// `[export]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawExport {
-    /// `Template:Attribute` pairs the out-bound hint covers.
-    pub attributes: Option<Vec<String>>,
-    /// Values held by fewer objects than this are left out (default 1: keep all).
-    pub default_threshold: Option<u64>,
-    /// Per-attribute thresholds, `"DOCUMENT:Author" = 2`.
-    #[serde(default)]
-    pub thresholds: BTreeMap<String, u64>,
-}
-
-/// `[[peer]]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawPeer {
-    /// Name used in logs, status and admin commands.
-    pub name: String,
-    /// Host name or address (default for `transport = "http"`: the URL's host).
-    #[serde(default)]
-    pub host: String,
-    /// CIP port (CIP has no default port, RFC 2653 §2.1).
-    pub port: Option<u16>,
-    /// `stream` (default, RFC 2653 §2.1) or `http` (RFC 2653 §2.3).
-    pub transport: Option<String>,
-    /// The peer's CIP URL, for `transport = "http"` (`"http://hub.example:7080/cip"`).
-    pub url: Option<String>,
-    /// The index type we poll it for: `HARVEST-SOIF-1` or `tagged` (default: learned from
-    /// its answers, SOIF first).
-    pub index_type: Option<String>,
-    /// One role or a list: `poll`, `poller`, `push`, `pusher`.
-    pub role: Option<OneOrMany>,
-    /// The peer's DSI, when known in advance.
-    pub dsi: Option<String>,
-    /// How often to poll (role `poll`) or push (role `push`).
-    pub poll_interval: Option<String>,
-    /// TLS for connections we open to this peer.
-    pub tls: Option<RawPeerTls>,
-    /// The peer's Ed25519 public key(s), `ed25519:<Base64>`.
-    pub public_key: Option<OneOrMany>,
-    /// What to do with its signatures: `require`, `verify-if-present`, `ignore`.
-    pub signatures: Option<String>,
-}
-
-/// `[peer.tls]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawPeerTls {
-    /// PEM CA bundle to verify the peer with.
-    pub ca: Option<PathBuf>,
-    /// Name expected in the peer's certificate (default: `host`).
-    pub server_name: Option<String>,
-    /// PEM client certificate chain, for peers that require one.
-    pub client_cert: Option<PathBuf>,
-    /// PEM client key.
-    pub client_key: Option<PathBuf>,
-}
-
 /// `[thesaurus]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -235,34 +128,6 @@ pub struct RawThesaurus {
 pub struct RawSpool {
     /// In-bound hints older than this are dropped (table and spool).
     pub ttl: Option<String>,
-}
-
-/// `[index]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawIndex {
-    /// Precompute per-peer sums for broad substrings in big index segments.
-    pub summaries: Option<bool>,
-    /// Threads that build those sums.
-    pub summary_threads: Option<usize>,
-    /// The sums of a segment take at most its record bytes divided by this.
-    pub summary_memory_divisor: Option<usize>,
-    /// Most substrings summarized per segment.
-    pub summary_max_ngrams: Option<usize>,
-    /// Values visited to build a segment's sums, at most this many times its values.
-    pub summary_work_per_value: Option<usize>,
-    /// Bytes of per-peer sums kept for substring needles that were expensive to answer
-    /// (0: none).
-    pub substring_cache_bytes: Option<usize>,
-    /// Precompute the best peers of every 4- to 6-byte substring held by enough values of
-    /// a big index segment.
-    pub narrow_summaries: Option<bool>,
-    /// Fewest values a substring must be in to get those.
-    pub narrow_summary_min_values: Option<usize>,
-    /// Peers kept per substring and attribute.
-    pub narrow_summary_peers: Option<usize>,
-    /// They take at most the segment's record bytes divided by this.
-    pub narrow_summary_memory_divisor: Option<usize>,
 }
 
 /// `[log]`.
@@ -320,174 +185,8 @@ pub struct Config {
     pub search: SearchConfig,
 }
 
-/// This node's identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeConfig {
-    /// DSI of the node (and of its out-bound aggregate).
-    pub dsi: Dsi,
-    /// Base URIs; empty means "the first HTTP listener", filled in when it is bound.
-    pub base_uris: Vec<String>,
-    /// DSI-description (RFC 2651 §4.1).
-    pub description: Option<String>,
-}
-
-/// Listeners.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ListenConfig {
-    /// Plain CIP stream listeners.
-    pub cip: Vec<SocketAddr>,
-    /// TLS CIP stream listeners.
-    pub cip_tls: Vec<TlsListenerConfig>,
-    /// HTTP listeners.
-    pub http: Vec<SocketAddr>,
-    /// HTTPS listeners (the HTTP routes over TLS).
-    pub https: Vec<TlsListenerConfig>,
-    /// Admin socket path.
-    pub admin_socket: Option<PathBuf>,
-    /// Path of CIP over HTTP on the HTTP listeners; `None` when off.
-    pub cip_http: Option<String>,
-    /// Whois++ listeners (also CIP for clients that ask for it first).
-    pub whoispp: Vec<SocketAddr>,
-}
-
-/// One TLS listener (CIP or HTTPS).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsListenerConfig {
-    /// Address to bind.
-    pub addr: SocketAddr,
-    /// Certificate chain (PEM).
-    pub cert: PathBuf,
-    /// Private key (PEM).
-    pub key: PathBuf,
-    /// CA for client certificates, if required.
-    pub client_ca: Option<PathBuf>,
-}
-
-/// The out-bound hint's shape.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExportConfig {
-    /// `Template:Attribute` pairs.
-    pub attributes: Vec<AttrSpec>,
-    /// Thresholds: a default and per-attribute overrides.
-    pub thresholds: Thresholds,
-}
-
-/// What we do with a peer. A peer may have several roles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PeerRole {
-    /// We poll it for its index (it is below us).
-    Poll,
-    /// It polls us; we tell it with `datachanged` when our index changes.
-    Poller,
-    /// We push our index to it.
-    Push,
-    /// It pushes its index to us; we accept the objects.
-    Pusher,
-}
-
-impl PeerRole {
-    /// The spelling used in the configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Poll => "poll",
-            Self::Poller => "poller",
-            Self::Push => "push",
-            Self::Pusher => "pusher",
-        }
-    }
-}
-
-impl fmt::Display for PeerRole {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One mesh neighbour.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerConfig {
-    /// Name.
-    pub name: String,
-    /// Host name or address.
-    pub host: String,
-    /// CIP port; `None` for peers we never connect to (role `pusher` alone) and for
-    /// `transport = "http"`.
-    pub port: Option<u16>,
-    /// How we reach the peer.
-    pub transport: PeerTransport,
-    /// The peer's CIP URL (`transport = "http"`); `None` for the stream transport and for
-    /// peers we never connect to.
-    pub url: Option<String>,
-    /// The index type we poll it for; `None`: learned from its answers.
-    pub index_type: Option<crate::model::index_kind::IndexKind>,
-    /// Roles, sorted, without duplicates.
-    pub roles: Vec<PeerRole>,
-    /// The peer's DSI, if configured.
-    pub dsi: Option<Dsi>,
-    /// Poll/push interval.
-    pub poll_interval: Duration,
-    /// TLS settings for connections we open.
-    pub tls: Option<PeerTlsConfig>,
-    /// Its public keys and signature policy.
-    pub trust: crate::model::trust::signature::PeerTrust,
-}
-
-impl PeerConfig {
-    /// True when the peer has role `role`.
-    pub fn has_role(&self, role: PeerRole) -> bool {
-        self.roles.contains(&role)
-    }
-}
-
-/// The transport we use towards a peer (RFC 2653 §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PeerTransport {
-    /// CIP's TCP stream (§2.1) to `host`:`port`, optionally over TLS.
-    #[default]
-    Stream,
-    /// HTTP POSTs to `url` (§2.3): one request per POST, plain `http://`.
-    Http,
-}
-
-impl PeerTransport {
-    /// The spelling used in the configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Stream => "stream",
-            Self::Http => "http",
-        }
-    }
-}
-
-/// TLS towards a peer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerTlsConfig {
-    /// CA bundle the peer's certificate must chain to.
-    pub ca: PathBuf,
-    /// Name to verify.
-    pub server_name: String,
-    /// Client certificate chain.
-    pub client_cert: Option<PathBuf>,
-    /// Client key.
-    pub client_key: Option<PathBuf>,
-}
-
-/// Default poll interval (RFC 2654 suggests a week for tagged indexes; a referral mesh wants
-/// fresher hints, and `datachanged` makes most polls immediate anyway).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// Default time-to-live of in-bound hints.
 pub const DEFAULT_SPOOL_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Most `[index] summary_threads`.
-pub const MAX_SUMMARY_THREADS: usize = 64;
-/// Attributes exported when `[export] attributes` is not given.
-pub const DEFAULT_EXPORT: &[&str] = &[
-    "DOCUMENT:Author",
-    "DOCUMENT:Title",
-    "DOCUMENT:Keywords",
-    "FILE:Author",
-    "FILE:Title",
-    "FILE:Keywords",
-];
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -715,70 +414,6 @@ impl RawConfig {
 }
 
 impl Validator<'_> {
-    /// `page`: the referrals a page holds by default, which narrow summaries must hold.
-    fn index(&mut self, raw: RawIndex, page: usize) -> SummaryConfig {
-        let default = SummaryConfig::default();
-        let threads = self.positive(
-            "index.summary_threads",
-            raw.summary_threads,
-            default.threads,
-        );
-        if threads > MAX_SUMMARY_THREADS {
-            self.err(
-                "index.summary_threads",
-                format!("{threads} is more than {MAX_SUMMARY_THREADS}"),
-            );
-        }
-        SummaryConfig {
-            // Off: no segment is big enough.
-            min_values: if raw.summaries.unwrap_or(true) {
-                default.min_values
-            } else {
-                usize::MAX
-            },
-            threads: threads.min(MAX_SUMMARY_THREADS),
-            budget_divisor: self.positive(
-                "index.summary_memory_divisor",
-                raw.summary_memory_divisor,
-                default.budget_divisor,
-            ),
-            max_ngrams: self.positive(
-                "index.summary_max_ngrams",
-                raw.summary_max_ngrams,
-                default.max_ngrams,
-            ),
-            max_work_per_value: self.positive(
-                "index.summary_work_per_value",
-                raw.summary_work_per_value,
-                default.max_work_per_value,
-            ),
-            memo_bytes: raw.substring_cache_bytes.unwrap_or(default.memo_bytes),
-            narrow_min_values: if raw.narrow_summaries.unwrap_or(true) {
-                self.positive(
-                    "index.narrow_summary_min_values",
-                    raw.narrow_summary_min_values,
-                    default.narrow_min_values,
-                )
-            } else {
-                0
-            },
-            // A default page, the two more the table is asked for (this node's own
-            // dataset, and whether there are more) and four for peers gone since the
-            // summaries were built.
-            narrow_slots: self.positive(
-                "index.narrow_summary_peers",
-                raw.narrow_summary_peers,
-                page.saturating_add(6),
-            ),
-            narrow_budget_divisor: self.positive(
-                "index.narrow_summary_memory_divisor",
-                raw.narrow_summary_memory_divisor,
-                default.narrow_budget_divisor,
-            ),
-            ..default
-        }
-    }
-
     fn config(&mut self, raw: RawConfig) -> Config {
         let node = self.node(raw.node);
         let listen = self.listen(raw.listen);
@@ -888,399 +523,6 @@ impl Validator<'_> {
             search,
         }
     }
-
-    fn node(&mut self, raw: RawNode) -> NodeConfig {
-        let dsi = match raw.dsi.as_deref().map(Dsi::new) {
-            Some(Ok(d)) => d,
-            Some(Err(e)) => {
-                self.err("node.dsi", e.to_string());
-                placeholder_dsi()
-            }
-            None => {
-                self.err(
-                    "node.dsi",
-                    "is required: the node's dataset identifier (an OID)",
-                );
-                placeholder_dsi()
-            }
-        };
-        let base_uris = raw.base_uri.map(OneOrMany::into_vec).unwrap_or_default();
-        for (i, u) in base_uris.iter().enumerate() {
-            if let Err(m) = check_uri(u) {
-                self.err(format!("node.base_uri[{i}]"), m);
-            }
-        }
-        if let Some(d) = &raw.description
-            && d.chars().any(char::is_control)
-        {
-            self.err(
-                "node.description",
-                "must be one line of text without control characters",
-            );
-        }
-        NodeConfig {
-            dsi,
-            base_uris,
-            description: raw.description,
-        }
-    }
-
-    fn listen(&mut self, raw: RawListen) -> ListenConfig {
-        let cip = raw
-            .cip
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| self.addr(format!("listen.cip[{i}]"), a))
-            .collect();
-        let http = raw
-            .http
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| self.addr(format!("listen.http[{i}]"), a))
-            .collect();
-        let whoispp = raw
-            .whoispp
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| self.addr(format!("listen.whoispp[{i}]"), a))
-            .collect();
-        let cip_tls = self.tls_listeners("cip_tls", raw.cip_tls);
-        let https = self.tls_listeners("https", raw.https);
-        let admin_socket = raw.admin_socket.map(|p| self.path(p));
-        let cip_http = match raw.cip_http {
-            Some(p) if is_route_path(&p) => Some(p),
-            Some(p) => {
-                self.err(
-                    "listen.cip_http",
-                    format!(
-                        "{p:?}: expected a path such as \"/cip\" (a '/', then letters, digits, \
-                         '-', '.', '_', '~', '/')"
-                    ),
-                );
-                None
-            }
-            None => None,
-        };
-        ListenConfig {
-            cip,
-            cip_tls,
-            http,
-            https,
-            admin_socket,
-            cip_http,
-            whoispp,
-        }
-    }
-
-    fn tls_listeners(&mut self, kind: &str, raw: Vec<RawTlsListener>) -> Vec<TlsListenerConfig> {
-        raw.into_iter()
-            .enumerate()
-            .filter_map(|(i, l)| {
-                let addr = self.addr(format!("listen.{kind}[{i}].addr"), &l.addr)?;
-                Some(TlsListenerConfig {
-                    addr,
-                    cert: self.path(l.cert),
-                    key: self.path(l.key),
-                    client_ca: l.client_ca.map(|p| self.path(p)),
-                })
-            })
-            .collect()
-    }
-
-    /// CIP over HTTP needs an HTTP listener, and a path no other route uses.
-    /// `others` are the optional routes' paths (Hina-Di, RDM).
-    fn cip_http_route(&mut self, listen: &ListenConfig, others: &[&Option<String>]) {
-        let Some(path) = &listen.cip_http else { return };
-        if listen.http.is_empty() && listen.https.is_empty() {
-            self.err(
-                "listen.cip_http",
-                "needs an HTTP listener (listen.http or listen.https) to serve CIP over HTTP on",
-            );
-        }
-        if crate::model::routes::FIXED_ROUTES.contains(&path.as_str())
-            || others.iter().any(|o| o.as_ref() == Some(path))
-        {
-            self.err(
-                "listen.cip_http",
-                format!("{path:?} is already served by another route; pick another path"),
-            );
-        }
-    }
-
-    fn export(&mut self, raw: RawExport) -> ExportConfig {
-        let names: Vec<String> = match raw.attributes {
-            Some(a) => a,
-            None => DEFAULT_EXPORT.iter().map(|s| (*s).to_owned()).collect(),
-        };
-        if names.is_empty() {
-            self.err(
-                "export.attributes",
-                "must name at least one Template:Attribute",
-            );
-        }
-        let mut attributes = Vec::new();
-        for (i, n) in names.iter().enumerate() {
-            match parse_attr_spec(n) {
-                Ok(spec) => {
-                    if attributes
-                        .iter()
-                        .any(|a: &AttrSpec| a.same_attribute(&spec))
-                    {
-                        self.err(
-                            format!("export.attributes[{i}]"),
-                            format!("{n:?} is listed twice"),
-                        );
-                    } else {
-                        attributes.push(spec);
-                    }
-                }
-                Err(m) => self.err(format!("export.attributes[{i}]"), m),
-            }
-        }
-        let default = match raw.default_threshold {
-            Some(0) => {
-                self.err("export.default_threshold", "must be at least 1");
-                1
-            }
-            Some(n) => n,
-            None => 1,
-        };
-        let mut thresholds = Thresholds::new(default);
-        for (k, t) in raw.thresholds {
-            let key = format!("export.thresholds.\"{k}\"");
-            let Ok(spec) = parse_attr_spec(&k) else {
-                self.err(key, "is not a Template:Attribute pair");
-                continue;
-            };
-            if t == 0 {
-                self.err(key.clone(), "must be at least 1");
-            }
-            if attributes.iter().any(|a| a.same_attribute(&spec)) {
-                thresholds.set(spec, t.max(1));
-            } else {
-                self.err(
-                    key,
-                    "names an attribute that export.attributes does not list",
-                );
-            }
-        }
-        ExportConfig {
-            attributes,
-            thresholds,
-        }
-    }
-
-    fn peers(&mut self, raw: Vec<RawPeer>) -> Vec<PeerConfig> {
-        let mut names = HashSet::new();
-        let mut out = Vec::new();
-        for (i, p) in raw.into_iter().enumerate() {
-            let key = format!("peer[{i}]");
-            if p.name.trim().is_empty() {
-                self.err(format!("{key}.name"), "must not be empty");
-            } else if !names.insert(p.name.clone()) {
-                self.err(
-                    format!("{key}.name"),
-                    format!("{:?} is used by an earlier peer", p.name),
-                );
-            }
-            let mut roles = Vec::new();
-            match p.role {
-                None => self.err(
-                    format!("{key}.role"),
-                    "is required: \"poll\", \"poller\", \"push\" or \"pusher\"",
-                ),
-                Some(r) => {
-                    for r in r.into_vec() {
-                        let role = match r.as_str() {
-                            "poll" => PeerRole::Poll,
-                            "poller" => PeerRole::Poller,
-                            "push" => PeerRole::Push,
-                            "pusher" => PeerRole::Pusher,
-                            other => {
-                                self.err(
-                                    format!("{key}.role"),
-                                    format!("unknown role {other:?}; expected \"poll\", \"poller\", \"push\" or \"pusher\""),
-                                );
-                                continue;
-                            }
-                        };
-                        roles.push(role);
-                    }
-                }
-            }
-            roles.sort();
-            roles.dedup();
-            let connects = roles
-                .iter()
-                .any(|r| matches!(r, PeerRole::Poll | PeerRole::Poller | PeerRole::Push));
-            let transport = match p.transport.as_deref() {
-                None | Some("stream") => PeerTransport::Stream,
-                Some("http") => PeerTransport::Http,
-                Some(other) => {
-                    self.err(
-                        format!("{key}.transport"),
-                        format!("unknown transport {other:?}; expected \"stream\" or \"http\""),
-                    );
-                    PeerTransport::Stream
-                }
-            };
-            let mut host = p.host.clone();
-            match transport {
-                PeerTransport::Stream => {
-                    match p.port {
-                        Some(0) => self.err(format!("{key}.port"), "must be 1-65535"),
-                        None if connects => self.err(
-                            format!("{key}.port"),
-                            "is required: CIP has no default port (RFC 2653 §2.1)",
-                        ),
-                        _ => {}
-                    }
-                    if p.url.is_some() {
-                        self.err(
-                            format!("{key}.url"),
-                            "is only used with transport = \"http\"",
-                        );
-                    }
-                }
-                PeerTransport::Http => {
-                    if p.port.is_some() {
-                        self.err(
-                            format!("{key}.port"),
-                            "is not used with transport = \"http\": the url names the port",
-                        );
-                    }
-                    if let Some(t) = &p.tls {
-                        if p.url.as_deref().is_some_and(|u| !u.starts_with("https://")) {
-                            self.err(
-                                format!("{key}.tls"),
-                                "applies to https:// URLs only; write the url as https://",
-                            );
-                        }
-                        if t.server_name.is_some() {
-                            self.err(
-                                format!("{key}.tls.server_name"),
-                                "is not used with transport = \"http\": the url's host is the \
-                                 name checked against the certificate",
-                            );
-                        }
-                    }
-                    match p.url.as_deref().map(crate::model::url::CipUrl::parse) {
-                        Some(Ok(u)) if host.trim().is_empty() => host = u.host,
-                        Some(Ok(_)) => {}
-                        Some(Err(m)) => self.err(format!("{key}.url"), m),
-                        None if connects => self.err(
-                            format!("{key}.url"),
-                            "is required with transport = \"http\": the peer's CIP URL \
-                             (e.g. \"http://hub.example:7080/cip\")",
-                        ),
-                        None => {}
-                    }
-                }
-            }
-            if host.trim().is_empty() {
-                self.err(format!("{key}.host"), "must not be empty");
-            }
-            let dsi = match p.dsi.as_deref().map(Dsi::new) {
-                Some(Ok(d)) => Some(d),
-                Some(Err(e)) => {
-                    self.err(format!("{key}.dsi"), e.to_string());
-                    None
-                }
-                None => None,
-            };
-            let poll_interval = self.duration(
-                &format!("{key}.poll_interval"),
-                p.poll_interval,
-                DEFAULT_POLL_INTERVAL,
-            );
-            let tls = p.tls.map(|t| {
-                if t.client_cert.is_some() != t.client_key.is_some() {
-                    self.err(
-                        format!("{key}.tls"),
-                        "client_cert and client_key go together",
-                    );
-                }
-                if t.ca.is_none() {
-                    self.err(
-                        format!("{key}.tls.ca"),
-                        "is required: the CA bundle that verifies the peer",
-                    );
-                }
-                PeerTlsConfig {
-                    ca: t.ca.map(|c| self.path(c)).unwrap_or_default(),
-                    server_name: t.server_name.unwrap_or_else(|| host.clone()),
-                    client_cert: t.client_cert.map(|c| self.path(c)),
-                    client_key: t.client_key.map(|c| self.path(c)),
-                }
-            });
-            let trust = self.peer_trust(&key, p.public_key, p.signatures);
-            let index_type = match p.index_type.as_deref() {
-                None => None,
-                Some(t) => match crate::model::index_kind::IndexKind::from_name(t) {
-                    Some(k) => Some(k),
-                    None => {
-                        self.err(
-                            format!("{key}.index_type"),
-                            format!("{t:?}: expected \"HARVEST-SOIF-1\" or \"tagged\""),
-                        );
-                        None
-                    }
-                },
-            };
-            out.push(PeerConfig {
-                name: p.name,
-                host,
-                port: p.port,
-                index_type,
-                transport,
-                url: p.url.filter(|_| transport == PeerTransport::Http),
-                roles,
-                dsi,
-                poll_interval,
-                tls,
-                trust,
-            });
-        }
-        out
-    }
-}
-
-fn placeholder_dsi() -> Dsi {
-    // Invariant: "0" matches the DSI grammar; used only while collecting problems.
-    Dsi::new("0").expect("\"0\" is a valid dsi")
-}
-
-fn parse_attr_spec(s: &str) -> Result<AttrSpec, String> {
-    AttrSpec::parse(s)
-        .map_err(|e| format!("{s:?} is not Template:Attribute (e.g. \"DOCUMENT:Author\"): {e}"))
-}
-
-/// A path axum can route as it is: `/`, then letters, digits and `-._~/`.
-fn is_route_path(p: &str) -> bool {
-    p.starts_with('/')
-        && p.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~/".contains(&b))
-}
-
-fn check_uri(u: &str) -> Result<(), String> {
-    let Some((scheme, rest)) = u.split_once(':') else {
-        return Err(format!("{u:?} is not a URI (no scheme)"));
-    };
-    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
-    if !scheme_ok || rest.is_empty() {
-        return Err(format!("{u:?} is not a URI"));
-    }
-    if u.chars()
-        .any(|c| c.is_whitespace() || c == '"' || c.is_control())
-    {
-        return Err(format!(
-            "{u:?} holds whitespace, a quote or a control character"
-        ));
-    }
-    Ok(())
 }
 
 /// SOIF parser limits from the configuration.
@@ -1295,6 +537,7 @@ pub fn soif_limits(config: &Config) -> cip_proto::soif::Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hints::hint::AttrSpec;
 
     const MINIMAL: &str = r#"
 data_dir = "/var/lib/cipd"
@@ -1780,17 +1023,5 @@ level = "=="
         assert!(Config::from_toml(&with_uri).is_ok());
         let with_http = format!("{text}http = [\"127.0.0.1:0\"]\n");
         assert!(Config::from_toml(&with_http).is_ok());
-    }
-
-    #[test]
-    fn attr_specs() {
-        let s = parse_attr_spec("DOCUMENT:Author").unwrap();
-        assert_eq!(
-            (s.template.as_str(), s.attribute.as_str()),
-            ("DOCUMENT", "Author")
-        );
-        assert!(parse_attr_spec("DOCUMENT").is_err());
-        assert!(parse_attr_spec(":A").is_err());
-        assert!(parse_attr_spec("A B:C").is_err());
     }
 }
