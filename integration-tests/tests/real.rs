@@ -1,4 +1,4 @@
-//! The simulation checked against reality (`integration_tests::real`): the same plan run
+//! The simulation checked against reality (`cipd_sim::real`): the same plan run
 //! as real `cipd` processes, each in its own network namespace behind the latency proxy,
 //! converges to the same exact tables with the same hint bytes and table entries as the
 //! simulation, takes each change to the root with the same polls, and recovers from a
@@ -8,34 +8,50 @@
 //! printed, not asserted (`cipd-sim --real` on a release build is where the margins are
 //! judged).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use integration_tests::real::{self, RealSpec, compare, lab};
-use integration_tests::sim::{self, Fault, SimSpec};
+use cipd_sim::real::{self, RealSpec, compare, lab};
+use cipd_sim::sim::{self, Fault, SimSpec};
 
 /// The `cipd` binary of this build: `cargo test --workspace` builds it; a test run of this
 /// package alone builds it here.
 fn cipd_binary() -> PathBuf {
-    let proxy = PathBuf::from(env!("CARGO_BIN_EXE_cipd-sim-proxy"));
-    let cipd = proxy.with_file_name("cipd");
-    if !cipd.is_file() {
+    built("cipd", "cipd")
+}
+
+/// The `cipd-sim-proxy` binary of this build (of the `cipd-sim` package, so cargo does not
+/// name it to this test): `cargo test --workspace` builds it; a test run of this package
+/// alone builds it here.
+fn proxy_binary() -> PathBuf {
+    built("cipd-sim", "cipd-sim-proxy")
+}
+
+/// `bin` of `package` in this build's target directory (where test binaries' `deps/` is),
+/// built with cargo when it is not there.
+fn built(package: &str, bin: &str) -> PathBuf {
+    let here = std::env::current_exe().expect("the test binary has a path");
+    let mut dir = here
+        .parent()
+        .expect("the test binary is in a folder")
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(bin);
+    if !path.is_file() {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut c = Command::new(cargo);
-        c.args(["build", "-p", "cipd", "--bin", "cipd"]);
-        if proxy
-            .parent()
-            .and_then(Path::file_name)
-            .is_some_and(|p| p == "release")
-        {
+        c.args(["build", "-p", package, "--bin", bin]);
+        if dir.file_name().is_some_and(|p| p == "release") {
             c.arg("--release");
         }
         let status = c.status().expect("cargo runs");
-        assert!(status.success(), "building cipd failed");
+        assert!(status.success(), "building {bin} failed");
     }
-    cipd
+    path
 }
 
 /// The tests that make namespaces run one at a time: a run removes dead runs' leftovers,
@@ -90,7 +106,7 @@ fn thirty_one_real_processes_agree_with_the_simulation() {
     spec.data.vocabulary = 400;
     let mut real_spec = RealSpec::beside_this_program(spec.clone());
     real_spec.cipd = cipd_binary();
-    real_spec.proxy = PathBuf::from(env!("CARGO_BIN_EXE_cipd-sim-proxy"));
+    real_spec.proxy = proxy_binary();
 
     let simulated = sim::run(&spec).expect("the simulation runs");
     let real = real::run(&real_spec).expect("the real run runs");
@@ -191,7 +207,7 @@ fn a_node_that_does_not_start_is_a_clear_error() {
 
     let mut bad_daemon = RealSpec::beside_this_program(spec.clone());
     bad_daemon.cipd = fails.clone();
-    bad_daemon.proxy = PathBuf::from(env!("CARGO_BIN_EXE_cipd-sim-proxy"));
+    bad_daemon.proxy = proxy_binary();
     let e = real::run(&bad_daemon).expect_err("the daemon exits at once");
     assert!(e.to_string().contains("n0's cipd exited"), "not named: {e}");
 

@@ -1,10 +1,10 @@
-//! The deterministic mesh simulation (`integration_tests::sim`): real daemons on turmoil's
+//! The deterministic mesh simulation (`cipd_sim::sim`): real daemons on turmoil's
 //! network converge to exactly what brute force says, replay from a seed, and come back
 //! exact after each fault.
 
 use std::time::Duration;
 
-use integration_tests::sim::{Churn, Fault, SimSpec, run};
+use cipd_sim::sim::{Churn, Fault, SimSpec, run};
 
 fn small(seed: u64) -> SimSpec {
     let mut spec = SimSpec {

@@ -1,12 +1,12 @@
 //! `cipd-sim`: runs a mesh of real cipd nodes on a simulated network from one seed and
-//! prints its figures (see `integration_tests::sim`).
+//! prints its figures (see `cipd_sim::sim`).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
+use cipd_sim::sim::data::DataSpec;
+use cipd_sim::sim::{Churn, Fault, SimSpec, run};
 use clap::Parser;
-use integration_tests::sim::data::DataSpec;
-use integration_tests::sim::{Churn, Fault, SimSpec, run};
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -143,14 +143,14 @@ fn main() -> ExitCode {
         tail: a.tail,
     };
     if let Some(dir) = &a.report {
-        let spec = integration_tests::sim::report::ReportSpec {
+        let spec = cipd_sim::sim::report::ReportSpec {
             fan_in: a.fan_in,
             max_depth: a.report_depth.max(1),
             thresholds: a.thresholds.clone(),
             seed: a.seed,
             data,
         };
-        return match integration_tests::sim::report::write_report(&spec, dir) {
+        return match cipd_sim::sim::report::write_report(&spec, dir) {
             Ok(md) => {
                 println!("{md}");
                 ExitCode::SUCCESS
@@ -162,7 +162,7 @@ fn main() -> ExitCode {
         };
     }
     if a.real {
-        integration_tests::real::lab::clean_up_on_interrupt();
+        cipd_sim::real::lab::clean_up_on_interrupt();
     }
     let mut failed = false;
     let mut sweep = Sweep::default();
@@ -246,7 +246,7 @@ fn main() -> ExitCode {
 /// Runs `spec` simulated and for real, prints both reports and their comparison; true when
 /// both are exact and agree within the margins.
 fn real_and_compare(a: &Args, spec: SimSpec) -> bool {
-    use integration_tests::real::{self, RealSpec, compare};
+    use cipd_sim::real::{self, RealSpec, compare};
     let mut real_spec = RealSpec::beside_this_program(spec.clone());
     if let Some(p) = &a.cipd {
         real_spec.cipd.clone_from(p);
@@ -305,7 +305,7 @@ struct Sweep {
 }
 
 impl Sweep {
-    fn add(&mut self, r: &integration_tests::sim::Report, exact: bool) {
+    fn add(&mut self, r: &cipd_sim::sim::Report, exact: bool) {
         self.seeds += 1;
         self.exact += usize::from(exact);
         self.converged.push(r.converged_at);

@@ -1,13 +1,13 @@
 //! `cipd-sim-proxy`: the fault-injecting proxy in front of one node of a real mesh run
-//! (`cipd-sim --real`); see `integration_tests::real::proxy`. Started by the run inside the
+//! (`cipd-sim --real`); see `cipd_sim::real::proxy`. Started by the run inside the
 //! node's network namespace and steered over its standard input.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use cipd_sim::real::proxy::{ProxyConfig, run};
 use clap::Parser;
-use integration_tests::real::proxy::{ProxyConfig, run};
 
 /// Forwards connections to a node's daemon from the client's own address, with latency and
 /// loss, held at a start gate, cut or slowed on command.

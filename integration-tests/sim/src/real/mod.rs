@@ -141,11 +141,7 @@ pub fn run(spec: &RealSpec) -> Result<Report, RealError> {
             return Err(RealError::Setup(format!(
                 "no {what} binary at {} (build it first: cargo build --release -p {})",
                 path.display(),
-                if what == "cipd" {
-                    "cipd"
-                } else {
-                    "integration-tests"
-                }
+                if what == "cipd" { "cipd" } else { "cipd-sim" }
             )));
         }
     }

@@ -205,10 +205,10 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
     let _ = writeln!(s, "# The mesh at scale\n");
     let _ = writeln!(
         s,
-        "Written by `cargo run --release -p integration-tests --bin cipd-sim -- --report docs \
+        "Written by `cargo run --release -p cipd-sim --bin cipd-sim -- --report docs \
          -F {} --report-depth {} --thresholds {} --seed {}` (the figures below come from \
          that seed; run it again for the same ones). Every node is the real daemon on a \
-         simulated network (`integration-tests/src/sim`); leaves hold {} objects each, one \
+         simulated network (`integration-tests/sim/src/sim`); leaves hold {} objects each, one \
          `DOCUMENT:Author` value per object: with probability {:.2} a value of the leaf's own \
          (the long tail), else one of {} shared values drawn by a Zipf law of exponent {} \
          (the defaults' head is calibrated on Debian bookworm main's `Maintainer` field: \
