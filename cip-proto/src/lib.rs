@@ -15,6 +15,9 @@
 //! The daemon (`cipd`) and the hint model (`hints`) build on these types; nothing here
 //! spawns tasks, touches sockets or reads configuration.
 
+// Outside tests, a failure is an error or a justified `expect`: never a bare unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod base64;
 pub mod cip;
 pub mod dsi;

@@ -631,13 +631,19 @@ pub(crate) fn text(v: &[u8]) -> String {
     String::from_utf8_lossy(v).into_owned()
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "the templates used here are valid identifiers and \"-\" a valid URL"
+)]
 pub(crate) fn object(template: &str) -> SoifObject {
-    // Invariant: the templates used here are valid identifiers and "-" a valid URL.
     SoifObject::new(template, "-").expect("a valid template")
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "the attribute names used here are fixed identifiers"
+)]
 pub(crate) fn push(o: &mut SoifObject, name: &str, value: &str) {
-    // Invariant: the attribute names used here are fixed identifiers.
     o.push(name, value.as_bytes().to_vec())
         .expect("a valid attribute name");
 }

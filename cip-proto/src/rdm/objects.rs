@@ -70,7 +70,10 @@ impl ServerDescription {
             push(&mut o, "Maintainer", m);
         }
         for (i, s) in self.samples.iter().enumerate() {
-            // Invariant: a fixed name with a number suffix is an identifier.
+            #[allow(
+                clippy::expect_used,
+                reason = "a fixed name with a number suffix is an identifier"
+            )]
             o.push(&format!("RD-Sample-{}", i + 1), s.clone())
                 .expect("a valid name");
         }

@@ -153,6 +153,10 @@ fn check_at<S: ReadAt + ?Sized>(
             .collect::<io::Result<_>>()
     })?;
     let mut regions = regions.into_iter();
+    #[allow(
+        clippy::expect_used,
+        reason = "the first region is always checked: it heads the list collected above"
+    )]
     let first = regions.next().expect("the first region is always checked");
     let mut report = CheckReport {
         objects: first.objects,

@@ -102,8 +102,11 @@ impl Identifier {
     }
 
     /// The identifier as text; always ASCII.
+    #[allow(
+        clippy::expect_used,
+        reason = "every identifier byte is ASCII (checked in `new` / by the parser)"
+    )]
     pub fn as_str(&self) -> &str {
-        // Invariant: every identifier byte is ASCII (checked in `new` / by the parser).
         std::str::from_utf8(&self.0).expect("identifier bytes are ASCII")
     }
 

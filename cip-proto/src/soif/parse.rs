@@ -619,8 +619,11 @@ pub struct AttrRef<'a> {
 
 impl AttrRef<'_> {
     /// The identifier as text.
+    #[allow(
+        clippy::expect_used,
+        reason = "the scanner accepts only ASCII identifier bytes in names"
+    )]
     pub fn name_str(&self) -> &str {
-        // Invariant: the scanner accepts only ASCII identifier bytes in names.
         std::str::from_utf8(self.name).expect("identifier bytes are ASCII")
     }
 }
@@ -640,8 +643,11 @@ pub struct ObjectRef<'a> {
 
 impl<'a> ObjectRef<'a> {
     /// The template type as text.
+    #[allow(
+        clippy::expect_used,
+        reason = "the scanner accepts only ASCII identifier bytes in template types"
+    )]
     pub fn template_str(&self) -> &'a str {
-        // Invariant: the scanner accepts only ASCII identifier bytes in template types.
         std::str::from_utf8(self.template).expect("identifier bytes are ASCII")
     }
 

@@ -726,8 +726,11 @@ impl<'l> Parser<'l> {
             } => return Err(unterminated(section.name(), opened)),
             State::InfoDone | State::Blocks => {}
         }
-        // Invariant: the state is past the first BEGIN IO-Schema, where end_header set it.
-        let h = self.header.expect("a header was read");
+        // The state is past the first BEGIN IO-Schema, where end_header set the header: its
+        // absence cannot happen, and would be a truncated object rather than a panic.
+        let Some(h) = self.header else {
+            return Err(truncated("BEGIN IO-Schema after the header"));
+        };
         let body = match h.kind {
             Kind::Total => Body::Total {
                 last_update: h.last_update,
