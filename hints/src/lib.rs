@@ -49,6 +49,9 @@
 //!
 //! `summary` is the old name of [`substring`], which the daemon's configuration uses.
 
+// Outside tests, a failure is an error or a justified `expect`: never a bare unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod hasher;
 mod pages;
 mod threads;
