@@ -10,7 +10,7 @@
 //! What happens:
 //!
 //! 1. `BENCH_PEERS` fake peers start in this process, each a loopback CIP listener served by
-//!    [`cipd::front::transport::serve_connection`] that answers every poll with one pre-encoded
+//!    [`cipd::transport::serve_connection`] that answers every poll with one pre-encoded
 //!    CIP-HINT of `BENCH_ENTRIES` weightlist entries over `DOCUMENT:Author`, `Title` and
 //!    `Keywords`. Each attribute's values are ranked by popularity and every peer draws its
 //!    objects' values from a Zipf distribution over the ranks (exponent `BENCH_SKEW`) until
@@ -80,9 +80,7 @@ use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType, PollResult, Request};
 use cipd::ctl::query::percent_encode;
-use cipd::front::transport::{
-    PeerContext, Reply, RequestHandler, TransportConfig, serve_connection,
-};
+use cipd::transport::{PeerContext, Reply, RequestHandler, TransportConfig, serve_connection};
 use hints::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType, PollResult, Request, ResponseCode};
-use cipd::front::transport::{
+use cipd::transport::{
     CipClient, PeerContext, Reply, RequestHandler, TransportConfig, serve_connection,
 };
 use tokio::net::TcpListener;

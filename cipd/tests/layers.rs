@@ -12,7 +12,15 @@ use std::path::Path;
 
 /// The layers of `cipd/src`, bottom first. A module's layer is the first segment of its path.
 const LAYERS: &[&str] = &[
-    "sys", "model", "store", "pipeline", "node", "front", "daemon", "ctl",
+    "sys",
+    "model",
+    "store",
+    "transport",
+    "pipeline",
+    "node",
+    "front",
+    "daemon",
+    "ctl",
 ];
 
 /// The layers of `hints/src`, bottom first, each with the top-level modules in it (the map

@@ -18,15 +18,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::front::conn_limit::{CIP_BUSY, ConnLimiter};
 use crate::front::service::CipService;
-use crate::front::transport::{
-    ConnHooks, PeerContext, serve_shared_connection, serve_tracked_connection, tls,
-    transport_config,
-};
 use crate::front::whoispp::WhoisService;
 use crate::model::config::Config;
 use crate::node::{Listeners, Node, NodeError, Status, display_addr};
 use crate::sys::net::{Accepted, Bound, Network};
 use crate::sys::telemetry::LogHandle;
+use crate::transport::{
+    ConnHooks, PeerContext, serve_shared_connection, serve_tracked_connection, tls,
+    transport_config,
+};
 
 pub mod peer;
 

@@ -20,14 +20,14 @@ use cip_proto::Dsi;
 use cip_proto::cip::{IndexType, Request, ResponseCode, TypeSpelling};
 use tokio_util::sync::CancellationToken;
 
-use crate::front::cip_http::{CipHttpClient, HttpError};
-use crate::front::transport::{
-    BASE_URI_PARAM, CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls,
-    transport_config,
-};
 use crate::model::backoff::Backoff;
 use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
 use crate::node::{Exchange, Node, hint_type};
+use crate::transport::cip_http_client::{CipHttpClient, HttpError};
+use crate::transport::{
+    BASE_URI_PARAM, CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls,
+    transport_config,
+};
 
 /// Why a poll or push failed.
 #[derive(Debug, thiserror::Error)]
@@ -808,7 +808,7 @@ mod retry_tests {
     #[test]
     fn what_is_transient() {
         let stalled = PeerError::Transport(TransportError::Stalled {
-            phase: crate::front::transport::Phase::Transfer,
+            phase: crate::transport::Phase::Transfer,
             after: Duration::from_secs(1),
         });
         assert!(transient(&stalled));

@@ -1,5 +1,5 @@
 //! CIP over HTTP (RFC 2653 §2.3): the receiver as a route on the node's HTTP listener
-//! ([`routes`]), and the sender's POST client ([`CipHttpClient`]).
+//! ([`routes`]). The sender's POST client is [`crate::transport::cip_http_client`].
 //!
 //! RFC 2653 §2.3 says only that the sender POSTs an `application/index.cmd.*` entity and
 //! that the reply body is an `application/index.response` or an index object. It leaves
@@ -31,32 +31,21 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use cip_proto::cip::mime::Entity;
 use cip_proto::cip::stream::CIP_VERSION;
-use cip_proto::cip::{
-    IndexResponse, Limits, MessageError, MimeError, PollResult, Request, ResponseCode,
-};
+use cip_proto::cip::{IndexResponse, Limits, Request, ResponseCode};
 use tracing::{debug, warn};
 
 use crate::front::body::BodyError;
 use crate::front::service::CipService;
-use crate::front::transport::{
-    ClientReply, PeerContext, Phase, Reply, RequestHandler, TransportConfig,
-};
-use crate::model::url::CipUrl;
 use crate::node::Node;
-use crate::sys::http::{FetchError, FetchLimits, HttpClient as WebClient};
+use crate::transport::cip_http_client::entity_message;
+use crate::transport::{PeerContext, Reply, RequestHandler, TransportConfig};
 
 /// Seconds in the `Retry-After` of a `503` (CIP 400, "temporarily unable"). Pollers back off
 /// on their own; this is a hint for other senders.
 pub const RETRY_AFTER_SECS: u64 = 60;
-
-/// The media type of CIP responses (RFC 2652 §2.2).
-const RESPONSE_TYPE: &str = "application/index.response";
-
-/// `Content-Transfer-Encoding`, which HTTP does not define but a CIP entity may carry.
-const TRANSFER_ENCODING: HeaderName = HeaderName::from_static("content-transfer-encoding");
 
 /// `CIP-Version` (RFC 2653 §2.2, the mail transport's version header).
 const CIP_VERSION_HEADER: HeaderName = HeaderName::from_static("cip-version");
@@ -71,7 +60,7 @@ const UNKNOWN_REMOTE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr
 /// The peer's address comes from the `ConnectInfo<SocketAddr>` request extension that
 /// [`crate::front::http::serve`] sets. Other methods on `path` get `405`.
 pub fn routes(node: Arc<Node>, path: &str) -> Router {
-    let transport = crate::front::transport::transport_config(&node.config());
+    let transport = crate::transport::transport_config(&node.config());
     let budget = node.inflight().clone();
     let endpoint = Arc::new(Endpoint {
         handler: Arc::new(CipService::new(node)),
@@ -316,267 +305,13 @@ fn version_refusal(headers: &HeaderMap) -> Option<String> {
     }
 }
 
-/// The CIP message an HTTP entity stands for: its `Content-Type` and
-/// `Content-Transfer-Encoding` as MIME header fields, a blank line, then the body. HTTP
-/// header values hold no CR or LF, so nothing can be smuggled into the header section.
-fn entity_message(headers: &HeaderMap, body: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(body.len() + 256);
-    for name in [header::CONTENT_TYPE, TRANSFER_ENCODING] {
-        if let Some(value) = headers.get(&name) {
-            out.put_slice(name.as_str().as_bytes());
-            out.put_slice(b": ");
-            out.put_slice(value.as_bytes());
-            out.put_slice(b"\r\n");
-        }
-    }
-    out.put_slice(b"\r\n");
-    out.put_slice(body);
-    out.freeze()
-}
-
-/// Why an exchange over HTTP failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HttpError {
-    /// The URL is not one we can POST to.
-    #[error("bad cip url: {0}")]
-    BadUrl(String),
-    /// The TCP connection could not be opened.
-    #[error("cannot connect to {url}: {message}")]
-    Connect {
-        /// The URL.
-        url: String,
-        /// The cause.
-        message: String,
-    },
-    /// HTTP itself failed (connection closed, malformed answer).
-    #[error("{url}: http error: {message}")]
-    Http {
-        /// The URL.
-        url: String,
-        /// The cause.
-        message: String,
-    },
-    /// A deadline passed.
-    #[error("{url}: timed out during {phase}")]
-    Timeout {
-        /// The URL.
-        url: String,
-        /// Where.
-        phase: Phase,
-    },
-    /// An HTTP status that carries no CIP answer (404, 405, 500, ...).
-    #[error("{url}: the server answered HTTP {status}: {body}")]
-    Status {
-        /// The URL.
-        url: String,
-        /// The status.
-        status: StatusCode,
-        /// The start of the body, for the log.
-        body: String,
-    },
-    /// A request or an answer over the message limit.
-    #[error("the {what} exceeds the message limit of {limit} bytes")]
-    TooLarge {
-        /// `request` or `answer`.
-        what: &'static str,
-        /// The limit.
-        limit: usize,
-    },
-    /// The request cannot be written as MIME.
-    #[error("cannot encode request: {0}")]
-    Encode(#[from] MimeError),
-    /// The answer is not a CIP response or result.
-    #[error("bad answer: {0}")]
-    Answer(#[from] MessageError),
-}
-
-/// A sender-CIP's client for one peer's CIP URL (`http://` or `https://`). Requests go one
-/// at a time over the shared [`WebClient`], which keeps the connection alive and reuses it.
-#[derive(Debug)]
-pub struct CipHttpClient {
-    url: String,
-    client: WebClient,
-    config: TransportConfig,
-}
-
-impl CipHttpClient {
-    /// A client for `url` over `client` (built with the peer's TLS settings); nothing is
-    /// sent until the first request.
-    ///
-    /// # Errors
-    /// [`HttpError::BadUrl`].
-    pub fn new(url: &str, client: WebClient, config: &TransportConfig) -> Result<Self, HttpError> {
-        CipUrl::parse(url).map_err(HttpError::BadUrl)?;
-        Ok(Self {
-            url: url.to_owned(),
-            client,
-            config: config.clone(),
-        })
-    }
-
-    /// POSTs `request` and reads the answer, within `config.transfer_timeout`: `204` and
-    /// index.response bodies give their code and comment; a `200` with a multipart (or a
-    /// bare index object, digest A4) is a `201` with its result; a `503` without an
-    /// index.response is CIP 400. Answers over `limits.max_message` bytes are refused.
-    ///
-    /// # Errors
-    /// [`HttpError`]: I/O, timeout, a request over the limits, an HTTP status that carries
-    /// no CIP answer, or a poll result that does not parse.
-    pub async fn request(&mut self, request: &Request) -> Result<ClientReply, HttpError> {
-        let limits = self.config.limits;
-        let message = request.to_mime()?;
-        let entity = Entity::parse(&message, &limits)?;
-        if entity.body.len() > limits.max_message {
-            return Err(HttpError::TooLarge {
-                what: "request",
-                limit: limits.max_message,
-            });
-        }
-        let mut headers = HeaderMap::new();
-        for (name, value) in entity.headers.iter() {
-            if name.eq_ignore_ascii_case("mime-version") {
-                continue;
-            }
-            let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_bytes(value.as_bytes()),
-            ) else {
-                return Err(HttpError::Http {
-                    url: self.url.clone(),
-                    message: format!("header {name:?} cannot be sent over HTTP"),
-                });
-            };
-            headers.append(name, value);
-        }
-        let fetch = FetchLimits {
-            timeout: self.config.transfer_timeout,
-            max_bytes: limits.max_message as u64,
-        };
-        let answer = self
-            .client
-            .post(&self.url, headers, entity.body, fetch)
-            .await
-            .map_err(|e| self.fetch_error(e))?;
-        interpret(
-            &self.url,
-            answer.status,
-            &answer.headers,
-            &answer.body,
-            request,
-            &limits,
-        )
-    }
-
-    fn fetch_error(&self, e: FetchError) -> HttpError {
-        let url = self.url.clone();
-        match e {
-            FetchError::Connect { message, .. } => HttpError::Connect { url, message },
-            FetchError::Timeout { .. } => HttpError::Timeout {
-                url,
-                phase: Phase::Transfer,
-            },
-            FetchError::TooLarge { .. } => HttpError::TooLarge {
-                what: "answer",
-                limit: self.config.limits.max_message,
-            },
-            FetchError::BadUrl { reason, .. } => HttpError::BadUrl(reason),
-            other => HttpError::Http {
-                url,
-                message: other.to_string(),
-            },
-        }
-    }
-}
-
-/// The CIP reply an HTTP answer stands for (the inverse of [`reply_response`]).
-fn interpret(
-    url: &str,
-    status: StatusCode,
-    headers: &HeaderMap,
-    body: &Bytes,
-    request: &Request,
-    limits: &Limits,
-) -> Result<ClientReply, HttpError> {
-    let has_type = headers.contains_key(header::CONTENT_TYPE);
-    if status == StatusCode::NO_CONTENT
-        || (status == StatusCode::OK && body.is_empty() && !has_type)
-    {
-        return Ok(ClientReply {
-            code: ResponseCode::Ok,
-            comment: ResponseCode::Ok.text().to_owned(),
-            result: None,
-            explanation: None,
-        });
-    }
-    let message = entity_message(headers, body);
-    let entity = Entity::parse(&message, limits).map_err(MessageError::from)?;
-    let media_type = entity
-        .headers
-        .content_type()
-        .map_err(MessageError::from)?
-        .map(|ct| ct.mime_type().to_owned());
-    match media_type.as_deref() {
-        Some(RESPONSE_TYPE) => {
-            // Whatever the HTTP status (200, 413, 503): the index.response says what CIP
-            // made of the request.
-            let response = IndexResponse::from_entity(&entity)?;
-            Ok(ClientReply {
-                code: response.code,
-                comment: response.comment,
-                result: None,
-                explanation: None,
-            })
-        }
-        Some(t)
-            if status == StatusCode::OK
-                && (t.starts_with("multipart/") || t.starts_with("application/index.obj.")) =>
-        {
-            let result = match PollResult::from_mime(&message, limits) {
-                Ok(r) => Some(r),
-                Err(e) if matches!(request, Request::Poll { .. }) => return Err(e.into()),
-                Err(e) => {
-                    // Digest A9: output after a datachanged is tolerated, not required.
-                    debug!(error = %e, kind = request.kind(), "dropping unparsable output");
-                    None
-                }
-            };
-            Ok(ClientReply {
-                code: ResponseCode::OkOutputFollows,
-                comment: ResponseCode::OkOutputFollows.text().to_owned(),
-                result,
-                explanation: None,
-            })
-        }
-        _ if status == StatusCode::SERVICE_UNAVAILABLE => Ok(ClientReply {
-            code: ResponseCode::TemporarilyUnable,
-            comment: format!("HTTP 503: {}", snippet(body)),
-            result: None,
-            explanation: None,
-        }),
-        _ => Err(HttpError::Status {
-            url: url.to_owned(),
-            status,
-            body: snippet(body),
-        }),
-    }
-}
-
-/// The start of a body as one line of text, for logs and errors.
-fn snippet(body: &[u8]) -> String {
-    let head = &body[..body.len().min(200)];
-    String::from_utf8_lossy(head)
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>()
-        .trim()
-        .to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::url::CipUrl;
+    use crate::transport::cip_http_client::{CipHttpClient, HttpError};
     use cip_proto::Dsi;
+    use cip_proto::cip::PollResult;
     use cip_proto::cip::{IndexObject, IndexType};
     use std::sync::Mutex;
     use std::time::Duration;

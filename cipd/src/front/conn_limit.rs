@@ -573,7 +573,7 @@ impl Activity {
     }
 }
 
-impl crate::front::transport::RequestActivity for Activity {
+impl crate::transport::RequestActivity for Activity {
     fn begin(&self) -> bool {
         Activity::begin(self)
     }

@@ -1,5 +1,5 @@
-//! The front-ends: the CIP stream service ([`service`]) over its framed transport
-//! ([`transport`]), the HTTP router ([`http`]) and its routes (CIP over HTTP in
+//! The front-ends: the CIP stream service ([`service`]) over the framed transport
+//! ([`crate::transport`]), the HTTP router ([`http`]) and its routes (CIP over HTTP in
 //! [`cip_http`], RDM in [`rdm`], `/hina.di` in [`hinadi`], the console in [`console`], the mesh search in [`search`]),
 //! the admin socket ([`admin`]), Whois++ queries on the CIP port that serves them too
 //! ([`whoispp`]), the per-address connection limits they share ([`conn_limit`]), and budgeted request-body
@@ -16,5 +16,4 @@ pub mod http;
 pub mod rdm;
 pub mod search;
 pub mod service;
-pub mod transport;
 pub mod whoispp;

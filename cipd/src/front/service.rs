@@ -21,10 +21,10 @@ use std::sync::Arc;
 use cip_proto::Dsi;
 use cip_proto::cip::{PollResult, Request, ResponseCode};
 
-use crate::front::transport::{BASE_URI_PARAM, POLLER_DSI_PARAM};
-use crate::front::transport::{PeerContext, Reply, RequestHandler};
 use crate::model::config::PeerRole;
 use crate::node::Node;
+use crate::transport::{BASE_URI_PARAM, POLLER_DSI_PARAM};
+use crate::transport::{PeerContext, Reply, RequestHandler};
 
 /// The [`RequestHandler`] of a node's CIP listeners.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 //! form ROADS v2.3's clients parse (`WPPC.pm`, `MeshTraversal.pm`).
 //!
 //! Like ROADS' `wppd`, one port speaks both protocols: the daemon serves it with
-//! [`crate::front::transport::serve_shared_connection`], so a connection whose first line is
+//! [`crate::transport::serve_shared_connection`], so a connection whose first line is
 //! `# CIP-Version: 3` is CIP (a ROADS gatherer polling us) and anything else is a Whois++
 //! query handed to [`WhoisService`].
 //!
@@ -30,10 +30,10 @@ use cip_proto::whoispp::{
     Conjunction, Format, HANDLE_ATTRIBUTE, Search, TEMPLATE_ATTRIBUTE, Term, WhoisQuery, parse,
 };
 
-use crate::front::transport::{OtherProtocol, PeerContext, Phase, TransportError};
 use crate::model::answer::ReferralJson;
 use crate::node::Node;
 use crate::pipeline::tagged::{stable_tag, words};
+use crate::transport::{OtherProtocol, PeerContext, Phase, TransportError};
 
 /// Most routing-table queries one Whois++ query may cost (a bare value is looked up under
 /// every attribute that holds it).

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType, PollResult, Request};
-use cipd::front::transport::{
+use cipd::transport::{
     PeerContext, Reply, RequestHandler, TransportConfig, serve_connection,
 };
 use hints::hint::{AttrSpec, CipHint};

@@ -129,7 +129,7 @@ fn keepalive_is_set_on_the_connections_we_open() {
         let tcp = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
-        cipd::front::transport::keepalive(&tcp, Duration::from_secs(9)).unwrap();
+        cipd::transport::keepalive(&tcp, Duration::from_secs(9)).unwrap();
         let sock = socket2::SockRef::from(&tcp);
         assert!(sock.keepalive().unwrap());
         assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(9));

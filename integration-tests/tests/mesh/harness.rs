@@ -389,11 +389,11 @@ where
 /// object of DSI `dsi`. The error says what went wrong, for the attack tests' tallies.
 pub async fn poll_own_hint(cip: SocketAddr, dsi: &str) -> Result<(), String> {
     use cip_proto::cip::{IndexType, Request, ResponseCode};
-    let config = cipd::front::transport::TransportConfig {
+    let config = cipd::transport::TransportConfig {
         connect_timeout: Duration::from_secs(5),
         ..Default::default()
     };
-    let mut conn = cipd::front::transport::CipClient::connect(cip, None, &config)
+    let mut conn = cipd::transport::CipClient::connect(cip, None, &config)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let poll = Request::Poll {

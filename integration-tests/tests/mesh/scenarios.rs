@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType, Request, ResponseCode};
-use cipd::front::transport::{CipClient, TransportConfig};
+use cipd::transport::{CipClient, TransportConfig};
 
 use crate::harness::{NodeSpec, TestNode};
 

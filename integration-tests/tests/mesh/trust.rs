@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use cip_proto::cip::{Request, ResponseCode};
-use cipd::front::transport::{CipClient, TransportConfig};
+use cipd::transport::{CipClient, TransportConfig};
 use cipd::model::trust::keys::NodeKey;
 use cipd::model::trust::signature::{self, PeerTrust, Policy};
 
