@@ -2,6 +2,9 @@
 //! (`cipd-sim --real`); see `cipd_sim::real::proxy`. Started by the run inside the
 //! node's network namespace and steered over its standard input.
 
+// Outside tests, a failure is an error or a justified `expect`: never a bare unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -1,6 +1,9 @@
 //! `cipd-sim`: runs a mesh of real cipd nodes on a simulated network from one seed and
 //! prints its figures (see `cipd_sim::sim`).
 
+// Outside tests, a failure is an error or a justified `expect`: never a bare unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::process::ExitCode;
 use std::time::Duration;
 

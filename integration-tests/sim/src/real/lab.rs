@@ -67,7 +67,7 @@ fn batch(args: &[&str], lines: &str) -> Result<(), LabError> {
     child
         .stdin
         .take()
-        .expect("piped")
+        .ok_or_else(|| LabError("ip: no pipe to its input".into()))?
         .write_all(lines.as_bytes())
         .map_err(|e| LabError(format!("ip: {e}")))?;
     let out = child

@@ -232,8 +232,14 @@ impl RealMesh {
             .stderr(log)
             .spawn()
             .map_err(setup("proxy"))?;
-        let stdin = child.stdin.take().expect("piped");
-        let mut out = BufReader::new(child.stdout.take().expect("piped"));
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            // Killed and reaped.
+            drop(Proc(child));
+            return Err(RealError::Setup(format!(
+                "n{id}'s proxy: no pipe to its input or from its output"
+            )));
+        };
+        let mut out = BufReader::new(stdout);
         let proc = Proc(child);
         let mut line = String::new();
         out.read_line(&mut line).map_err(setup("proxy"))?;

@@ -505,9 +505,12 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
         traffic: (0..n).map(|_| Arc::new(Traffic::default())).collect(),
         dirs,
         dsis: (0..n)
-            .map(|id| Dsi::new(&dsi_of(id)).expect("a valid dsi"))
-            .collect(),
-        author: AttrSpec::parse("DOCUMENT:Author").expect("a valid spec"),
+            .map(|id| {
+                Dsi::new(&dsi_of(id)).map_err(|e| SimError::Setup(format!("n{id}'s DSI: {e}")))
+            })
+            .collect::<Result<_, _>>()?,
+        author: AttrSpec::parse("DOCUMENT:Author")
+            .map_err(|e| SimError::Setup(format!("DOCUMENT:Author: {e}")))?,
         steps: 0,
         last_progress: Instant::now(),
     };

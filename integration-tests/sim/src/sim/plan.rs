@@ -157,6 +157,10 @@ impl Plan {
     }
 
     /// `id`'s ancestor on `level` (itself when on it).
+    #[allow(
+        clippy::expect_used,
+        reason = "a node above level 0 is below the root, so it has a parent"
+    )]
     pub fn ancestor_at(&self, mut id: usize, level: usize) -> usize {
         while self.tree.nodes[id].level > level {
             id = self.tree.parent(id).expect("below the root");
@@ -172,6 +176,13 @@ impl Plan {
 
     /// Adds to `leaf`'s collection enough objects with the new value `value` to pass every
     /// threshold and updates the expected hints; returns the leaf's new collection file.
+    ///
+    /// # Panics
+    /// When `leaf` is not a leaf of the plan (the runs pass ones `pick_leaf` chose).
+    #[allow(
+        clippy::expect_used,
+        reason = "callers pass a leaf the plan chose; another node is a bug in the run"
+    )]
     pub fn change(&mut self, leaf: usize, value: &str) -> String {
         let copies = self
             .spec
