@@ -96,10 +96,7 @@ pub async fn supervise(node: Arc<Node>, mut changes: tokio::sync::watch::Receive
 /// the previous ones.
 pub fn restart(node: &Arc<Node>) {
     let token = {
-        let mut slot = node
-            .peer_token
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slot = crate::sys::lock(&node.peer_token);
         slot.cancel();
         *slot = node.token.child_token();
         slot.clone()

@@ -412,10 +412,7 @@ impl ConnLimiter {
         let total = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::debug!(listener = self.name, remote = ?remote, %why, "connection refused");
         let now = Instant::now();
-        let mut warned = self
-            .warned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut warned = crate::sys::lock(&self.warned);
         let due = warned.is_none_or(|(at, _)| now.duration_since(at) >= WARN_EVERY);
         if due {
             let since = total - warned.map_or(0, |(_, n)| n);

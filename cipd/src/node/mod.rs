@@ -41,6 +41,7 @@ use crate::store::collection::{self, CollectionSource, LoadReport};
 use crate::store::local_index::LoadedCollection;
 pub use crate::store::local_index::LocalIndex;
 use crate::store::spool::{Spool, SpoolEntry};
+use crate::sys::lock;
 use crate::sys::metrics::{Gauges, Metrics};
 use crate::sys::net::Network;
 use crate::sys::telemetry::LogHandle;
@@ -1001,12 +1002,6 @@ fn object_json(o: &SoifObject) -> ObjectJson {
 /// `ip:port` with IPv6 in brackets.
 pub fn display_addr(a: SocketAddr) -> String {
     a.to_string()
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A poisoned lock means a panic elsewhere mid-update of plain data; the data is still
-    // usable (every update is a few field writes).
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

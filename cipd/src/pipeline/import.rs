@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::model::config::ImportConfig;
 use crate::pipeline::outbound::Pipeline;
+use crate::sys::lock;
 
 /// What an import did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,11 +301,6 @@ fn import_batch(
 
 fn entries_of(hint: &CipHint) -> usize {
     hint.weightlists.iter().map(|(_, w)| w.len()).sum()
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A map updated in single steps: a panic elsewhere leaves it usable.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -44,36 +44,25 @@ pub struct State {
 impl State {
     /// The total stored for `dsi`, for a tagged dataset.
     pub fn stored(&self, dsi: &cip_proto::Dsi) -> Option<Bytes> {
-        self.totals
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(dsi)
-            .cloned()
+        crate::sys::lock(&self.totals).get(dsi).cloned()
     }
 
     /// Records what was stored for `dsi` (kept only for tagged objects: SOIF hints are
     /// always totals).
     pub fn note_stored(&self, facet: &str, dsi: &cip_proto::Dsi, stored: &Bytes) {
         if IndexKind::from_name(facet) == Some(IndexKind::Tagged) {
-            self.totals
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(dsi.clone(), stored.clone());
+            crate::sys::lock(&self.totals).insert(dsi.clone(), stored.clone());
         }
     }
 
     /// The kind learned for `peer`.
     pub fn learned(&self, peer: &str) -> Option<IndexKind> {
-        self.learned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(peer)
-            .copied()
+        crate::sys::lock(&self.learned).get(peer).copied()
     }
 
     /// Records the kind `peer` answers with.
     pub fn learn(&self, peer: &str, kind: IndexKind) {
-        let mut l = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = crate::sys::lock(&self.learned);
         if l.insert(peer.to_owned(), kind) != Some(kind) {
             tracing::info!(%peer, index_type = %kind, "peer's index type learned");
         }
@@ -81,17 +70,13 @@ impl State {
 
     /// How `peer` wants the `type` of a tagged poll spelled, once learned.
     pub fn spelling(&self, peer: &str) -> Option<TypeSpelling> {
-        self.spellings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(peer)
-            .copied()
+        crate::sys::lock(&self.spellings).get(peer).copied()
     }
 
     /// Records the spelling `peer` answered a tagged poll to (ROADS' `wppd` knows only the
     /// media type; RFC 2652 peers the facet).
     pub fn learn_spelling(&self, peer: &str, spelling: TypeSpelling) {
-        let mut l = self.spellings.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = crate::sys::lock(&self.spellings);
         if l.insert(peer.to_owned(), spelling) != Some(spelling) {
             tracing::info!(%peer, ?spelling, "peer's poll type spelling learned");
         }

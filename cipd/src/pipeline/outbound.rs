@@ -43,6 +43,7 @@ use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::config::{Config, PeerRole};
+use crate::sys::lock;
 
 /// What the builder task reads and reports through; the node implements it. The task
 /// knows nothing else of the node.
@@ -551,11 +552,6 @@ pub async fn watchdog<H: OutboundHost>(node: Arc<H>, token: CancellationToken) {
             pipeline.demand.notify_one();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Plain data updated in single steps: a panic elsewhere leaves it usable.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -131,7 +131,7 @@ pub fn apply(
 ) -> io::Result<Applied> {
     // Pulls and submissions may write the same copy at once: one at a time.
     static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = crate::sys::lock(&WRITING);
     let mut objects: Vec<Option<SoifObject>> = Vec::new();
     if path.exists() && !replace {
         let bytes = std::fs::read(path)?;

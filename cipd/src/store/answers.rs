@@ -15,6 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 
+use crate::sys::lock;
 use bytes::Bytes;
 use cip_proto::Dsi;
 use hints::answer::{Answer, ReferralView};
@@ -267,11 +268,6 @@ impl Serialize for Values<'_> {
         }
         seq.end()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A map updated in single steps: a panic elsewhere leaves it usable.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use cip_proto::Dsi;
 
 use crate::model::config::{Config, PeerRole};
 use crate::store::spool::SpoolEntry;
+use crate::sys::lock;
 
 /// How a peer came to be bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,11 +328,6 @@ impl Bindings {
         }
         (keep, aside)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Plain data updated in single steps: a panic elsewhere leaves it usable.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

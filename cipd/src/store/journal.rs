@@ -174,14 +174,11 @@ impl Journals {
         store: &Arc<CollectionStore>,
         now: i64,
     ) -> Result<Arc<Journal>, String> {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let slot = crate::sys::lock(&self.slots)
             .entry(name.to_owned())
             .or_default()
             .clone();
-        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = crate::sys::lock(&slot);
         let path = journal_path(data_dir, name);
         if let Some(j) = &slot.journal
             && Weak::ptr_eq(&slot.store, &Arc::downgrade(store))

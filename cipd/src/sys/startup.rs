@@ -103,7 +103,7 @@ impl Startup {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Phase>> {
-        self.phase.lock().unwrap_or_else(|e| e.into_inner())
+        super::lock(&self.phase)
     }
 }
 

@@ -94,6 +94,6 @@ impl Trust {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, PeerRecord>> {
-        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sys::lock(&self.peers)
     }
 }
