@@ -191,6 +191,15 @@ pub fn compare(sim: &Report, real: &Report, m: &Margins) -> Vec<Row> {
             margin: "shown".to_owned(),
             within: (s.recovered_after.is_none() || r.recovered_after.is_none()).then_some(false),
         });
+        // A blackhole is found by the stall timeout on both sides: judged like any time.
+        if matches!(s.fault, crate::sim::Fault::Blackhole(_)) {
+            rows.push(time_row(
+                &format!("{} at n{}: the poll in it failed after", s.fault, s.node),
+                s.detected_after,
+                r.detected_after,
+                m,
+            ));
+        }
     }
     rows
 }
