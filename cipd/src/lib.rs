@@ -21,6 +21,9 @@
 //! * [`model`]: the validated configuration, key material and plain value types; no I/O
 //!   beyond reading the files it is pointed at.
 
+// Outside tests, a failure is an error or a justified `expect`: never a bare unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod ctl;
 pub mod daemon;
 pub mod front;

@@ -3,6 +3,9 @@
 //! `cipd --config FILE` runs a node; `cipd check-config FILE` validates a configuration and
 //! exits 64 when it is bad; `cipd` alone serves the built-in sample node on loopback.
 
+// Outside tests, a failure is an error or a justified `expect`: never a bare unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

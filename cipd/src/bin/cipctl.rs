@@ -1,5 +1,8 @@
 //! `cipctl`: the operators' tool. Offline SOIF, Hina-Di and hint tools, queries, and the admin socket.
 
+// Outside tests, a failure is an error or a justified `expect`: never a bare unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::process::ExitCode;
 
 use cipd::ctl;

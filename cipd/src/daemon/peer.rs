@@ -417,8 +417,12 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
         if let Some(c) = conn {
             let _ = c.close().await;
         }
-        // Invariant: `attempts` is never empty, so one was answered or an error returned.
-        Ok::<_, PeerError>(answered.expect("at least one poll"))
+        #[allow(
+            clippy::expect_used,
+            reason = "`attempts` is never empty, so one was answered or an error returned"
+        )]
+        let answered = answered.expect("at least one poll");
+        Ok::<_, PeerError>(answered)
     })
     .await
     .map_err(|_| PeerError::Timeout)??;

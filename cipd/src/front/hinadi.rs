@@ -68,7 +68,10 @@ pub fn build(local: &LocalIndex, inputs: &Inputs<'_>) -> Document {
     let cfg = inputs.config;
     let agent = crate::pipeline::hinadi::user_agent();
     let mut out = Vec::new();
-    // Invariant: the agent string and charset names are plain ASCII values.
+    #[allow(
+        clippy::expect_used,
+        reason = "the agent string and charset names are plain ASCII values"
+    )]
     hinadi::write_header(
         &mut out,
         &HeaderOut {

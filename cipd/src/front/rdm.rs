@@ -700,8 +700,13 @@ async fn rd_request(node: &Arc<Node>, msg: &Message) -> Result<Response, Failure
         None
     };
     if deleted {
-        // Invariant: set just above for deletions.
-        let j = journal.expect("journal read");
+        // Read just above for deletions.
+        let Some(j) = journal else {
+            return Err(fail(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "no journal for a deletions request",
+            ));
+        };
         let since = match scope {
             GathererScope::All => None,
             GathererScope::Since(t) => Some(t),
