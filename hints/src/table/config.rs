@@ -28,7 +28,7 @@ pub const DEFAULT_MAX_PEER_BYTES: u64 = 1 << 30;
 pub const DEFAULT_MAX_TABLE_BYTES: u64 = 8 << 30;
 /// What one weightlist entry is charged against the memory budgets besides its value's
 /// bytes: its share of a segment's offsets, hash slots and postings when no other peer
-/// holds the value (the README's sizing: 8 bytes per entry plus 65 per distinct value).
+/// holds the value (docs/sizing.md: 8 bytes per entry plus 65 per distinct value).
 pub const ENTRY_BUDGET_BYTES: u64 = 73;
 
 /// Bytes a provenance DSI is charged beside its own: its place in the peer's list.
