@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cip_proto::soif::{Limits, SoifObject};
-use cipd::node::object_matches;
 use cipd::store::collection::{CollectionSource, SoifSource, load_all};
+use cipd::store::local::object_matches;
 use cipd::store::local::{Job, query, rebuild};
 use hints::builder::Thresholds;
 use hints::hint::AttrSpec;

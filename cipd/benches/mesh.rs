@@ -110,7 +110,8 @@ use cipd::ctl::query::{ClientTlsArgs, QueryArgs, Visit, follow, get_json_with, p
 use cipd::daemon::{Daemon, RunningDaemon, StartOptions};
 use cipd::model::answer::SearchAnswer;
 use cipd::model::config::Config;
-use cipd::node::{Node, Status};
+use cipd::model::status::Status;
+use cipd::node::Node;
 use cipd::sys::http::header::HeaderMap;
 use cipd::sys::http::{FetchLimits, HttpClient};
 use tempfile::TempDir;

@@ -126,7 +126,7 @@ fn hub_config(dir: &Path, leaf_cip: &str, authors: &[&str]) -> std::path::PathBu
     path
 }
 
-fn get(rt: &tokio::runtime::Runtime, url: &str, q: &str) -> cipd::node::QueryAnswer {
+fn get(rt: &tokio::runtime::Runtime, url: &str, q: &str) -> cipd::model::answer::QueryAnswer {
     let path = format!("/v1/referrals?q={}", cipd::ctl::query::percent_encode(q));
     rt.block_on(cipd::ctl::query::get_json(
         url,

@@ -55,7 +55,7 @@ fn sample_node_answers_its_sample_query() {
         .build()
         .unwrap();
     let q = cipd::ctl::query::percent_encode(cipd::store::sample::SAMPLE_QUERY);
-    let answer: cipd::node::QueryAnswer = rt
+    let answer: cipd::model::answer::QueryAnswer = rt
         .block_on(cipd::ctl::query::get_json(
             &url,
             &format!("/v1/referrals?q={q}"),
@@ -63,7 +63,7 @@ fn sample_node_answers_its_sample_query() {
         ))
         .unwrap();
     assert!(answer.local >= 1, "{answer:?}");
-    let objects: cipd::node::ObjectsAnswer = rt
+    let objects: cipd::model::answer::ObjectsAnswer = rt
         .block_on(cipd::ctl::query::get_json(
             &url,
             &format!("/v1/objects?q={q}"),

@@ -81,8 +81,11 @@ pub fn verify(args: &VerifyArgs) -> ExitCode {
     let hint = match input
         .with_context(|| format!("cannot read {}", args.file.display()))
         .and_then(|bytes| {
-            crate::node::parse_hint(&bytes.into(), cip_proto::soif::Limits::default())
-                .map_err(anyhow::Error::from)
+            crate::pipeline::index_types::parse_hint(
+                &bytes.into(),
+                cip_proto::soif::Limits::default(),
+            )
+            .map_err(anyhow::Error::from)
         }) {
         Ok(h) => h,
         Err(e) => return fail(&e),

@@ -17,7 +17,7 @@ use serde::Serialize;
 pub use crate::model::url::percent_encode;
 use crate::sys::http::{FetchError, FetchLimits, HttpClient};
 
-use crate::node::{ObjectsAnswer, QueryAnswer};
+use crate::model::answer::{ObjectsAnswer, QueryAnswer};
 
 /// Most nodes `--follow` visits.
 pub const MAX_FOLLOW: usize = 64;

@@ -20,7 +20,8 @@ use crate::front::conn_limit::{CIP_BUSY, ConnLimiter};
 use crate::front::service::CipService;
 use crate::front::whoispp::WhoisService;
 use crate::model::config::Config;
-use crate::node::{Listeners, Node, NodeError, Status, display_addr};
+use crate::model::status::{Listeners, Status};
+use crate::node::{Node, NodeError, display_addr};
 use crate::sys::net::{Accepted, Bound, Network};
 use crate::sys::telemetry::LogHandle;
 use crate::transport::{

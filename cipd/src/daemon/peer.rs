@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::backoff::Backoff;
 use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
-use crate::node::{Exchange, Node, hint_type};
+use crate::model::status::Exchange;
+use crate::node::{Node, hint_type};
 use crate::transport::cip_http_client::{CipHttpClient, HttpError};
 use crate::transport::{
     BASE_URI_PARAM, CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls,

@@ -22,7 +22,8 @@ use encoding_rs::Encoding;
 use serde::Deserialize;
 
 use crate::front::api::ApiError;
-use crate::node::{LocalIndex, Node};
+use crate::node::Node;
+use crate::store::local_index::LocalIndex;
 
 /// The charsets the file is served in.
 pub const CHARSETS: [&Encoding; 4] = [

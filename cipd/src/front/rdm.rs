@@ -212,7 +212,7 @@ async fn by_post(State(node): State<Arc<Node>>, req: Request) -> Response {
         }
         Err(e) => return failure(&node, &fail(StatusCode::BAD_REQUEST, e.to_string())),
     };
-    let limits = crate::node::soif_limits(&node.config());
+    let limits = crate::model::config::soif_limits(&node.config());
     match Message::parse(bytes, limits) {
         Ok(msg) => answer(node, msg, remote, host).await,
         Err(e) => failure(
@@ -914,7 +914,7 @@ async fn submit(
     };
     let deleting = msg.header.rdm_type == RdmType::RdResponseDeleted;
     let (copy, _) = crate::pipeline::rdm_pull::copy_paths(&config.data_dir, &c.name);
-    let limits = crate::node::soif_limits(&config);
+    let limits = crate::model::config::soif_limits(&config);
     let received = rds.len();
     let applied = blocking(move || {
         if deleting {

@@ -39,21 +39,21 @@ use crate::store::answers::AnswerCache;
 use crate::store::binding::Bindings;
 use crate::store::collection::{self, CollectionSource, LoadReport};
 use crate::store::local_index::LoadedCollection;
-pub use crate::store::local_index::LocalIndex;
+use crate::store::local_index::LocalIndex;
 use crate::store::spool::{Spool, SpoolEntry};
 use crate::sys::lock;
 use crate::sys::metrics::{Gauges, Metrics};
 use crate::sys::net::Network;
 use crate::sys::telemetry::LogHandle;
 
-pub use crate::model::answer::{ObjectJson, ObjectsAnswer, QueryAnswer, ReferralJson};
-pub use crate::model::config::soif_limits;
-pub use crate::model::status::{
-    CollectionStatus, Exchange, Identity, Listeners, PeerState, Status,
-};
-pub use crate::pipeline::index_types::Rejection;
-pub use crate::pipeline::index_types::parse_hint;
-pub use crate::store::local::{QueryError, object_matches};
+use crate::model::answer::{ObjectJson, ObjectsAnswer, QueryAnswer, ReferralJson};
+use crate::model::config::soif_limits;
+use crate::model::status::{CollectionStatus, Exchange, Identity, Listeners, Status};
+// Kept while the simulator (`integration-tests/sim`) names it here; everything else
+// imports it from `model::status`.
+pub use crate::model::status::PeerState;
+use crate::pipeline::index_types::Rejection;
+use crate::store::local::QueryError;
 
 mod hosts;
 mod inbound;
@@ -1008,6 +1008,8 @@ pub fn display_addr(a: SocketAddr) -> String {
 mod tests {
     use super::reload::restart_only_changes;
     use super::*;
+    use crate::pipeline::index_types::parse_hint;
+    use crate::store::local::object_matches;
 
     fn obj(template: &str, pairs: &[(&str, &str)]) -> SoifObject {
         let mut o = SoifObject::new(template, "http://x/").unwrap();

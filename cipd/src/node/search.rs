@@ -12,7 +12,7 @@ use hints::query::Query;
 use crate::model::answer::{ObjectJson, SearchAnswer};
 use crate::model::config::{SearchConfig, TargetRule};
 use crate::pipeline::search::{Direction, Hop, SearchHost, SearchRequest, Target};
-pub use crate::store::clients::Upstream;
+use crate::store::clients::Upstream;
 
 use super::*;
 

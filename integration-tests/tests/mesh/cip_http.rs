@@ -28,7 +28,7 @@ fn http_peer(name: &str, node: &TestNode, roles: &str) -> String {
     )
 }
 
-fn refers_to(answer: &cipd::node::QueryAnswer, dsi: &str) -> Option<u64> {
+fn refers_to(answer: &cipd::model::answer::QueryAnswer, dsi: &str) -> Option<u64> {
     answer
         .referrals
         .iter()

@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use cipd::node::QueryAnswer;
+use cipd::model::answer::QueryAnswer;
 
 use crate::harness::{NodeSpec, TestNode};
 

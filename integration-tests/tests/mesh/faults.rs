@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use cipd::front::admin::{self, AdminRequest};
-use cipd::node::{PeerState, QueryAnswer, ReferralJson};
+use cipd::model::answer::{QueryAnswer, ReferralJson};
+use cipd::model::status::PeerState;
 use serde_json::Value;
 
 use crate::harness::{NodeSpec, TestNode, eventually};

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use cipd::daemon::{Daemon, RunningDaemon, StartOptions};
 use cipd::model::config::{Config, read_config};
-use cipd::node::{QueryAnswer, Status};
+use cipd::model::answer::QueryAnswer;
+use cipd::model::status::Status;
 use tempfile::TempDir;
 
 /// Upper bound on any wait; it only bounds failure.

@@ -64,7 +64,7 @@ async fn brute_force(nodes: &[&TestNode], q: &str) -> BTreeSet<(String, String)>
             "/v1/objects?q={}&limit=1000",
             cipd::ctl::query::percent_encode(q)
         );
-        let a: cipd::node::ObjectsAnswer =
+        let a: cipd::model::answer::ObjectsAnswer =
             cipd::ctl::query::get_json(&n.http_url(), &path, Duration::from_secs(10))
                 .await
                 .unwrap();

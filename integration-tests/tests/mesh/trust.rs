@@ -88,7 +88,7 @@ async fn signed_hints_cross_a_three_level_mesh() {
     // The mid keeps the leaf's hint as it arrived: its signature still checks against the
     // leaf's key, and against no other.
     let kept = mid.daemon.node().received_hint("leaf").unwrap();
-    let hint = cipd::node::parse_hint(&kept.payload, Default::default()).unwrap();
+    let hint = cipd::pipeline::index_types::parse_hint(&kept.payload, Default::default()).unwrap();
     let trust = |k: &NodeKey| PeerTrust {
         keys: vec![k.public().clone()],
         policy: Policy::Require,
@@ -158,7 +158,7 @@ async fn pushed_hints_are_refused_with_the_530_series_and_the_good_one_stays() {
     // The real thing is taken.
     let taken = signed(good.clone(), &key, now);
     assert_eq!(push_code(&taken).await, ResponseCode::Ok);
-    let count = |a: &cipd::node::QueryAnswer| a.referrals.first().map(|r| r.count);
+    let count = |a: &cipd::model::answer::QueryAnswer| a.referrals.first().map(|r| r.count);
     assert_eq!(count(&hub.query("Author=Garcia").await), Some(5));
 
     // An older signed hint (a replay of something the feeder once sent) is refused, as is
@@ -241,7 +241,7 @@ async fn a_key_others_can_read_stops_the_start_and_the_reload() {
         &second_public
     );
     let exported = node.daemon.node().current_outbound().await;
-    let hint = cipd::node::parse_hint(&exported, Default::default()).unwrap();
+    let hint = cipd::pipeline::index_types::parse_hint(&exported, Default::default()).unwrap();
     let trust = PeerTrust {
         keys: vec![second_public],
         policy: Policy::Require,

@@ -105,7 +105,7 @@ async fn good_poll(cip: SocketAddr) -> Result<(), String> {
 }
 
 async fn good_query(http: &str) -> Result<(), String> {
-    let a: cipd::node::QueryAnswer =
+    let a: cipd::model::answer::QueryAnswer =
         cipd::ctl::query::get_json(http, "/v1/referrals?q=Author%3DAlice", PATIENCE)
             .await
             .map_err(|e| format!("query: {e:#}"))?;
