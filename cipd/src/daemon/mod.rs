@@ -220,7 +220,7 @@ impl Daemon {
         ));
         crate::sys::startup::report_while(node.startup(), node.rebuild_local(true)).await;
         node.tracker
-            .spawn(crate::pipeline::hinadi::fetch_loop(node.clone()));
+            .spawn(crate::pipeline::hinadi_feed::fetch_loop(node.clone()));
         node.tracker
             .spawn(crate::pipeline::rdm_pull::pull_loop(node.clone()));
         node.tracker
@@ -296,15 +296,15 @@ impl Daemon {
                 if tls.is_some() { "https" } else { "http" },
                 addr.map(display_addr).unwrap_or_default()
             );
-            let app = crate::front::http::router(node.clone());
-            let limits = crate::front::http::HttpLimits {
+            let app = crate::front::http_server::router(node.clone());
+            let limits = crate::front::http_server::HttpLimits {
                 max_connections: config.limits.max_http_connections,
                 idle_timeout: config.limits.http_idle_timeout,
             };
             let (t, tracker) = (node.token.child_token(), node.tracker.clone());
             let http_permits = http_permits.clone();
             node.tracker.spawn(async move {
-                let served = crate::front::http::serve_limited(
+                let served = crate::front::http_server::serve_limited(
                     l,
                     limits,
                     http_permits,

@@ -58,7 +58,7 @@ const UNKNOWN_REMOTE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr
 /// [`CipService`] with the stream transport's size limits.
 ///
 /// The peer's address comes from the `ConnectInfo<SocketAddr>` request extension that
-/// [`crate::front::http::serve`] sets. Other methods on `path` get `405`.
+/// [`crate::front::http_server::serve`] sets. Other methods on `path` get `405`.
 pub fn routes(node: Arc<Node>, path: &str) -> Router {
     let transport = crate::transport::transport_config(&node.config());
     let budget = node.inflight().clone();
@@ -365,7 +365,7 @@ mod tests {
         max_parts: 16,
     };
 
-    /// Serves the stub at `/cip` through [`crate::front::http::serve`] (which sets the remote
+    /// Serves the stub at `/cip` through [`crate::front::http_server::serve`] (which sets the remote
     /// address) on a free port.
     async fn server(limits: Limits) -> (SocketAddr, Arc<Stub>, CancellationToken, TaskTracker) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -373,11 +373,11 @@ mod tests {
         let stub = Arc::new(Stub::default());
         let app = routes_with(stub.clone(), limits, "/cip");
         let (token, tracker) = (CancellationToken::new(), TaskTracker::new());
-        let http_limits = crate::front::http::HttpLimits {
+        let http_limits = crate::front::http_server::HttpLimits {
             max_connections: 8,
             idle_timeout: Duration::from_secs(10),
         };
-        tracker.spawn(crate::front::http::serve(
+        tracker.spawn(crate::front::http_server::serve(
             listener,
             http_limits,
             app,

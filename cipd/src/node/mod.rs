@@ -6,7 +6,7 @@
 //! counters that tests and the admin socket read. Background tasks (peer polling, collection
 //! watching, expiry) live in [`crate::daemon::peer`] and [`crate::daemon`] and call back into it.
 //!
-//! `Node`'s operations are split by what they serve: in-bound index objects (`inbound`),
+//! `Node`'s operations are split by what they serve: in-bound index objects (`accept`),
 //! queries (`queries`) and reload (`reload`); this module keeps the state itself, the local
 //! collections and the out-bound hint's hooks.
 
@@ -55,8 +55,8 @@ pub use crate::model::status::PeerState;
 use crate::pipeline::index_types::Rejection;
 use crate::store::local::QueryError;
 
+mod accept;
 mod hosts;
-mod inbound;
 mod queries;
 mod reachability;
 mod reload;

@@ -1,8 +1,8 @@
 //! Which source reads a collection: the SOIF files, the bundled sample, a Hina-Di file or URL
-//! ([`crate::pipeline::hinadi`]), or an RDM catalog ([`crate::pipeline::rdm_pull`]).
+//! ([`crate::pipeline::hinadi_feed`]), or an RDM catalog ([`crate::pipeline::rdm_pull`]).
 
 use crate::model::config::{CollectionConfig, SourceConfig};
-use crate::pipeline::hinadi::HinaDiSource;
+use crate::pipeline::hinadi_feed::HinaDiSource;
 use crate::pipeline::rdm_pull::RdmSource;
 use crate::store::collection::{
     CollectionSource, FileSet, SampleSource, SoifSource, SourceContext,

@@ -67,7 +67,7 @@ pub struct Inputs<'a> {
 /// Builds the file from `local` (blocking: it reads the collection stores).
 pub fn build(local: &LocalIndex, inputs: &Inputs<'_>) -> Document {
     let cfg = inputs.config;
-    let agent = crate::pipeline::hinadi::user_agent();
+    let agent = crate::pipeline::hinadi_feed::user_agent();
     let mut out = Vec::new();
     #[allow(
         clippy::expect_used,

@@ -100,10 +100,10 @@ pub fn router(node: Arc<Node>) -> Router {
         app = app.merge(crate::front::cip_http::routes(node.clone(), path));
     }
     if let Some(path) = &config.hinadi.serve_path {
-        app = app.merge(crate::front::hinadi::routes(node.clone(), path));
+        app = app.merge(crate::front::hinadi_server::routes(node.clone(), path));
     }
     if let Some(path) = &config.rdm.path {
-        app = app.merge(crate::front::rdm::routes(node.clone(), path));
+        app = app.merge(crate::front::rdm_server::routes(node.clone(), path));
     }
     if let Some(path) = &config.console.path {
         app = app.merge(crate::front::console::routes(node.clone(), path));
