@@ -40,6 +40,85 @@ fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `cipctl table`: the table's rows, filtered.
+fn table(
+    node: &Node,
+    attr: Option<String>,
+    peer: Option<String>,
+    prefix: Option<String>,
+    top: usize,
+) -> Result<Value, AdminError> {
+    let attr = attr
+        .map(|a| AttrSpec::parse(&a))
+        .transpose()
+        .map_err(|e| AdminError::InvalidArgument(format!("--attr: {e}")))?;
+    let peer = peer
+        .map(|p| Dsi::new(&p))
+        .transpose()
+        .map_err(|e| AdminError::InvalidArgument(format!("--peer: {e}")))?;
+    let rows: Vec<TableRowInfo> = node
+        .table()
+        .entries(
+            attr.as_ref(),
+            peer.as_ref(),
+            prefix.as_deref().map(str::as_bytes),
+            top,
+        )
+        .into_iter()
+        .map(|r| TableRowInfo {
+            attr: r.attribute.to_string(),
+            value: lossy(&r.value),
+            total: r.total,
+            peers: r
+                .peers
+                .into_iter()
+                .map(|(d, n)| (d.to_string(), n))
+                .collect(),
+        })
+        .collect();
+    Ok(json!({ "rows": rows }))
+}
+
+/// `cipctl explain`: why each referral ranks where it does.
+fn explain(node: &Node, query: String, possible: bool) -> Result<Value, AdminError> {
+    let explanations = node
+        .explain(&query, possible)
+        .map_err(|e| AdminError::InvalidArgument(e.to_string()))?;
+    let referrals: Vec<ExplainInfo> = explanations
+        .into_iter()
+        .map(|e| {
+            let via = e
+                .via
+                .map(|v| format!(" (hint from peer {v})"))
+                .unwrap_or_default();
+            ExplainInfo {
+                rank: e.position,
+                dsi: e.referral.dsi.to_string(),
+                base_uris: e.referral.base_uris().to_vec(),
+                count: e.referral.count,
+                total: e.referral.total,
+                definite: e.referral.definite,
+                reason: format!("{}{via}", e.rank),
+                terms: e
+                    .terms
+                    .into_iter()
+                    .map(|t| ExplainTerm {
+                        term: t.term,
+                        count: t.count,
+                        possible: !matches!(t.status, hints::rank::TermStatus::Definite),
+                        matches: t
+                            .matches
+                            .into_iter()
+                            .map(|m| (m.attribute.to_string(), lossy(&m.value), m.count))
+                            .collect(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Ok(json!({ "query": query, "referrals": referrals }))
+}
+
 impl AdminBackend for NodeAdmin {
     async fn handle(&self, request: AdminRequest) -> Result<Value, AdminError> {
         let node = &self.node;
@@ -51,80 +130,8 @@ impl AdminBackend for NodeAdmin {
                 peer,
                 prefix,
                 top,
-            } => {
-                let attr = attr
-                    .map(|a| AttrSpec::parse(&a))
-                    .transpose()
-                    .map_err(|e| AdminError::InvalidArgument(format!("--attr: {e}")))?;
-                let peer = peer
-                    .map(|p| Dsi::new(&p))
-                    .transpose()
-                    .map_err(|e| AdminError::InvalidArgument(format!("--peer: {e}")))?;
-                let rows: Vec<TableRowInfo> = node
-                    .table()
-                    .entries(
-                        attr.as_ref(),
-                        peer.as_ref(),
-                        prefix.as_deref().map(str::as_bytes),
-                        top,
-                    )
-                    .into_iter()
-                    .map(|r| TableRowInfo {
-                        attr: r.attribute.to_string(),
-                        value: lossy(&r.value),
-                        total: r.total,
-                        peers: r
-                            .peers
-                            .into_iter()
-                            .map(|(d, n)| (d.to_string(), n))
-                            .collect(),
-                    })
-                    .collect();
-                Ok(json!({ "rows": rows }))
-            }
-            AdminRequest::Explain { query, possible } => {
-                let explanations = node
-                    .explain(&query, possible)
-                    .map_err(|e| AdminError::InvalidArgument(e.to_string()))?;
-                let referrals: Vec<ExplainInfo> = explanations
-                    .into_iter()
-                    .map(|e| {
-                        let via = e
-                            .via
-                            .map(|v| format!(" (hint from peer {v})"))
-                            .unwrap_or_default();
-                        ExplainInfo {
-                            rank: e.position,
-                            dsi: e.referral.dsi.to_string(),
-                            base_uris: e.referral.base_uris().to_vec(),
-                            count: e.referral.count,
-                            total: e.referral.total,
-                            definite: e.referral.definite,
-                            reason: format!("{}{via}", e.rank),
-                            terms: e
-                                .terms
-                                .into_iter()
-                                .map(|t| ExplainTerm {
-                                    term: t.term,
-                                    count: t.count,
-                                    possible: !matches!(
-                                        t.status,
-                                        hints::rank::TermStatus::Definite
-                                    ),
-                                    matches: t
-                                        .matches
-                                        .into_iter()
-                                        .map(|m| {
-                                            (m.attribute.to_string(), lossy(&m.value), m.count)
-                                        })
-                                        .collect(),
-                                })
-                                .collect(),
-                        }
-                    })
-                    .collect();
-                Ok(json!({ "query": query, "referrals": referrals }))
-            }
+            } => table(node, attr, peer, prefix, top),
+            AdminRequest::Explain { query, possible } => explain(node, query, possible),
             AdminRequest::Poll { peer } => {
                 let (name, under_way) = node
                     .poll_now(&peer)

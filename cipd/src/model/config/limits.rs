@@ -252,23 +252,10 @@ impl Default for Limits {
 }
 
 impl Validator<'_> {
-    pub(super) fn limits(&mut self, raw: RawLimits) -> Limits {
+    pub(super) fn limits(&mut self, mut raw: RawLimits) -> Limits {
         let d = Limits::default();
         let explicit_default_referrals = raw.default_referrals.is_some();
-        let watch_interval = match raw.watch_interval.as_deref() {
-            None => d.watch_interval,
-            Some(s) => match humantime::parse_duration(s) {
-                Ok(x) if x.is_zero() => None,
-                Ok(x) => Some(x),
-                Err(e) => {
-                    self.err(
-                        "limits.watch_interval",
-                        format!("{s:?} is not a duration ({e})"),
-                    );
-                    d.watch_interval
-                }
-            },
-        };
+        let watch_interval = self.watch_interval(raw.watch_interval.as_deref(), d.watch_interval);
         let mut limits = Limits {
             max_connections: self.positive(
                 "limits.max_connections",
@@ -317,60 +304,76 @@ impl Validator<'_> {
             ),
             handshake_timeout: self.duration(
                 "limits.handshake_timeout",
-                raw.handshake_timeout,
+                raw.handshake_timeout.take(),
                 d.handshake_timeout,
             ),
-            idle_timeout: self.duration("limits.idle_timeout", raw.idle_timeout, d.idle_timeout),
+            idle_timeout: self.duration(
+                "limits.idle_timeout",
+                raw.idle_timeout.take(),
+                d.idle_timeout,
+            ),
             request_timeout: self.duration(
                 "limits.request_timeout",
-                raw.request_timeout,
+                raw.request_timeout.take(),
                 d.request_timeout,
             ),
             connect_timeout: self.duration(
                 "limits.connect_timeout",
-                raw.connect_timeout,
+                raw.connect_timeout.take(),
                 d.connect_timeout,
             ),
-            poll_timeout: self.duration("limits.poll_timeout", raw.poll_timeout, d.poll_timeout),
+            poll_timeout: self.duration(
+                "limits.poll_timeout",
+                raw.poll_timeout.take(),
+                d.poll_timeout,
+            ),
             stall_timeout: self.duration(
                 "limits.stall_timeout",
-                raw.stall_timeout,
+                raw.stall_timeout.take(),
                 d.stall_timeout,
             ),
             tcp_keepalive: match raw.tcp_keepalive.as_deref().map(str::trim) {
                 Some("0" | "0s" | "off") => Duration::ZERO,
-                _ => self.duration("limits.tcp_keepalive", raw.tcp_keepalive, d.tcp_keepalive),
+                _ => self.duration(
+                    "limits.tcp_keepalive",
+                    raw.tcp_keepalive.take(),
+                    d.tcp_keepalive,
+                ),
             },
             peer_gone_after: match raw.peer_gone_after.as_deref().map(str::trim) {
                 Some("0" | "0s" | "off") => Duration::ZERO,
                 _ => self.duration(
                     "limits.peer_gone_after",
-                    raw.peer_gone_after,
+                    raw.peer_gone_after.take(),
                     d.peer_gone_after,
                 ),
             },
             transient_backoff: self.duration(
                 "limits.transient_backoff",
-                raw.transient_backoff,
+                raw.transient_backoff.take(),
                 d.transient_backoff,
             ),
             max_transient_backoff: self.duration(
                 "limits.max_transient_backoff",
-                raw.max_transient_backoff,
+                raw.max_transient_backoff.take(),
                 d.max_transient_backoff,
             ),
-            http_timeout: self.duration("limits.http_timeout", raw.http_timeout, d.http_timeout),
+            http_timeout: self.duration(
+                "limits.http_timeout",
+                raw.http_timeout.take(),
+                d.http_timeout,
+            ),
             http_idle_timeout: self.duration(
                 "limits.http_idle_timeout",
-                raw.http_idle_timeout,
+                raw.http_idle_timeout.take(),
                 d.http_idle_timeout,
             ),
             shutdown_grace: self.duration(
                 "limits.shutdown_grace",
-                raw.shutdown_grace,
+                raw.shutdown_grace.take(),
                 d.shutdown_grace,
             ),
-            max_backoff: self.duration("limits.max_backoff", raw.max_backoff, d.max_backoff),
+            max_backoff: self.duration("limits.max_backoff", raw.max_backoff.take(), d.max_backoff),
             max_referrals: self.positive(
                 "limits.max_referrals",
                 raw.max_referrals,
@@ -399,80 +402,9 @@ impl Validator<'_> {
                 d.local_scan_max_objects,
             ),
             watch_interval,
-            table: hints::table::TableLimits {
-                max_peers: self.positive(
-                    "limits.max_table_peers",
-                    raw.max_table_peers,
-                    d.table.max_peers,
-                ),
-                max_entries_per_hint: self.positive(
-                    "limits.max_hint_entries",
-                    raw.max_hint_entries,
-                    d.table.max_entries_per_hint,
-                ),
-                max_value_len: self.positive(
-                    "limits.max_hint_value_length",
-                    raw.max_hint_value_length,
-                    d.table.max_value_len,
-                ),
-                max_provenance: self.positive(
-                    "limits.max_provenance",
-                    raw.max_provenance,
-                    d.table.max_provenance,
-                ),
-                max_attributes: self.positive(
-                    "limits.max_table_attributes",
-                    raw.max_table_attributes,
-                    d.table.max_attributes,
-                ),
-                max_total_objects: match raw.max_total_objects {
-                    Some(0) => {
-                        self.err("limits.max_total_objects", "must be at least 1");
-                        d.table.max_total_objects
-                    }
-                    Some(n) => n,
-                    None => d.table.max_total_objects,
-                },
-                max_peer_bytes: self.positive_u64(
-                    "limits.max_peer_table_bytes",
-                    raw.max_peer_table_bytes,
-                    d.table.max_peer_bytes,
-                ),
-                max_table_bytes: self.positive_u64(
-                    "limits.max_table_bytes",
-                    raw.max_table_bytes,
-                    d.table.max_table_bytes,
-                ),
-            },
-            query: hints::query::QueryLimits {
-                max_terms: self.positive(
-                    "limits.max_query_terms",
-                    raw.max_query_terms,
-                    d.query.max_terms,
-                ),
-                max_len: self.positive(
-                    "limits.max_query_length",
-                    raw.max_query_length,
-                    d.query.max_len,
-                ),
-            },
-            admin: AdminLimits {
-                max_connections: self.positive(
-                    "limits.max_admin_connections",
-                    raw.max_admin_connections,
-                    d.admin.max_connections,
-                ),
-                max_request: self.positive(
-                    "limits.max_admin_request",
-                    raw.max_admin_request,
-                    d.admin.max_request,
-                ),
-                idle_timeout: self.duration(
-                    "limits.admin_idle_timeout",
-                    raw.admin_idle_timeout,
-                    d.admin.idle_timeout,
-                ),
-            },
+            table: self.table_limits(&raw, d.table),
+            query: self.query_limits(&raw, d.query),
+            admin: self.admin_limits(&mut raw, d.admin),
         };
         if limits.default_referrals > limits.max_referrals && !explicit_default_referrals {
             // Only max_referrals was lowered: the page is all of it.
@@ -487,6 +419,103 @@ impl Validator<'_> {
             );
         }
         limits
+    }
+
+    /// `limits.watch_interval`: `0` turns watching off.
+    fn watch_interval(&mut self, raw: Option<&str>, default: Option<Duration>) -> Option<Duration> {
+        match raw {
+            None => default,
+            Some(s) => match humantime::parse_duration(s) {
+                Ok(x) if x.is_zero() => None,
+                Ok(x) => Some(x),
+                Err(e) => {
+                    self.err(
+                        "limits.watch_interval",
+                        format!("{s:?} is not a duration ({e})"),
+                    );
+                    default
+                }
+            },
+        }
+    }
+
+    fn table_limits(
+        &mut self,
+        raw: &RawLimits,
+        d: hints::table::TableLimits,
+    ) -> hints::table::TableLimits {
+        hints::table::TableLimits {
+            max_peers: self.positive("limits.max_table_peers", raw.max_table_peers, d.max_peers),
+            max_entries_per_hint: self.positive(
+                "limits.max_hint_entries",
+                raw.max_hint_entries,
+                d.max_entries_per_hint,
+            ),
+            max_value_len: self.positive(
+                "limits.max_hint_value_length",
+                raw.max_hint_value_length,
+                d.max_value_len,
+            ),
+            max_provenance: self.positive(
+                "limits.max_provenance",
+                raw.max_provenance,
+                d.max_provenance,
+            ),
+            max_attributes: self.positive(
+                "limits.max_table_attributes",
+                raw.max_table_attributes,
+                d.max_attributes,
+            ),
+            max_total_objects: match raw.max_total_objects {
+                Some(0) => {
+                    self.err("limits.max_total_objects", "must be at least 1");
+                    d.max_total_objects
+                }
+                Some(n) => n,
+                None => d.max_total_objects,
+            },
+            max_peer_bytes: self.positive_u64(
+                "limits.max_peer_table_bytes",
+                raw.max_peer_table_bytes,
+                d.max_peer_bytes,
+            ),
+            max_table_bytes: self.positive_u64(
+                "limits.max_table_bytes",
+                raw.max_table_bytes,
+                d.max_table_bytes,
+            ),
+        }
+    }
+
+    fn query_limits(
+        &mut self,
+        raw: &RawLimits,
+        d: hints::query::QueryLimits,
+    ) -> hints::query::QueryLimits {
+        hints::query::QueryLimits {
+            max_terms: self.positive("limits.max_query_terms", raw.max_query_terms, d.max_terms),
+            max_len: self.positive("limits.max_query_length", raw.max_query_length, d.max_len),
+        }
+    }
+
+    fn admin_limits(&mut self, raw: &mut RawLimits, d: AdminLimits) -> AdminLimits {
+        AdminLimits {
+            max_connections: self.positive(
+                "limits.max_admin_connections",
+                raw.max_admin_connections,
+                d.max_connections,
+            ),
+            max_request: self.positive(
+                "limits.max_admin_request",
+                raw.max_admin_request,
+                d.max_request,
+            ),
+            idle_timeout: self.duration(
+                "limits.admin_idle_timeout",
+                raw.admin_idle_timeout.take(),
+                d.idle_timeout,
+            ),
+        }
     }
 }
 
