@@ -229,19 +229,7 @@ impl Daemon {
         node.begin_cold_start();
 
         let config = node.config();
-        let caps = config.limits.max_connections
-            + config.limits.max_http_connections
-            + config.limits.admin.max_connections
-            + config.limits.max_concurrent_polls;
-        let fds = crate::sys::fds::ensure(caps as u64);
-        if !fds.enough() {
-            tracing::warn!(
-                needed = fds.needed,
-                limit = ?fds.limit,
-                "the open-files limit is below what the connection caps need; connections \
-                 past it fail to be accepted (raise LimitNOFILE / ulimit -n, or lower the caps)"
-            );
-        }
+        check_open_files(&config);
         // One limiter for the CIP listeners (plain and TLS), one for the HTTP listeners.
         let permits = ConnLimiter::new(
             "cip",
@@ -255,69 +243,8 @@ impl Daemon {
             config.limits.max_http_connections_per_address,
             node.metrics().listener("http"),
         );
-        let service = Arc::new(CipService::new(node.clone()));
-        let whois = Arc::new(WhoisService::new(node.clone()));
-        let plain = cip.into_iter().map(|l| (l, None));
-        let shared = whoispp.into_iter().map(|l| (l, Some(whois.clone())));
-        for (l, whois) in plain.chain(shared) {
-            let addr = l.local_addr().ok().map(display_addr).unwrap_or_default();
-            match whois {
-                None => tracing::info!("listening for CIP on {addr}"),
-                Some(_) => tracing::info!("listening for Whois++ and CIP on {addr}"),
-            }
-            node.tracker.spawn(accept_loop(
-                node.clone(),
-                l,
-                None,
-                service.clone(),
-                whois,
-                permits.clone(),
-            ));
-        }
-        for (l, server) in cip_tls {
-            let addr = l.local_addr().ok();
-            tracing::info!(
-                "listening for CIP over TLS on {}",
-                addr.map(display_addr).unwrap_or_default()
-            );
-            node.tracker.spawn(accept_loop(
-                node.clone(),
-                l,
-                Some(server),
-                service.clone(),
-                None,
-                permits.clone(),
-            ));
-        }
-        for (l, tls) in http {
-            let addr = l.local_addr().ok();
-            tracing::info!(
-                "listening for queries on {}://{}",
-                if tls.is_some() { "https" } else { "http" },
-                addr.map(display_addr).unwrap_or_default()
-            );
-            let app = crate::front::http_server::router(node.clone());
-            let limits = crate::front::http_server::HttpLimits {
-                max_connections: config.limits.max_http_connections,
-                idle_timeout: config.limits.http_idle_timeout,
-            };
-            let (t, tracker) = (node.token.child_token(), node.tracker.clone());
-            let http_permits = http_permits.clone();
-            node.tracker.spawn(async move {
-                let served = crate::front::http_server::serve_limited(
-                    l,
-                    limits,
-                    http_permits,
-                    tls,
-                    app,
-                    t,
-                    tracker,
-                );
-                if let Err(e) = served.await {
-                    tracing::error!(error = %e, "http server failed");
-                }
-            });
-        }
+        spawn_cip(&node, cip, whoispp, cip_tls, &permits);
+        spawn_http(&node, &config, http, &http_permits);
         let peer_changes = node.peer_changes();
         peer::restart(&node);
         node.tracker
@@ -340,6 +267,105 @@ impl Daemon {
             status,
             grace,
         })
+    }
+}
+
+/// Warns when the open-files limit is below what the connection caps need.
+fn check_open_files(config: &Config) {
+    let caps = config.limits.max_connections
+        + config.limits.max_http_connections
+        + config.limits.admin.max_connections
+        + config.limits.max_concurrent_polls;
+    let fds = crate::sys::fds::ensure(caps as u64);
+    if !fds.enough() {
+        tracing::warn!(
+            needed = fds.needed,
+            limit = ?fds.limit,
+            "the open-files limit is below what the connection caps need; connections \
+             past it fail to be accepted (raise LimitNOFILE / ulimit -n, or lower the caps)"
+        );
+    }
+}
+
+/// Serves CIP on the plain, TLS and shared Whois++ listeners.
+fn spawn_cip(
+    node: &Arc<Node>,
+    cip: Vec<Bound>,
+    whoispp: Vec<Bound>,
+    cip_tls: Vec<(Bound, Arc<rustls::ServerConfig>)>,
+    permits: &Arc<ConnLimiter>,
+) {
+    let service = Arc::new(CipService::new(node.clone()));
+    let whois = Arc::new(WhoisService::new(node.clone()));
+    let plain = cip.into_iter().map(|l| (l, None));
+    let shared = whoispp.into_iter().map(|l| (l, Some(whois.clone())));
+    for (l, whois) in plain.chain(shared) {
+        let addr = l.local_addr().ok().map(display_addr).unwrap_or_default();
+        match whois {
+            None => tracing::info!("listening for CIP on {addr}"),
+            Some(_) => tracing::info!("listening for Whois++ and CIP on {addr}"),
+        }
+        node.tracker.spawn(accept_loop(
+            node.clone(),
+            l,
+            None,
+            service.clone(),
+            whois,
+            permits.clone(),
+        ));
+    }
+    for (l, server) in cip_tls {
+        let addr = l.local_addr().ok();
+        tracing::info!(
+            "listening for CIP over TLS on {}",
+            addr.map(display_addr).unwrap_or_default()
+        );
+        node.tracker.spawn(accept_loop(
+            node.clone(),
+            l,
+            Some(server),
+            service.clone(),
+            None,
+            permits.clone(),
+        ));
+    }
+}
+
+/// Serves the HTTP routes on the HTTP and HTTPS listeners.
+fn spawn_http(
+    node: &Arc<Node>,
+    config: &Config,
+    http: Vec<(TcpListener, Option<Arc<rustls::ServerConfig>>)>,
+    http_permits: &Arc<ConnLimiter>,
+) {
+    for (l, tls) in http {
+        let addr = l.local_addr().ok();
+        tracing::info!(
+            "listening for queries on {}://{}",
+            if tls.is_some() { "https" } else { "http" },
+            addr.map(display_addr).unwrap_or_default()
+        );
+        let app = crate::front::http_server::router(node.clone());
+        let limits = crate::front::http_server::HttpLimits {
+            max_connections: config.limits.max_http_connections,
+            idle_timeout: config.limits.http_idle_timeout,
+        };
+        let (t, tracker) = (node.token.child_token(), node.tracker.clone());
+        let http_permits = http_permits.clone();
+        node.tracker.spawn(async move {
+            let served = crate::front::http_server::serve_limited(
+                l,
+                limits,
+                http_permits,
+                tls,
+                app,
+                t,
+                tracker,
+            );
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "http server failed");
+            }
+        });
     }
 }
 
