@@ -51,7 +51,7 @@ use crate::model::config::soif_limits;
 use crate::model::status::{CollectionStatus, Exchange, Identity, Listeners, Status};
 // Kept while the simulator (`integration-tests/sim`) names it here; everything else
 // imports it from `model::status`.
-pub use crate::model::status::PeerState;
+use crate::model::status::PeerState;
 use crate::pipeline::index_types::Rejection;
 use crate::store::local::QueryError;
 

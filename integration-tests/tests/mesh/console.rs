@@ -96,7 +96,8 @@ async fn console_in_a_browser_follows_referrals_down_the_mesh() {
     leaf.reconfigure(spec).await;
     let spec = mid.spec.clone().peer("root", &root, &["poller"]);
     mid.reconfigure(spec).await;
-    let refers = |a: &cipd::model::answer::QueryAnswer, dsi: &str| a.referrals.iter().any(|r| r.dsi == dsi);
+    let refers =
+        |a: &cipd::model::answer::QueryAnswer, dsi: &str| a.referrals.iter().any(|r| r.dsi == dsi);
     mid.wait_query("Author=Garcia", |a| refers(a, LEAF)).await;
     root.wait_query("Author=Garcia", |a| refers(a, MID)).await;
     root.wait_query("Author~script", |a| refers(a, MID)).await;

@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::cip::{IndexObject, IndexType, PollResult, Request};
-use cipd::transport::{
-    PeerContext, Reply, RequestHandler, TransportConfig, serve_connection,
-};
+use cipd::transport::{PeerContext, Reply, RequestHandler, TransportConfig, serve_connection};
 use hints::hint::{AttrSpec, CipHint};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use cipd::daemon::{Daemon, RunningDaemon, StartOptions};
-use cipd::model::config::{Config, read_config};
 use cipd::model::answer::QueryAnswer;
+use cipd::model::config::{Config, read_config};
 use cipd::model::status::Status;
 use tempfile::TempDir;
 

@@ -16,7 +16,10 @@ const LEAF2: &str = "1.3.6.1.4.1.99999.22";
 const MID: &str = "1.3.6.1.4.1.99999.30";
 const ROOT: &str = "1.3.6.1.4.1.99999.40";
 
-fn referral<'a>(a: &'a cipd::model::answer::QueryAnswer, dsi: &str) -> Option<&'a cipd::model::answer::ReferralJson> {
+fn referral<'a>(
+    a: &'a cipd::model::answer::QueryAnswer,
+    dsi: &str,
+) -> Option<&'a cipd::model::answer::ReferralJson> {
     a.referrals.iter().find(|r| r.dsi == dsi)
 }
 
@@ -328,7 +331,8 @@ async fn http_answers_are_the_documented_documents_and_follow_changes() {
             for _ in 0..2 {
                 let query = node.parse_query(q).unwrap();
                 let bytes = node.referrals_json(q, &query, false, limit).unwrap();
-                let http: cipd::model::answer::QueryAnswer = serde_json::from_slice(&bytes).unwrap();
+                let http: cipd::model::answer::QueryAnswer =
+                    serde_json::from_slice(&bytes).unwrap();
                 assert_eq!(http, lib, "{q} limit {limit:?}");
                 assert_eq!(bytes, serde_json::to_vec(&lib).unwrap(), "{q}: same bytes");
             }

@@ -131,7 +131,8 @@ async fn search_page_shows_the_mesh_by_holder() {
     })
     .await;
     eventually("mid to learn that root polls it", || polled_by(&mid, ROOT)).await;
-    let refers = |a: &cipd::model::answer::QueryAnswer, dsi: &str| a.referrals.iter().any(|r| r.dsi == dsi);
+    let refers =
+        |a: &cipd::model::answer::QueryAnswer, dsi: &str| a.referrals.iter().any(|r| r.dsi == dsi);
     mid.wait_query("Author=Garcia", |a| refers(a, LEAF)).await;
     root.wait_query("Author=Garcia", |a| refers(a, MID)).await;
     let base = format!("{}/search", leaf.http_url());

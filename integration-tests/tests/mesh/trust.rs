@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use cip_proto::cip::{Request, ResponseCode};
-use cipd::transport::{CipClient, TransportConfig};
 use cipd::model::trust::keys::NodeKey;
 use cipd::model::trust::signature::{self, PeerTrust, Policy};
+use cipd::transport::{CipClient, TransportConfig};
 
 use crate::fake::{author_hint, object};
 use crate::harness::{NodeSpec, TestNode, config_text, metric};

@@ -870,7 +870,7 @@ impl Mesh<'_> {
 
 impl Mesh<'_> {
     /// The root's state of its peer `target`, while the root is up.
-    fn root_peer(&self, target: usize) -> Option<cipd::node::PeerState> {
+    fn root_peer(&self, target: usize) -> Option<cipd::model::status::PeerState> {
         let name = name_of(target);
         self.node(0)?
             .peer_states()
