@@ -250,13 +250,13 @@ mod tests {
         }
         // The daemon's own TLS loaders take them: a listener that requires client
         // certificates from the CA, and a client presenting one.
-        let server = crate::transport::tls::server_config(
+        let server = crate::sys::tls::server_config(
             &certs.join("leaf.mesh.test.pem"),
             &certs.join("leaf.mesh.test.key"),
             Some(&ca_dir.join("ca.pem")),
         );
         assert!(server.is_ok(), "{:?}", server.err());
-        let client = crate::transport::tls::client_config(
+        let client = crate::sys::tls::client_config(
             &ca_dir.join("ca.pem"),
             Some((
                 &certs.join("leaf.mesh.test.pem"),

@@ -25,7 +25,7 @@ use crate::node::{Node, NodeError, display_addr};
 use crate::sys::net::{Accepted, Bound, Network};
 use crate::sys::telemetry::LogHandle;
 use crate::transport::{
-    ConnHooks, PeerContext, serve_shared_connection, serve_tracked_connection, tls,
+    ConnHooks, PeerContext, serve_shared_connection, serve_tracked_connection, tls_accept,
     transport_config,
 };
 
@@ -49,7 +49,7 @@ pub enum StartError {
         /// The address.
         addr: SocketAddr,
         /// The cause.
-        source: tls::TlsError,
+        source: crate::sys::tls::TlsError,
     },
     /// The spool directory could not be opened.
     #[error("spool: {0}")]
@@ -375,9 +375,11 @@ fn spawn_http(
 fn tls_server(
     l: &crate::model::config::TlsListenerConfig,
 ) -> Result<Arc<rustls::ServerConfig>, StartError> {
-    tls::server_config(&l.cert, &l.key, l.client_ca.as_deref()).map_err(|source| StartError::Tls {
-        addr: l.addr,
-        source,
+    crate::sys::tls::server_config(&l.cert, &l.key, l.client_ca.as_deref()).map_err(|source| {
+        StartError::Tls {
+            addr: l.addr,
+            source,
+        }
     })
 }
 
@@ -574,7 +576,7 @@ async fn accept_loop(
                                 }
                             }
                         }
-                        Some(cfg) => match tls::accept(cfg, stream, handshake).await {
+                        Some(cfg) => match tls_accept::accept(cfg, stream, handshake).await {
                             Ok((tls_stream, certs)) => {
                                 let ctx = PeerContext {
                                     remote,

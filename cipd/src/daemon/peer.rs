@@ -24,9 +24,10 @@ use crate::model::backoff::Backoff;
 use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
 use crate::model::status::Exchange;
 use crate::node::{Node, hint_type};
+use crate::sys::tls;
 use crate::transport::cip_http_client::{CipHttpClient, HttpError};
 use crate::transport::{
-    BASE_URI_PARAM, CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError, tls,
+    BASE_URI_PARAM, CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError,
     transport_config,
 };
 

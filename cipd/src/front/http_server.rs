@@ -95,7 +95,7 @@ pub fn router(node: Arc<Node>) -> Router {
     let mut app = query_routes(node.clone())
         .merge(metrics_routes(node.clone()))
         .merge(health_routes(node.clone()))
-        .merge(crate::front::search::routes(node.clone()));
+        .merge(crate::front::search_route::routes(node.clone()));
     if let Some(path) = &config.listen.cip_http {
         app = app.merge(crate::front::cip_http::routes(node.clone(), path));
     }

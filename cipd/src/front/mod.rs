@@ -14,6 +14,6 @@ pub mod console;
 pub mod hinadi_server;
 pub mod http_server;
 pub mod rdm_server;
-pub mod search;
+pub mod search_route;
 pub mod service;
 pub mod whoispp;

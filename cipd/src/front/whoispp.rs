@@ -265,13 +265,13 @@ impl WhoisService {
                 if !asked.insert(table_query.clone()) {
                     continue;
                 }
-                let args = crate::front::search::SearchArgs {
+                let args = crate::front::search_route::SearchArgs {
                     q: Some(table_query),
                     limit: Some(q.globals.max_hits.to_string()),
                     ..Default::default()
                 };
                 let (mut req, key) =
-                    crate::front::search::request_of(&self.node, &args, &Default::default())
+                    crate::front::search_route::request_of(&self.node, &args, &Default::default())
                         .map_err(|e| e.message)?;
                 req.budget = budget;
                 let key = format!("{key}\u{1f}{budget}");
@@ -367,13 +367,13 @@ impl WhoisService {
     ) -> (String, bool) {
         if let Err(why) = self.node.search_admits(remote) {
             let text = match why {
-                crate::node::search::SearchRefusal::Disabled => {
+                crate::node::search_host::SearchRefusal::Disabled => {
                     "this server does not search the mesh"
                 }
-                crate::node::search::SearchRefusal::Denied => {
+                crate::node::search_host::SearchRefusal::Denied => {
                     "searching the mesh through this server is not allowed from here"
                 }
-                crate::node::search::SearchRefusal::RateLimited => {
+                crate::node::search_host::SearchRefusal::RateLimited => {
                     "too many searches from this address; try again shortly"
                 }
             };

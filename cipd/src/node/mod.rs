@@ -60,7 +60,7 @@ mod hosts;
 mod queries;
 mod reachability;
 mod reload;
-pub mod search;
+pub mod search_host;
 
 /// Local objects a substring query may search on an async worker ([`Node::is_quick`]).
 const QUICK_LOCAL_OBJECTS: u64 = 10_000;

@@ -20,7 +20,7 @@ pub struct TransportConfig {
     /// Size limits for lines, messages, headers and multipart parts.
     pub limits: Limits,
     /// TCP connect plus TLS handshake, for outgoing connections (default 30 s); also the
-    /// handshake limit for [`tls::accept`] callers that reuse it.
+    /// handshake limit for [`super::tls_accept::accept`] callers that reuse it.
     pub connect_timeout: Duration,
     /// Receiver: writing the banner. Sender: waiting for the `220` banner (default 60 s).
     pub banner_timeout: Duration,

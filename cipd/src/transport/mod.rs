@@ -3,8 +3,8 @@
 //!
 //! The framing and message types come from `cip_proto::cip`; this module adds the socket
 //! side: [`serve_connection`] runs the receiver-CIP role on any stream with a
-//! [`RequestHandler`], [`CipClient`] / [`CipConnection`] the sender-CIP role, [`tls`]
-//! builds rustls configurations for implicit TLS (digest A20), and
+//! [`RequestHandler`], [`CipClient`] / [`CipConnection`] the sender-CIP role, [`tls_accept`]
+//! the server's handshake of implicit TLS (digest A20; configurations: `crate::sys::tls`), and
 //! [`cip_http_client::CipHttpClient`] POSTs requests to a peer's CIP URL. It knows nothing
 //! of the node: the front-ends serve through it, the daemon's peer tasks connect through it.
 //!
@@ -15,7 +15,7 @@
 pub mod cip_http_client;
 mod conn;
 mod handler;
-pub mod tls;
+pub mod tls_accept;
 
 pub use conn::{
     CipClient, CipConnection, ClientReply, OtherProtocol, keepalive, serve_connection,

@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::sys::tls;
 
 const DSI: &str = "1.3.6.1.4.1.99999.7";
 const TAGGED_PAYLOAD: &str = "version: x-tagged-index-1\r\nupdatetype: total\r\nthisupdate: 946684800\r\nBEGIN IO-Schema\r\ncn: TOKEN\r\nsn: FULL\r\nEND IO-Schema\r\nBEGIN Index-Info\r\ncn: 1/Barbara\r\n-2/Bjorn\r\n-*/Jensen\r\nsn: */Jensen\r\nEND Index-Info\r\n";
@@ -600,7 +601,7 @@ async fn tls_session(
     let server_handler = handler.clone();
     let server = tokio::spawn(async move {
         let (tcp, remote) = listener.accept().await.unwrap();
-        let (stream, certs) = tls::accept(server_cfg, tcp, Duration::from_secs(10)).await?;
+        let (stream, certs) = tls_accept::accept(server_cfg, tcp, Duration::from_secs(10)).await?;
         let peer = PeerContext {
             remote,
             tls_peer_certificates: certs,

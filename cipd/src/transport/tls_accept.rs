@@ -2,7 +2,7 @@
 //!
 //! RFC 2653 names TLS but defines no way to start it on a plain connection (no STARTTLS), so
 //! a listener is either plain or TLS from the first byte (implicit TLS, digest A20). The
-//! configurations are built in [`crate::sys::tls`]; this adds the server handshake.
+//! configurations are built in [`crate::sys::tls`]; this is the server handshake.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 
 use super::handler::{Phase, TransportError};
-
-pub use crate::sys::tls::{TlsError, client_config, server_config, server_name};
 
 /// Runs the server side of the TLS handshake on an accepted connection, within `timeout`,
 /// and returns the stream with the client's certificate chain (when it sent one).

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::front::api::ApiError;
 use crate::node::Node;
-use crate::node::search::SearchRefusal;
+use crate::node::search_host::SearchRefusal;
 use crate::pipeline::search::remote::{
     BUDGET_HEADER, DIRECTION_HEADER, HOP_HEADER, VISITED_HEADER,
 };
