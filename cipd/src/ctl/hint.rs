@@ -43,7 +43,7 @@ pub struct BuildArgs {
     #[arg(long = "attr", value_name = "T:A", required = true, value_parser = parse_spec)]
     pub attrs: Vec<AttrSpec>,
     /// Leave out values held by fewer than N objects: `N` for every attribute, `T:A=N` for
-    /// one. Repeatable; recorded in the hint as Threshold-[T:A] when above 1.
+    /// one. Repeatable; recorded in the hint as `Threshold-[T:A]` when above 1.
     #[arg(long = "threshold", value_name = "N|T:A=N", value_parser = parse_threshold)]
     pub thresholds: Vec<ThresholdArg>,
     /// URI of a service that created the indexed objects (`Source`). Repeatable.

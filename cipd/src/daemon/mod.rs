@@ -3,7 +3,7 @@
 //! [`Daemon::start`] binds every listener first (port 0 allowed; the bound addresses come
 //! back in [`RunningDaemon`]), restores the routing table from the spool, loads the local
 //! collections, and only then starts accepting connections and contacting peers. Every task
-//! runs on one [`TaskTracker`] under one [`CancellationToken`] (child tokens per subsystem);
+//! runs on one `TaskTracker` under one `CancellationToken` (child tokens per subsystem);
 //! [`RunningDaemon::shutdown`] cancels, closes the tracker and waits up to the grace period
 //! for in-flight requests. Dropping a `RunningDaemon` cancels as a fallback.
 

@@ -407,7 +407,7 @@ impl ConnLimiter {
     }
 
     /// Counts and logs a refusal: at debug level each time, as a warning at most every
-    /// [`WARN_EVERY`] with the number refused since the last warning.
+    /// `WARN_EVERY` with the number refused since the last warning.
     pub fn note_refusal(&self, remote: Option<SocketAddr>, why: Refusal) {
         let total = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::debug!(listener = self.name, remote = ?remote, %why, "connection refused");

@@ -1,6 +1,6 @@
 //! The front-ends: the CIP stream service ([`service`]) over the framed transport
 //! ([`crate::transport`]), the HTTP router ([`http_server`]) and its routes (CIP over HTTP in
-//! [`cip_http`], RDM in [`rdm_server`], `/hina.di` in [`hinadi_server`], the console in [`console`], the mesh search in [`search`]),
+//! [`cip_http`], RDM in [`rdm_server`], `/hina.di` in [`hinadi_server`], the console in [`console`], the mesh search in [`search_route`]),
 //! the admin socket ([`admin`]), Whois++ queries on the CIP port that serves them too
 //! ([`whoispp`]), the per-address connection limits they share ([`conn_limit`]), and budgeted request-body
 //! reading ([`body`]).

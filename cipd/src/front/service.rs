@@ -11,7 +11,7 @@
 //! * `datachanged` from a peer we poll → 200 and an immediate poll of it (digest A9); from a
 //!   peer that pushes to us → 200 (the object follows).
 //! * A pushed index object from a peer we poll or that pushes to us → validated, stored,
-//!   200; refused with the code [`crate::node::Rejection::code`] gives.
+//!   200; refused with the code [`crate::pipeline::inbound::Rejection::code`] gives.
 //! * `datachanged` or a push from anyone else → 530: RFC 2652 §4.2 requires a 530-series
 //!   code for refusals on authentication grounds, and an unknown peer is exactly that.
 //! * Vendor requests → 501.

@@ -1,6 +1,6 @@
 //! Hina-Di in the daemon: collections read from Hina-Di files and URLs ([`HinaDiSource`]),
 //! the task that fetches URL collections ([`fetch_loop`], on the schedule of [`crate::pipeline::feeds`]), and this node's own Hina-Di file
-//! on the HTTP listener ([`serve`]).
+//! on the HTTP listener (`serve`).
 
 use std::fs;
 use std::io::{self, BufReader};

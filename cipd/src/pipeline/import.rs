@@ -14,7 +14,7 @@
 //! lock as the table write: a hint re-served unchanged refreshes its expiry but requests no
 //! out-bound rebuild.
 //!
-//! A job may carry a [`Vouch`]: asked under that lock just before the write, it can veto
+//! A job may carry a `Vouch`: asked under that lock just before the write, it can veto
 //! the job (the peer's DSI binding ended while the hint waited in the queue). Whoever ends
 //! a binding and then drops its dataset under the same lock therefore never misses a hint
 //! that lands in between, even when the caller that queued it has gone (a poller restarted
@@ -55,7 +55,7 @@ pub enum QueueError {
     /// The table write panicked; the table is unchanged.
     #[error("import failed: {0}")]
     Internal(String),
-    /// The job's [`Vouch`] said no: nobody vouches for the dataset any more.
+    /// The job's `Vouch` said no: nobody vouches for the dataset any more.
     #[error("the peer's dsi binding ended while its object was imported")]
     Unvouched,
 }
@@ -127,7 +127,7 @@ impl Importer {
     }
 
     /// Imports `hint` (payload digest `digest`) and waits for the outcome; `vouch`, when
-    /// given, is asked right before the write (see [`Vouch`]).
+    /// given, is asked right before the write (see `Vouch`).
     ///
     /// # Errors
     /// [`QueueError::Refused`] with the table's reason; [`QueueError::Unvouched`] when

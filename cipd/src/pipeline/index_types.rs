@@ -1,7 +1,7 @@
 //! Index-object types by name (RFC 2652 §2.1.1): the registry of what this node does with
 //! each type it speaks — `HARVEST-SOIF-1` (CIP-HINT, RFC 2655) and `tagged` (RFC 2654).
 //!
-//! For every type: how an in-bound payload becomes routing-table entries (a [`CipHint`]),
+//! For every type: how an in-bound payload becomes routing-table entries (a [`hints::hint::CipHint`]),
 //! what is kept in the spool (for tagged incremental updates: the applied total), and what
 //! this node answers a poll of that type with.
 

@@ -3,7 +3,7 @@
 //!
 //! * [`write_answer`] serializes an [`Answer`] without building owned referrals (no string
 //!   copies of DSIs, base-uris or values); the bytes are exactly what serializing
-//!   [`crate::node::QueryAnswer`] gives.
+//!   `crate::node::QueryAnswer` gives.
 //! * [`AnswerCache`] keeps recent answers by query, limit and `possible`, each stamped with
 //!   the state it was computed from (table and local generations, a configuration epoch).
 //!   A stale stamp is a miss, so a cached answer is never older than the table; a query

@@ -1,6 +1,6 @@
 //! Durable, atomic file writes: the one way the daemon replaces a file.
 //!
-//! [`write`] and [`write_with`] write the new content to a temporary file in the target's
+//! `write` and `write_with` write the new content to a temporary file in the target's
 //! own directory (a unique name beginning with `.` and the target's name, ending in
 //! [`TEMP_SUFFIX`]), flush and fsync it, rename it over the target, and fsync the
 //! directory, so after a crash or power cut the target holds either the old content or the
@@ -34,10 +34,10 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_with(path, |w| w.write_all(bytes))
 }
 
-/// Like [`write`], for a file only its owner may read (mode `0600` from creation on).
+/// Like `write`, for a file only its owner may read (mode `0600` from creation on).
 ///
 /// # Errors
-/// As [`write`].
+/// As `write`.
 pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     replace(path, PRIVATE_MODE, Existing::Replace, |w| {
         w.write_all(bytes)
@@ -49,7 +49,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// error is [`io::ErrorKind::AlreadyExists`].
 ///
 /// # Errors
-/// As [`write`], and `AlreadyExists`.
+/// As `write`, and `AlreadyExists`.
 pub fn create_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     replace(path, mode, Existing::Keep, |w| w.write_all(bytes))
 }
@@ -61,7 +61,7 @@ enum Existing {
     Keep,
 }
 
-/// Like [`write`], with the content written by `fill` into a buffered writer: large
+/// Like `write`, with the content written by `fill` into a buffered writer: large
 /// content is streamed, not built in memory first.
 ///
 /// # Errors

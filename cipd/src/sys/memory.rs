@@ -1,7 +1,7 @@
 //! How much memory this process may use: the least of the machine's RAM and the limits of
 //! the cgroup it runs in (v2 `memory.max`, v1 `memory.limit_in_bytes`), as a container or a
 //! systemd `MemoryMax=` sets them. The routing table's default budgets are a share of it
-//! ([`crate::model::config::limits`]), as Elasticsearch sizes its circuit breakers from the
+//! (`crate::model::config::limits`), as Elasticsearch sizes its circuit breakers from the
 //! heap.
 
 use std::path::Path;

@@ -189,7 +189,7 @@ pub struct Limits {
     /// count). Exact lookups are not counted.
     pub max_concurrent_scans: usize,
     /// Polls under way at once, from connecting to the hint's import (default: 128, or
-    /// three in eight of the polled peers up to 384: [`super::pipeline::scale_to_peers`]); more
+    /// three in eight of the polled peers up to 384: `super::pipeline::scale_to_peers`); more
     /// wait their turn. Bounds the answers held in memory while a hub polls hundreds of
     /// peers at start. Takes effect at restart.
     pub max_concurrent_polls: usize,

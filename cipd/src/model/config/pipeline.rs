@@ -24,7 +24,7 @@ pub struct RawOutbound {
 #[serde(deny_unknown_fields)]
 pub struct RawImport {
     /// Parsed hints waiting for the import thread (default: 64, or half of
-    /// `limits.max_concurrent_polls` when that is more; see [`scale_to_peers`]).
+    /// `limits.max_concurrent_polls` when that is more; see `scale_to_peers`).
     pub queue: Option<usize>,
     /// Most weightlist entries imported in one batch (default 4,000,000).
     pub max_batch_entries: Option<usize>,
