@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use super::data::{self, Counts, Tree};
-use super::{LevelFigures, SimSpec};
+use super::spec::{LevelFigures, SimSpec};
 
 /// DSI of node `id`.
 pub fn dsi_of(id: usize) -> String {
