@@ -6,7 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::ask::sub_key;
+use super::endpoint::{Endpoint, origin};
 use super::*;
+use crate::model::answer::{FoundObject, NotChased};
 
 struct Fixed {
     objects: usize,
