@@ -19,21 +19,26 @@
 //! takes `?token=<token>` so a browser can open it. The static assets hold no data and are
 //! served without it.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+mod auth;
+mod handlers;
+mod types;
 
-use axum::extract::{Query as QueryParams, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
+use axum::http::header;
+use axum::middleware;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
 
-use crate::front::admin::backend::NodeAdmin;
-use crate::front::admin::{AdminBackend, AdminError, AdminRequest};
-use crate::front::api::ApiError;
+pub use self::auth::CONTENT_SECURITY_POLICY;
+use self::auth::{Guard, require_token, security_headers};
+pub use self::handlers::{ExplainArgs, MAX_TOP, TableArgs};
+use self::handlers::{counters, explain, mesh, node_info, peers, table};
+use self::types::sample_history;
+pub use self::types::{
+    Counters, HISTORY_EVERY, HISTORY_SAMPLES, History, MeshDataset, MeshInfo, MeshPeer,
+    counters_now, mesh_info,
+};
 pub use crate::model::routes::CONSOLE_ENDPOINTS as ENDPOINTS;
 use crate::node::Node;
 
@@ -44,15 +49,6 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 /// The stylesheet.
 const STYLE_CSS: &str = include_str!("assets/style.css");
-
-/// The Content-Security-Policy of every console answer: this origin's script, style and
-/// fetches only, nothing inline, no framing.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
-     style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; \
-     base-uri 'none'; form-action 'self'";
-
-/// Most rows `/v1/table` answers (`top`).
-pub const MAX_TOP: usize = 1000;
 
 /// The console's routes for a page at `path` (validated by the configuration: a literal
 /// path that overlaps no other route).
@@ -143,417 +139,6 @@ pub fn escape_html(text: &str) -> String {
     out
 }
 
-/// `/v1/mesh`: what the mesh picture needs beyond `/v1/peers`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MeshInfo {
-    /// This node's DSI.
-    pub dsi: String,
-    /// This node's base URIs.
-    pub base_uris: Vec<String>,
-    /// This node's DSI-description.
-    pub description: Option<String>,
-    /// Configured peers, with their roles and poll schedule.
-    pub peers: Vec<MeshPeer>,
-    /// Every dataset in the routing table, with the peer it came through and its provenance.
-    pub datasets: Vec<MeshDataset>,
-}
-
-/// A configured peer in `/v1/mesh`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MeshPeer {
-    /// Configured name.
-    pub name: String,
-    /// Roles (`poll`, `poller`, `push`, `pusher`).
-    pub roles: Vec<String>,
-    /// The peer's DSI, configured or learned.
-    pub dsi: Option<String>,
-    /// Failed attempts since the last success (the poll backoff grows with them).
-    pub consecutive_failures: u32,
-    /// Unix seconds when the next poll (or push) is due.
-    pub next_poll: Option<u64>,
-    /// Successful polls or pushes.
-    pub successes: u64,
-    /// Failed polls or pushes.
-    pub failures: u64,
-}
-
-/// A dataset of the routing table in `/v1/mesh`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MeshDataset {
-    /// Its DSI.
-    pub dsi: String,
-    /// Its base URIs.
-    pub base_uris: Vec<String>,
-    /// Its DSI-description.
-    pub description: Option<String>,
-    /// The configured peer its hint came through.
-    pub via: Option<String>,
-    /// DSIs its hint says it aggregates (Provenance-N).
-    pub provenance: Vec<String>,
-    /// Total-Object-Count of its hint.
-    pub total: u64,
-    /// Unix seconds when its hint expires.
-    pub expires: Option<u64>,
-}
-
-/// `/v1/counters`: cumulative counters; the page turns two samples into rates.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Counters {
-    /// Unix milliseconds when sampled.
-    pub unix_ms: u64,
-    /// Seconds since the daemon started (the clock to take rates against).
-    pub uptime_seconds: f64,
-    /// Polls done, successful or not (`cipd_polls_total`).
-    pub polls: u64,
-    /// Of those, failed.
-    pub polls_failed: u64,
-    /// In-bound index objects accepted (`cipd_index_objects_received_total`).
-    pub imports: u64,
-    /// In-bound index objects refused (`cipd_index_objects_rejected_total`).
-    pub rejected: u64,
-    /// Referral queries answered (`cipd_queries_total`).
-    pub queries: u64,
-}
-
-/// How often the counters are sampled for `/v1/counters/history`.
-pub const HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
-/// Samples kept: three minutes.
-pub const HISTORY_SAMPLES: usize = 90;
-
-/// The last [`HISTORY_SAMPLES`] counter samples, oldest first.
-#[derive(Debug, Default)]
-pub struct History(std::sync::Mutex<std::collections::VecDeque<Counters>>);
-
-impl History {
-    /// Adds a sample, dropping the oldest past [`HISTORY_SAMPLES`].
-    pub fn push(&self, c: Counters) {
-        let mut h = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        h.push_back(c);
-        while h.len() > HISTORY_SAMPLES {
-            h.pop_front();
-        }
-    }
-
-    /// Every sample kept, oldest first.
-    pub fn samples(&self) -> Vec<Counters> {
-        let h = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        h.iter().copied().collect()
-    }
-}
-
-/// Samples the counters every [`HISTORY_EVERY`] until the node shuts down.
-async fn sample_history(node: Arc<Node>, history: Arc<History>) {
-    let token = node.token.child_token();
-    let mut every = tokio::time::interval(HISTORY_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = token.cancelled() => return,
-            _ = every.tick() => history.push(counters_now(&node)),
-        }
-    }
-}
-
-/// What the token check needs.
-#[derive(Clone)]
-struct Guard {
-    node: Arc<Node>,
-    page_path: Arc<str>,
-}
-
-/// Refuses requests without the configured token (read per request: a reload that sets or
-/// changes it takes effect at once).
-async fn require_token(State(guard): State<Guard>, req: Request, next: Next) -> Response {
-    let config = guard.node.config();
-    let Some(token) = config.console.token.as_deref() else {
-        return next.run(req).await;
-    };
-    let bearer = bearer(req.headers()).is_some_and(|t| same_secret(t, token));
-    let query = req.uri().path() == &*guard.page_path
-        && QueryParams::<HashMap<String, String>>::try_from_uri(req.uri())
-            .ok()
-            .and_then(|q| q.0.get("token").map(|t| same_secret(t, token)))
-            .unwrap_or(false);
-    if bearer || query {
-        return next.run(req).await;
-    }
-    let mut response = ApiError {
-        status: StatusCode::UNAUTHORIZED,
-        kind: "unauthorized",
-        message: "this console wants its token: send Authorization: Bearer <token> \
-                  (or open the page with ?token=<token>)"
-            .into(),
-    }
-    .into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"cipd console\""),
-    );
-    response
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-/// Compares without stopping at the first difference, so timing tells nothing of the
-/// token's bytes (its length is no secret: it is at least 16).
-fn same_secret(given: &str, secret: &str) -> bool {
-    let (a, b) = (given.as_bytes(), secret.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Adds the security headers to every console answer, errors included.
-async fn security_headers(req: Request, next: Next) -> Response {
-    let mut response = next.run(req).await;
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        "cross-origin-resource-policy",
-        HeaderValue::from_static("same-origin"),
-    );
-    response
-}
-
-/// Parameters of `/v1/table`.
-#[derive(Debug, Default, Deserialize)]
-pub struct TableArgs {
-    /// Only this `Template:Attribute`.
-    pub attr: Option<String>,
-    /// Only this peer's DSI.
-    pub peer: Option<String>,
-    /// Only values starting with this (ASCII case ignored).
-    pub prefix: Option<String>,
-    /// At most this many rows (default 50, at most [`MAX_TOP`]).
-    pub top: Option<String>,
-}
-
-impl TableArgs {
-    /// The admin request these parameters make.
-    ///
-    /// # Errors
-    /// `bad-parameter` for a `top` that is not 1 to [`MAX_TOP`].
-    pub fn request(self) -> Result<AdminRequest, ApiError> {
-        let top = match self.top.as_deref().map(str::trim) {
-            None | Some("") => 50,
-            Some(s) => match s.parse::<usize>() {
-                Ok(n) if (1..=MAX_TOP).contains(&n) => n,
-                _ => {
-                    return Err(bad_parameter(format!(
-                        "top={s:?}: expected an integer from 1 to {MAX_TOP}"
-                    )));
-                }
-            },
-        };
-        let given = |v: Option<String>| v.filter(|s| !s.is_empty());
-        Ok(AdminRequest::Table {
-            attr: given(self.attr),
-            peer: given(self.peer),
-            prefix: given(self.prefix),
-            top,
-        })
-    }
-}
-
-/// Parameters of `/v1/explain`.
-#[derive(Debug, Default, Deserialize)]
-pub struct ExplainArgs {
-    /// The query, as `/v1/referrals` takes it.
-    pub q: Option<String>,
-    /// Include possible referrals (`true`/`false`).
-    pub possible: Option<String>,
-}
-
-impl ExplainArgs {
-    /// The admin request these parameters make.
-    ///
-    /// # Errors
-    /// `missing-query` without `q`, `bad-parameter` for a `possible` that is no boolean.
-    pub fn request(self) -> Result<AdminRequest, ApiError> {
-        let query = match self.q {
-            Some(q) if !q.trim().is_empty() => q,
-            _ => {
-                return Err(ApiError {
-                    status: StatusCode::BAD_REQUEST,
-                    kind: "missing-query",
-                    message: "the q parameter (the query) is required".into(),
-                });
-            }
-        };
-        let possible = match self.possible.as_deref() {
-            None | Some("false" | "0" | "no") => false,
-            Some("true" | "1" | "yes" | "") => true,
-            Some(other) => {
-                return Err(bad_parameter(format!(
-                    "possible={other:?}: expected true or false"
-                )));
-            }
-        };
-        Ok(AdminRequest::Explain { query, possible })
-    }
-}
-
-fn bad_parameter(message: String) -> ApiError {
-    ApiError {
-        status: StatusCode::BAD_REQUEST,
-        kind: "bad-parameter",
-        message,
-    }
-}
-
-/// An admin refusal as an HTTP error; `invalid` is the kind an invalid argument gets.
-fn admin_error(e: AdminError, invalid: &'static str) -> ApiError {
-    let (status, kind) = match &e {
-        AdminError::InvalidArgument(_) => (StatusCode::BAD_REQUEST, invalid),
-        AdminError::UnknownPeer(_) => (StatusCode::NOT_FOUND, "not-found"),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-    };
-    ApiError {
-        status,
-        kind,
-        message: e.to_string(),
-    }
-}
-
-/// Answers `request` as the admin socket would.
-async fn admin(node: Arc<Node>, request: AdminRequest) -> Result<Response, ApiError> {
-    let value = NodeAdmin::new(node)
-        .handle(request)
-        .await
-        .map_err(|e| admin_error(e, "bad-parameter"))?;
-    Ok(Json(value).into_response())
-}
-
-/// As [`admin`], for commands that may scan the table (a substring query, a prefix): on the
-/// blocking pool, at most `limits.max_concurrent_scans` at once, like `/v1/referrals`.
-async fn admin_scan(
-    node: Arc<Node>,
-    request: AdminRequest,
-    invalid: &'static str,
-) -> Result<Response, ApiError> {
-    let _turn = node.scan_permit().await;
-    let runtime = tokio::runtime::Handle::current();
-    let backend = NodeAdmin::new(node.clone());
-    // `block_on` is allowed on a blocking-pool thread; `table` and `explain` never wait on
-    // I/O, so this only moves their CPU work off the async workers.
-    let answer = tokio::task::spawn_blocking(move || runtime.block_on(backend.handle(request)))
-        .await
-        .map_err(|e| ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            kind: "internal",
-            message: format!("console task failed: {e}"),
-        })?;
-    Ok(Json(answer.map_err(|e| admin_error(e, invalid))?).into_response())
-}
-
-async fn node_info(State(node): State<Arc<Node>>) -> Result<Response, ApiError> {
-    admin(node, AdminRequest::Status).await
-}
-
-async fn peers(State(node): State<Arc<Node>>) -> Result<Response, ApiError> {
-    admin(node, AdminRequest::Peers).await
-}
-
-async fn table(
-    State(node): State<Arc<Node>>,
-    QueryParams(args): QueryParams<TableArgs>,
-) -> Result<Response, ApiError> {
-    admin_scan(node, args.request()?, "bad-parameter").await
-}
-
-async fn explain(
-    State(node): State<Arc<Node>>,
-    QueryParams(args): QueryParams<ExplainArgs>,
-) -> Result<Response, ApiError> {
-    admin_scan(node, args.request()?, "bad-query").await
-}
-
-async fn mesh(State(node): State<Arc<Node>>) -> Json<MeshInfo> {
-    Json(mesh_info(&node))
-}
-
-async fn counters(State(node): State<Arc<Node>>) -> Json<Counters> {
-    Json(counters_now(&node))
-}
-
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// The data of the mesh picture.
-pub fn mesh_info(node: &Node) -> MeshInfo {
-    let identity = node.identity();
-    let peers = node
-        .peer_states()
-        .into_iter()
-        .map(|p| MeshPeer {
-            name: p.name,
-            roles: p.roles,
-            dsi: p.dsi,
-            consecutive_failures: p.consecutive_failures,
-            next_poll: p.next_attempt.map(unix),
-            successes: p.successes,
-            failures: p.failures,
-        })
-        .collect();
-    let datasets = node
-        .table()
-        .peers()
-        .into_iter()
-        .map(|s| MeshDataset {
-            dsi: s.dsi.to_string(),
-            base_uris: s.base_uris,
-            description: s.dsi_description,
-            via: s.via,
-            provenance: s.provenance.iter().map(ToString::to_string).collect(),
-            total: s.total,
-            expires: s.expires.map(unix),
-        })
-        .collect();
-    MeshInfo {
-        dsi: identity.dsi.to_string(),
-        base_uris: identity.base_uris.clone(),
-        description: identity.description.clone(),
-        peers,
-        datasets,
-    }
-}
-
-/// The counters now.
-pub fn counters_now(node: &Node) -> Counters {
-    let m = node.metrics();
-    let (ok, failed) = m
-        .polls()
-        .values()
-        .fold((0, 0), |(ok, failed), c| (ok + c.ok, failed + c.failed));
-    Counters {
-        unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        uptime_seconds: node.uptime().as_secs_f64(),
-        polls: ok + failed,
-        polls_failed: failed,
-        imports: m.index_objects_received.get(),
-        rejected: m.index_objects_rejected.get(),
-        queries: m.queries.get(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
@@ -565,8 +150,13 @@ mod tests {
     use serde_json::{Value, json};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    use axum::http::{HeaderMap, HeaderValue};
+
+    use super::auth::{bearer, same_secret};
     use super::*;
     use crate::daemon::{Daemon, RunningDaemon};
+    use crate::front::admin::backend::NodeAdmin;
+    use crate::front::admin::{AdminBackend, AdminRequest};
     use crate::model::config::Config;
 
     const HUB: &str = "1.3.6.1.4.1.99999.80";
