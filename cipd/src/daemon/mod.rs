@@ -16,20 +16,25 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::front::conn_limit::{CIP_BUSY, ConnLimiter};
+use crate::front::conn_limit::ConnLimiter;
 use crate::front::service::CipService;
 use crate::front::whoispp::WhoisService;
 use crate::model::config::Config;
 use crate::model::status::{Listeners, Status};
 use crate::node::{Node, NodeError, display_addr};
-use crate::sys::net::{Accepted, Bound, Network};
+use crate::sys::net::{Bound, Network};
 use crate::sys::telemetry::LogHandle;
-use crate::transport::{
-    ConnHooks, PeerContext, serve_shared_connection, serve_tracked_connection, tls_accept,
-    transport_config,
-};
 
+mod accept;
 pub mod peer;
+#[cfg(unix)]
+mod signals;
+mod tasks;
+
+use self::accept::accept_loop;
+#[cfg(unix)]
+pub use self::signals::Signals;
+use self::tasks::{expire_loop, import_progress, watch_collections};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -471,262 +476,5 @@ impl RunningDaemon {
 impl Drop for RunningDaemon {
     fn drop(&mut self) {
         self.node.token.cancel();
-    }
-}
-
-async fn accept_loop(
-    node: Arc<Node>,
-    listener: Bound,
-    tls_config: Option<Arc<rustls::ServerConfig>>,
-    service: Arc<CipService>,
-    whois: Option<Arc<WhoisService>>,
-    permits: Arc<ConnLimiter>,
-) {
-    let token = node.token.child_token();
-    let transport = transport_config(&node.config());
-    loop {
-        let (stream, remote) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of descriptors and similar: pause instead of spinning.
-                    tracing::warn!(error = %e, "cip accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = token.cancelled() => break,
-        };
-        // Closed by its peer already (a connect/close flood): not worth a slot or a task.
-        if let Accepted::Tcp(s) = &stream
-            && crate::front::conn_limit::peer_gone(s)
-        {
-            permits.note_gone();
-            continue;
-        }
-        // Never wait for a slot: refuse at once and go on accepting. Plain CIP gets the
-        // temporary-failure line; TLS is closed without an answer (no handshake spent).
-        let permit = match permits.try_acquire(Some(remote.ip())) {
-            Ok(p) => p,
-            Err(why) => {
-                let answer = tls_config.is_none().then_some(CIP_BUSY);
-                match stream {
-                    Accepted::Tcp(s) => {
-                        permits.refuse(s, remote, why, answer, &node.tracker, &token);
-                    }
-                    // A simulated network's connection is closed without an answer.
-                    Accepted::Net(_) => permits.note_refusal(Some(remote), why),
-                }
-                continue;
-            }
-        };
-        // The first request's deadlines shrink as the slots fill (see conn_limit).
-        let mut transport = transport.clone();
-        transport.banner_timeout = permits.deadline(transport.banner_timeout);
-        transport.negotiation_timeout = permits.deadline(transport.negotiation_timeout);
-        let handshake = permits.deadline(transport.connect_timeout);
-        let node_budget = node.inflight().clone();
-        let (service, token, tls_config, whois) = (
-            service.clone(),
-            token.clone(),
-            tls_config.clone(),
-            whois.clone(),
-        );
-        let span = tracing::info_span!("cip", %remote);
-        node.tracker.spawn(tracing::Instrument::instrument(
-            async move {
-                if let Accepted::Tcp(s) = &stream {
-                    let _ = s.set_nodelay(true);
-                }
-                let activity = permit.activity();
-                let hooks = ConnHooks {
-                    activity: Some(&activity),
-                    budget: Some(&node_budget),
-                };
-                let serve = async {
-                    match tls_config {
-                        None => {
-                            let ctx = PeerContext {
-                                remote,
-                                tls_peer_certificates: None,
-                            };
-                            match &whois {
-                                Some(w) => {
-                                    serve_shared_connection(
-                                        stream,
-                                        ctx,
-                                        service.as_ref(),
-                                        w.as_ref(),
-                                        &transport,
-                                        token,
-                                        hooks,
-                                    )
-                                    .await
-                                }
-                                None => {
-                                    serve_tracked_connection(
-                                        stream,
-                                        ctx,
-                                        service.as_ref(),
-                                        &transport,
-                                        token,
-                                        hooks,
-                                    )
-                                    .await
-                                }
-                            }
-                        }
-                        Some(cfg) => match tls_accept::accept(cfg, stream, handshake).await {
-                            Ok((tls_stream, certs)) => {
-                                let ctx = PeerContext {
-                                    remote,
-                                    tls_peer_certificates: certs,
-                                };
-                                serve_tracked_connection(
-                                    tls_stream,
-                                    ctx,
-                                    service.as_ref(),
-                                    &transport,
-                                    token,
-                                    hooks,
-                                )
-                                .await
-                            }
-                            Err(e) => Err(e),
-                        },
-                    }
-                };
-                // Evicted for a new connection: the connection is dropped (closed) at once.
-                let result = tokio::select! {
-                    r = serve => r,
-                    () = permit.evicted() => {
-                        tracing::debug!("cip connection evicted for a new one");
-                        Ok(())
-                    }
-                };
-                drop(permit);
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "cip connection ended with an error");
-                }
-            },
-            span,
-        ));
-    }
-}
-
-async fn watch_collections(node: Arc<Node>) {
-    let token = node.token.child_token();
-    loop {
-        let Some(every) = node.config().limits.watch_interval else {
-            // Watching is off; wait for shutdown (a reload may turn it on, but then this
-            // task would need a restart: check again now and then).
-            tokio::select! {
-                () = token.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_secs(60)) => continue,
-            }
-        };
-        tokio::select! {
-            () = token.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
-        }
-        let changed = node.rebuild_local(false).await;
-        if !changed.is_empty() {
-            tracing::info!(collections = ?changed, "collection files changed; hint rebuilt");
-        }
-    }
-}
-
-async fn expire_loop(node: Arc<Node>) {
-    let token = node.token.child_token();
-    loop {
-        let ttl = node.config().spool_ttl;
-        let every = (ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(60));
-        tokio::select! {
-            () = token.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
-        }
-        // Expiry writes the table (a merge can take a while): off the async workers.
-        let n = node.clone();
-        if let Err(e) = crate::sys::net::spawn_blocking(move || n.expire()).await {
-            tracing::error!(error = %e, "expiry task failed");
-        }
-    }
-}
-
-/// Logs, every few seconds until the table holds every configured peer's hint for the
-/// first time, how many it holds (cold start progress; `cipctl status` shows it too).
-async fn import_progress(node: Arc<Node>) {
-    let token = node.token.child_token();
-    let mut last = None;
-    loop {
-        tokio::select! {
-            () = token.cancelled() => return,
-            () = tokio::time::sleep(Duration::from_secs(5)) => {}
-        }
-        let (expected, imported) = node.import_progress();
-        if imported >= expected {
-            return;
-        }
-        // Some peers do not answer: stop waiting for them after a whole poll timeout.
-        if node.uptime() > node.config().limits.poll_timeout + Duration::from_secs(5) {
-            node.end_cold_start();
-        }
-        if last != Some(imported) {
-            tracing::info!(imported, expected, "importing peers' hints");
-            last = Some(imported);
-        }
-    }
-}
-
-/// The process signals a daemon reacts to, registered before it starts so that a signal
-/// arriving during start-up (a `systemctl reload` racing the start, say) is held for the
-/// daemon instead of killing the process with the default action.
-#[cfg(unix)]
-#[derive(Debug)]
-pub struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-#[cfg(unix)]
-impl Signals {
-    /// Registers SIGTERM, SIGINT and SIGHUP; from now on they are delivered here.
-    ///
-    /// # Errors
-    /// When the handlers cannot be installed.
-    pub fn register() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    /// Acts on the signals for `node`: SIGTERM/SIGINT shut it down, SIGHUP reloads it
-    /// (signals that arrived since [`Signals::register`] are handled now).
-    pub fn handle(self, node: &Arc<Node>) {
-        let Self {
-            mut term,
-            mut int,
-            mut hup,
-        } = self;
-        let n = node.clone();
-        node.tracker.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); n.shutdown(); return; }
-                    _ = int.recv() => { tracing::info!("SIGINT: shutting down"); n.shutdown(); return; }
-                    _ = hup.recv() => {
-                        tracing::info!("SIGHUP: reloading");
-                        if let Err(e) = n.reload().await {
-                            tracing::error!(error = %e, "reload failed; the running configuration stays");
-                        }
-                    }
-                    () = n.token.cancelled() => return,
-                }
-            }
-        });
     }
 }
