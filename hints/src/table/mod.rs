@@ -16,8 +16,9 @@
 //!   `Arc`. Each import becomes a new small segment (cost proportional to the hint), and
 //!   segments are merged LSM-style: while the second-newest holds no more than twice the
 //!   newest's live entries, the two merge, and a segment whose dead entries outnumber its
-//!   live ones is rewritten. So the segment count stays logarithmic, each entry is rewritten
-//!   a few times over its life, and a replacement never rebuilds the whole index. A slot's
+//!   live ones is rewritten (one with none live is dropped). So the segment count stays
+//!   logarithmic, each entry is rewritten a few times over its life, and a replacement never
+//!   rebuilds the whole index. A slot's
 //!   postings always sit in exactly one segment; a dead slot number is reused only once no
 //!   segment refers to it;
 //! * `attrs`: the table-wide attribute dictionary, keyed by lowercase template and lowercase

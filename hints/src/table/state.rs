@@ -270,6 +270,21 @@ impl Snapshot {
         }
     }
 
+    /// Drops the segments none of whose entries is live: their postings all belong to dead
+    /// slots, so the next snapshot loses nothing, and no merge rewrites a live neighbour
+    /// only to leave them out. A big hint replaced leaves its old segment fully dead: merging
+    /// it into the new one would copy the new hint whole a second time (a third copy in
+    /// memory at the peak).
+    fn drop_dead_segments(&mut self) {
+        let keep: Vec<bool> = self
+            .segments
+            .iter()
+            .map(|s| s.entries() > 0 && self.live_entries(s) > 0)
+            .collect();
+        let mut keep = keep.into_iter();
+        self.segments.retain(|_| keep.next().unwrap_or(true));
+    }
+
     fn merge_range(
         &mut self,
         range: std::ops::Range<usize>,
@@ -305,7 +320,7 @@ impl Snapshot {
     /// merged-away segments are gone (lowering the peak of the merge that ends a cold
     /// start). Merges use up to `threads` threads ([`super::TableConfig::index_threads`]).
     pub(super) fn compact(&mut self, hasher: &RandomState, full: bool, bulk: bool, threads: usize) {
-        self.segments.retain(|s| s.entries() > 0);
+        self.drop_dead_segments();
         let dead = self
             .segments
             .iter()
@@ -315,7 +330,7 @@ impl Snapshot {
             self.merge_range(0..n, hasher, false, threads);
         }
         loop {
-            self.segments.retain(|s| s.entries() > 0);
+            self.drop_dead_segments();
             let n = self.segments.len();
             if n >= 2 {
                 let older = self.live_entries(&self.segments[n - 2]);
