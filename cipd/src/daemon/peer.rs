@@ -649,10 +649,13 @@ async fn notify_loop(node: Arc<Node>, token: CancellationToken) {
 /// leaves for good is dropped from its pollers' tables `limits.peer_gone_after` later
 /// rather than only after their next scheduled poll; one that restarts says `datachanged`
 /// again when it is back. Each notice is retried until delivered, all within
-/// `connect_timeout` or 2 s, whichever is less.
+/// `limits.farewell_timeout` (2 s; zero: no farewell).
 pub async fn farewell(node: &Arc<Node>) {
     let config = node.config();
-    let deadline = config.limits.connect_timeout.min(Duration::from_secs(2));
+    let deadline = config.limits.farewell_timeout;
+    if deadline.is_zero() {
+        return;
+    }
     let mut notices = tokio::task::JoinSet::new();
     for peer in config.peers.iter().filter(|p| p.has_role(PeerRole::Poller)) {
         let (n, p) = (node.clone(), peer.clone());

@@ -31,6 +31,7 @@ pub fn object(dsi: &str, base: &str, hint: &CipHint) -> IndexObject {
 
 struct Handler {
     object: Arc<Mutex<IndexObject>>,
+    datachanged: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl RequestHandler for Handler {
@@ -39,6 +40,11 @@ impl RequestHandler for Handler {
             Request::Poll { .. } => {
                 let obj = self.object.lock().unwrap().clone();
                 Reply::result(PollResult { objects: vec![obj] })
+            }
+            Request::DataChanged { .. } => {
+                self.datachanged
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Reply::ok()
             }
             _ => Reply::ok(),
         }
@@ -49,6 +55,7 @@ impl RequestHandler for Handler {
 pub struct FakePeer {
     pub addr: SocketAddr,
     object: Arc<Mutex<IndexObject>>,
+    datachanged: Arc<std::sync::atomic::AtomicUsize>,
     token: CancellationToken,
 }
 
@@ -59,8 +66,10 @@ impl FakePeer {
         let addr = listener.local_addr().unwrap();
         let object = Arc::new(Mutex::new(object));
         let token = CancellationToken::new();
+        let datachanged = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let handler = Arc::new(Handler {
             object: object.clone(),
+            datachanged: datachanged.clone(),
         });
         let t = token.clone();
         tokio::spawn(async move {
@@ -84,8 +93,14 @@ impl FakePeer {
         Self {
             addr,
             object,
+            datachanged,
             token,
         }
+    }
+
+    /// `datachanged` notices received so far.
+    pub fn datachanged(&self) -> usize {
+        self.datachanged.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Serves `object` from now on.

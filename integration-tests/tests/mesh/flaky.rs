@@ -190,8 +190,12 @@ async fn a_peer_that_goes_leaves_the_table_and_is_taken_in_again_when_it_answers
         text.replacen("cip = [\"127.0.0.1:0\"]", &format!("cip = [\"{port}\"]"), 1)
     })
     .await;
+    // Its hint is in the table once imported; the poll that brought it then clears the
+    // unreachable mark (a query in between sees both).
     let a = mid
-        .wait_query("Author=Okafor", |a| !a.referrals.is_empty())
+        .wait_query("Author=Okafor", |a| {
+            a.referrals.first().is_some_and(|r| !r.unreachable)
+        })
         .await;
     assert!(!a.referrals[0].unreachable, "{a:?}");
     let state = node
@@ -206,4 +210,37 @@ async fn a_peer_that_goes_leaves_the_table_and_is_taken_in_again_when_it_answers
     mid.stop().await;
     back.stop().await;
     other.stop().await;
+}
+
+/// A node that is stopped tells the nodes that poll it (a last `datachanged`, once its
+/// listeners are closed), so they find it gone at once rather than at their next poll;
+/// `limits.farewell_timeout = "0s"` turns that off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_says_goodbye_to_its_pollers() {
+    for (farewell, expected) in [("2s", 1), ("0s", 0)] {
+        let hint = crate::fake::author_hint(1, &[("Nobody", 1)]);
+        let upstream = crate::fake::FakePeer::start(crate::fake::object(
+            "1.3.6.1.4.1.99999.469",
+            "cip://up:1",
+            &hint,
+        ))
+        .await;
+        let mut spec = NodeSpec::new("1.3.6.1.4.1.99999.461", &["Okafor"]).peer_at(
+            "up",
+            upstream.addr,
+            &["poller"],
+            None,
+        );
+        spec.extra_limits = format!("farewell_timeout = \"{farewell}\"");
+        let node = TestNode::start(spec).await;
+        // The start's notice (our data may have changed while we were down).
+        crate::harness::eventually("the start's datachanged", || upstream.datachanged() >= 1).await;
+        let before = upstream.datachanged();
+        node.stop().await;
+        assert_eq!(
+            upstream.datachanged() - before,
+            expected,
+            "farewell_timeout = {farewell}"
+        );
+    }
 }

@@ -54,6 +54,9 @@ pub struct RawLimits {
     /// How long a peer we poll may stay unreachable before its hint leaves the table
     /// (default `"10m"`); `"0s"`: never.
     pub peer_gone_after: Option<String>,
+    /// How long a stopping node spends telling its pollers it goes (a last `datachanged`,
+    /// retried), after its listeners close (default `"2s"`); `"0s"`: it does not tell them.
+    pub farewell_timeout: Option<String>,
     /// The window of the first retry after a transient failure (default `"250ms"`): the
     /// retry comes at a random moment within it, and the window doubles while failures
     /// persist, up to `max_transient_backoff`.
@@ -162,6 +165,8 @@ pub struct Limits {
     /// How long a polled peer may stay unreachable before its hint leaves the table; zero:
     /// never.
     pub peer_gone_after: Duration,
+    /// How long a stopping node spends on its farewell `datachanged`; zero: none.
+    pub farewell_timeout: Duration,
     /// The window of the first retry after a transient failure (default 250 ms).
     pub transient_backoff: Duration,
     /// The longest wait between retries after transient failures.
@@ -230,6 +235,7 @@ impl Default for Limits {
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             tcp_keepalive: DEFAULT_TCP_KEEPALIVE,
             peer_gone_after: Duration::from_secs(600),
+            farewell_timeout: Duration::from_secs(2),
             transient_backoff: Duration::from_millis(250),
             max_transient_backoff: Duration::from_secs(60),
             http_timeout: Duration::from_secs(30),
@@ -346,6 +352,14 @@ impl Validator<'_> {
                     "limits.peer_gone_after",
                     raw.peer_gone_after.take(),
                     d.peer_gone_after,
+                ),
+            },
+            farewell_timeout: match raw.farewell_timeout.as_deref().map(str::trim) {
+                Some("0" | "0s" | "off") => Duration::ZERO,
+                _ => self.duration(
+                    "limits.farewell_timeout",
+                    raw.farewell_timeout.take(),
+                    d.farewell_timeout,
                 ),
             },
             transient_backoff: self.duration(
