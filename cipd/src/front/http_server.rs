@@ -324,6 +324,10 @@ pub async fn serve_limited(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.idle_timeout)
         .max_buf_size(MAX_HEADER_BYTES)
+        // A client may shut down its sending side once its request is out (HTTP/1.0
+        // clients, `nc -q`): it still gets the whole answer. Without this the connection
+        // closed when the end of its input was read, often in the middle of the answer.
+        .half_close(true)
         .keep_alive(true);
     loop {
         let (stream, remote) = tokio::select! {
@@ -814,6 +818,55 @@ mod tests {
         wait_until(|| limiter.open() == 1).await;
         wait_until(|| limiter.open() == 0).await;
         drop(c);
+        token.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    /// A client that shuts down its sending side after its request gets the whole answer,
+    /// also when the answer is not ready before the end of its input is read.
+    #[tokio::test]
+    async fn a_client_that_half_closes_gets_the_whole_answer() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let body: Arc<str> = "y".repeat(1 << 20).into();
+        let app = Router::new().route(
+            "/",
+            get(move || {
+                let body = body.to_string();
+                async move {
+                    // The answer comes after the server has read the client's end of input.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    body
+                }
+            }),
+        );
+        let (token, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let limits = HttpLimits {
+            max_connections: 4,
+            idle_timeout: Duration::from_secs(5),
+        };
+        tracker.spawn(serve(listener, limits, app, token.clone(), tracker.clone()));
+        for _ in 0..3 {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+            c.shutdown().await.unwrap();
+            let mut out = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut out))
+                .await
+                .expect("the server answers and closes")
+                .unwrap();
+            let text = String::from_utf8_lossy(&out);
+            assert!(
+                text.starts_with("HTTP/1.0 200"),
+                "{}",
+                &text[..text.len().min(200)]
+            );
+            assert!(text.ends_with(&"y".repeat(1000)), "{} bytes", out.len());
+            let head = text.find("\r\n\r\n").expect("a head") + 4;
+            assert_eq!(out.len() - head, 1 << 20);
+        }
         token.cancel();
         tracker.close();
         tracker.wait().await;
