@@ -1,13 +1,15 @@
 //! The memory transient of importing one big hint, first and as a replacement (issue #44,
 //! item 6): a routing table that holds one peer's hint of `BENCH_VALUES` values (default
-//! 2,000,000), parsed from SOIF text as the daemon parses a poll's payload, under the
+//! 2,000,000), parsed from SOIF text as the daemon parses a poll's payload and handed to
+//! [`RoutingTable::replace_all`] as the daemon's import pipeline hands it, under the
 //! daemon's allocator (jemalloc, `.cargo/config.toml`'s settings). Prints the settled RSS,
 //! the first import's peak and the peak while a changed version (`BENCH_CHANGED` percent of
 //! the values, default 5) replaces it, each against the 1.5x target.
 //!
 //! Run with `cargo bench -p cipd --bench replace`. The peaks are the process's `VmHWM`,
-//! reset before each import (`/proc/self/clear_refs`); the new hint is parsed before the
-//! reset, so a peak counts what the import holds on top of the hint it was handed.
+//! reset before each import (`/proc/self/clear_refs`) and read once the segment's substring
+//! summaries, built in the background, are done; the new hint is parsed before the reset,
+//! so a peak counts what the import holds on top of the hint it was handed.
 
 use std::time::{Duration, SystemTime};
 
@@ -94,6 +96,16 @@ fn meta() -> PeerMeta {
     }
 }
 
+/// Imports `hint` as the daemon's import pipeline does: handed over whole to
+/// [`RoutingTable::replace_all`], which drops it once its values are taken.
+fn import(table: &RoutingTable, hint: CipHint) {
+    for result in table.replace_all([(meta(), hint)]) {
+        result.expect("the import");
+    }
+    // The segment's substring summaries are built in the background: part of the import.
+    table.wait_for_summaries();
+}
+
 fn verdict(ratio: f64) -> &'static str {
     if ratio <= TARGET { "MET" } else { "MISSED" }
 }
@@ -113,9 +125,8 @@ fn main() {
     let first = hint(n, 0);
     let handed = settle();
     reset_peak();
-    table.replace(meta(), &first).expect("the first import");
+    import(&table, first);
     let first_peak = kib("VmHWM:");
-    drop(first);
     let settled = settle();
     let stats = table.stats();
     println!(
@@ -136,9 +147,8 @@ fn main() {
     let second = hint(n, changed);
     let before = settle();
     reset_peak();
-    table.replace(meta(), &second).expect("the replacement");
+    import(&table, second);
     let peak = kib("VmHWM:");
-    drop(second);
     let after = settle();
     let ratio = peak as f64 / settled as f64;
     println!(

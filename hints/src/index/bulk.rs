@@ -1,6 +1,7 @@
 //! The bulk-load path: one segment from many imports at once.
 
 use crate::hasher::RandomState;
+use crate::pages::Scratch;
 
 use super::builder::Builder;
 use super::exact::hash_folded;
@@ -11,23 +12,26 @@ use super::segment::{GROUP, HEADER, POSTING, Segment, SegmentOverflow, cmp_folde
 /// segment per import.
 ///
 /// Kept small, for it sits beside the segment it builds: per distinct value its bytes and
-/// 12 bytes, per posting 20, and a table of 4 bytes per slot at most half full.
+/// 12 bytes, per posting 20, and a table of 4 bytes per slot at most half full; each in a
+/// [`Scratch`] buffer, whose memory is the system's again as soon as the build is done
+/// with it.
 #[derive(Debug, Default)]
 pub(crate) struct BulkBuilder {
     /// Open addressing: value id + 1, 0 when empty.
-    table: Vec<u32>,
+    table: Scratch<u32>,
     /// Representative spellings, concatenated.
-    arena: Vec<u8>,
+    arena: Scratch<u8>,
     /// Per value id, where its spelling is in `arena`, and its tag.
-    spans: Vec<Span>,
+    spans: Scratch<Span>,
     /// The postings of every import added so far.
-    postings: Vec<Posting>,
+    postings: Scratch<Posting>,
 }
 
 /// A value of a [`BulkBuilder`]: its spelling at `arena[start..start + len]`, and `tag`, the
 /// high half of its hash, which picks its home in the table and settles nearly every
 /// mismatch there without reading the arena.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 struct Span {
     start: u32,
     len: u32,
@@ -36,7 +40,8 @@ struct Span {
 
 /// One posting of a [`BulkBuilder`]: value (its id, then its rank once sorted), attribute,
 /// slot, count (in two halves: 20 bytes, not the 24 a `u64` field would align to).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 struct Posting {
     value: u32,
     attr: u32,
@@ -99,7 +104,7 @@ impl BulkBuilder {
                 size *= 2;
             }
             let mask = size - 1;
-            let mut table = vec![0u32; size];
+            let mut table = Scratch::filled(size, 0u32);
             for (id, s) in self.spans.iter().enumerate() {
                 let mut at = tag_home(s.tag, mask);
                 while table[at] != 0 {
@@ -261,7 +266,7 @@ impl BulkBuilder {
             table,
             arena,
             spans,
-            mut postings,
+            postings,
         } = self;
         drop(table);
         let value = |id: u32| {
@@ -270,18 +275,7 @@ impl BulkBuilder {
         };
         let n = spans.len();
         let order = sort_folded(n, value);
-        // The postings by value rank: ids become ranks, then one sort in place.
-        {
-            let mut rank = vec![0u32; n];
-            for (r, &id) in order.iter().enumerate() {
-                rank[id as usize] = r as u32;
-            }
-            for p in &mut postings {
-                p.value = rank[p.value as usize];
-            }
-        }
-        // By value rank only: [`Builder::push`] orders each value's own postings.
-        postings.sort_unstable_by_key(|p| p.value);
+        let total = postings.len();
         // A bound on the records' size (every byte maybe uppercase, a group per posting):
         // they are written straight into their final buffer, whose pages past the real size
         // are never touched.
@@ -289,10 +283,18 @@ impl BulkBuilder {
             .iter()
             .map(|s| HEADER + s.len as usize + (s.len as usize).div_ceil(8))
             .sum::<usize>()
-            + postings.len() * (GROUP + POSTING);
+            + total * (GROUP + POSTING);
+        let mut by_rank = {
+            let mut rank = Scratch::filled(n, 0u32);
+            for (r, &id) in order.iter().enumerate() {
+                rank[id as usize] = r as u32;
+            }
+            let ranked = ByRank::sort(&postings, &rank);
+            drop(postings);
+            ranked
+        };
         let mut builder = Builder::with_capacity(n, bound);
         let mut run: Vec<(u32, u32, u64)> = Vec::new();
-        let mut at = 0;
         let mut digest = 0u8;
         for (chunk, ids) in order.chunks(AHEAD).enumerate() {
             // The spellings are read in sorted order, scattered over the arena: touch a
@@ -304,25 +306,104 @@ impl BulkBuilder {
             for (k, &id) in ids.iter().enumerate() {
                 let r = chunk * AHEAD + k;
                 run.clear();
-                while let Some(p) = postings.get(at).filter(|p| p.value as usize == r) {
-                    run.push((p.attr, p.slot, p.count()));
-                    at += 1;
-                }
+                by_rank.take(r, &mut run);
                 builder.push(value(id), &mut run)?;
             }
         }
         std::hint::black_box(digest);
-        drop((postings, order, arena, spans));
+        drop((by_rank, order, arena, spans));
         // A bulk load's segment (`grams` false) goes without both lookup structures until
         // the load ends: most are merged away before then.
         Ok(builder.finish().index(hasher, grams, grams))
     }
 }
 
+/// Postings in chunks of this many (5 MiB: each chunk a mapping of its own, see
+/// [`Scratch`]).
+const RANKED_CHUNK: usize = 1 << 18;
+
+/// A builder's postings grouped by the rank of their value, in chunks that the records'
+/// writing gives back as soon as it has read past them: the postings then cost nothing at
+/// the end of a build, when the records are all written (for one hint of millions of
+/// values, that is where the import's memory peaks).
+struct ByRank {
+    chunks: Vec<Scratch<Posting>>,
+    /// Per rank, where its postings end (after [`ByRank::sort`]); they start where the
+    /// rank before ends.
+    ends: Scratch<u32>,
+    /// Where the next rank's postings start.
+    at: usize,
+}
+
+impl ByRank {
+    /// `postings` by `rank` of their value (a counting sort: one pass to count, one to
+    /// place; a value's own postings in no particular order, [`Builder::push`] orders
+    /// them).
+    fn sort(postings: &[Posting], rank: &[u32]) -> Self {
+        let n = rank.len();
+        let mut ends = Scratch::filled(n, 0u32);
+        for p in postings {
+            ends[rank[p.value as usize] as usize] += 1;
+        }
+        // Each rank's start, to be advanced past its postings as they are placed.
+        let mut sum = 0u32;
+        for e in ends.iter_mut() {
+            let count = *e;
+            *e = sum;
+            sum += count;
+        }
+        let mut chunks: Vec<Scratch<Posting>> = (0..postings.len().div_ceil(RANKED_CHUNK))
+            .map(|k| {
+                let len = RANKED_CHUNK.min(postings.len() - k * RANKED_CHUNK);
+                Scratch::filled(len, bytemuck::Zeroable::zeroed())
+            })
+            .collect();
+        for p in postings {
+            let r = rank[p.value as usize] as usize;
+            let at = ends[r] as usize;
+            ends[r] += 1;
+            chunks[at / RANKED_CHUNK][at % RANKED_CHUNK] = *p;
+        }
+        Self {
+            chunks,
+            ends,
+            at: 0,
+        }
+    }
+
+    /// Appends to `run` the `(attribute, slot, count)` of rank `r`'s postings; ranks are
+    /// taken in order, and each chunk is given back once read past.
+    fn take(&mut self, r: usize, run: &mut Vec<(u32, u32, u64)>) {
+        let end = self.ends.get(r).map_or(self.at, |&e| e as usize);
+        while self.at < end {
+            let (k, i) = (self.at / RANKED_CHUNK, self.at % RANKED_CHUNK);
+            let Some(p) = self.chunks.get(k).and_then(|c| c.get(i)) else {
+                break;
+            };
+            run.push((p.attr, p.slot, p.count()));
+            self.at += 1;
+            if self.at.is_multiple_of(RANKED_CHUNK) {
+                self.chunks[k] = Scratch::default();
+            }
+        }
+    }
+}
+
+/// A value id with the first 16 bytes of its value, folded, as a big-endian number in two
+/// halves: what [`sort_folded`] sorts (24 bytes; a `u128` key would align it to 32).
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Keyed {
+    hi: u64,
+    lo: u64,
+    id: u32,
+    pad: u32,
+}
+
 /// The ids `0..n` in ASCII-case-insensitive order of their values ([`cmp_folded`]), which
 /// must differ under it. Sorting pairs of (first 16 folded bytes, id) moves no value
 /// bytes; only ids whose 16-byte prefixes tie are compared in full.
-fn sort_folded<'a>(n: usize, value: impl Fn(u32) -> &'a [u8]) -> Vec<u32> {
+fn sort_folded<'a>(n: usize, value: impl Fn(u32) -> &'a [u8]) -> Scratch<u32> {
     let prefix = |v: &[u8]| {
         let mut b = [0u8; 16];
         for (d, s) in b.iter_mut().zip(v) {
@@ -330,21 +411,34 @@ fn sort_folded<'a>(n: usize, value: impl Fn(u32) -> &'a [u8]) -> Vec<u32> {
         }
         u128::from_be_bytes(b)
     };
-    let mut keyed: Vec<(u128, u32)> = (0..n as u32).map(|id| (prefix(value(id)), id)).collect();
-    keyed.sort_unstable_by_key(|k| k.0);
+    let mut keyed: Scratch<Keyed> = Scratch::with_capacity(n);
+    for id in 0..n as u32 {
+        let key = prefix(value(id));
+        keyed.push(Keyed {
+            hi: (key >> 64) as u64,
+            lo: key as u64,
+            id,
+            pad: 0,
+        });
+    }
+    keyed.sort_unstable_by_key(|k| (k.hi, k.lo));
     let mut i = 0;
     while i < keyed.len() {
         let mut j = i + 1;
-        while j < keyed.len() && keyed[j].0 == keyed[i].0 {
+        while j < keyed.len() && (keyed[j].hi, keyed[j].lo) == (keyed[i].hi, keyed[i].lo) {
             j += 1;
         }
         // A shorter value pads with zeros, so ties include prefixes and zero bytes alike.
         if j - i > 1 {
-            keyed[i..j].sort_unstable_by(|a, b| cmp_folded(value(a.1), value(b.1)));
+            keyed[i..j].sort_unstable_by(|a, b| cmp_folded(value(a.id), value(b.id)));
         }
         i = j;
     }
-    keyed.into_iter().map(|k| k.1).collect()
+    let mut order = Scratch::with_capacity(n);
+    for k in keyed.iter() {
+        order.push(k.id);
+    }
+    order
 }
 
 #[cfg(test)]
@@ -367,12 +461,47 @@ mod tests {
                 }
             }
             let got: Vec<&[u8]> = sort_folded(distinct.len(), |id| &distinct[id as usize])
-                .into_iter()
-                .map(|id| &distinct[id as usize][..])
+                .iter()
+                .map(|&id| &distinct[id as usize][..])
                 .collect();
             let mut want: Vec<&[u8]> = distinct.iter().map(Vec::as_slice).collect();
             want.sort_by(|a, b| cmp_folded(a, b));
             prop_assert_eq!(got, want);
         }
+    }
+
+    /// Postings sorted by rank come back rank by rank, each rank's whole, across chunk
+    /// boundaries, and the chunks read past are given back.
+    #[test]
+    fn postings_by_rank_span_chunks() {
+        let n = 1_000u32;
+        let total = RANKED_CHUNK * 2 + 12_345;
+        // Value ids spread over the ranks unevenly; the rank of id `v` is `n - 1 - v`.
+        let postings: Vec<Posting> = (0..total)
+            .map(|i| {
+                let v = ((i * 7_919) % (n as usize * 3)) as u32 % n;
+                Posting::new(v, (i % 3) as u32, i as u32, i as u64 + (1 << 33))
+            })
+            .collect();
+        let rank: Vec<u32> = (0..n).map(|v| n - 1 - v).collect();
+        let mut by_rank = ByRank::sort(&postings, &rank);
+        let mut wants: Vec<Vec<(u32, u32, u64)>> = vec![Vec::new(); n as usize];
+        for p in &postings {
+            wants[rank[p.value as usize] as usize].push((p.attr, p.slot, p.count()));
+        }
+        let mut seen = 0usize;
+        let mut run = Vec::new();
+        for (r, mut want) in wants.into_iter().enumerate() {
+            run.clear();
+            by_rank.take(r, &mut run);
+            let mut got = run.clone();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "rank {r}");
+            seen += run.len();
+            let read_past = seen / RANKED_CHUNK;
+            assert!(by_rank.chunks[..read_past].iter().all(|c| c.is_empty()));
+        }
+        assert_eq!(seen, total);
     }
 }

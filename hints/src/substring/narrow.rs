@@ -155,13 +155,35 @@ struct QuadBuild<'a> {
     skip: &'a HashMap<u64, (u32, u32), RandomState>,
     ties: &'a [u32],
     acc: Accumulator,
+    /// The current 4-gram's values.
     ids: Vec<u32>,
-    /// `(extension, value id)`, deduplicated per value.
-    exts: Vec<(u64, u32)>,
+    /// Extension -> how many of the 4-gram's values hold it.
+    counts: HashMap<u64, u32, RandomState>,
+    /// Extension -> its place in the lists of values gathered for the extensions summed on
+    /// their own.
+    list_of: HashMap<u64, usize, RandomState>,
     /// n-gram -> `(values holding it, the n-gram whose blocks it has)`, for the current
     /// 4-gram and its extensions.
     shared: HashMap<u64, (usize, u64), RandomState>,
     local: Vec<u64>,
+}
+
+/// Puts in `out` (cleared first) the 5- and 6-byte extensions (packed) of the 4-gram
+/// `quad` in the folded value `v`, each once.
+fn extensions(v: &[u8], quad: &[u8], out: &mut Vec<u64>) {
+    out.clear();
+    for (p, w) in v.windows(NARROW_MIN).enumerate() {
+        if w != quad {
+            continue;
+        }
+        for len in NARROW_MIN + 1..=NARROW_MAX {
+            if let Some(k) = v.get(p..p + len).and_then(pack) {
+                out.push(k);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
 }
 
 impl<'a> QuadBuild<'a> {
@@ -179,7 +201,8 @@ impl<'a> QuadBuild<'a> {
             ties,
             acc: Accumulator::new(seg),
             ids: Vec::new(),
-            exts: Vec::new(),
+            counts: HashMap::default(),
+            list_of: HashMap::default(),
             shared: HashMap::default(),
             local: Vec::new(),
         }
@@ -189,8 +212,13 @@ impl<'a> QuadBuild<'a> {
     /// held by enough values; appends them to `out` and returns the bytes they take.
     ///
     /// One pipelined pass over the 4-gram's values (records loaded a batch ahead) sums
-    /// them and notes each one's extensions; then each extension held by enough values
-    /// sums its own, fewer, values the same way.
+    /// them and counts each one's extensions. An extension held by as many values as its
+    /// prefix shares the prefix's blocks; the others held by enough values have their
+    /// values gathered in a second pass (only when there are such), each list exactly as
+    /// long as its count, and sum them. The memory is so bounded by the values of the
+    /// extensions summed, not by every value's every extension: a 4-gram that all of a
+    /// big segment's values hold (`auth` in `Author ...`) would otherwise list millions
+    /// of `(extension, value)` pairs on each worker at once.
     fn quad(&mut self, key: u32, out: &mut Vec<(u64, Made)>) -> usize {
         let seg = self.seg;
         let quad = key.to_be_bytes();
@@ -201,73 +229,80 @@ impl<'a> QuadBuild<'a> {
         // Every candidate holds the 4-gram: the pass checks nothing.
         let finder = memmem::Finder::new(&quad);
         seg.quad_ids(key, &mut self.ids);
-        self.exts.clear();
+        self.counts.clear();
         {
-            let (acc, exts, local) = (&mut self.acc, &mut self.exts, &mut self.local);
+            let (acc, counts, local) = (&mut self.acc, &mut self.counts, &mut self.local);
             seg.for_each_candidate(&finder, &self.ids, true, |id, start| {
                 if !broad {
                     acc.add(seg, id, start);
                 }
-                let v = seg.folded_value_at(start);
-                local.clear();
-                for (p, w) in v.windows(NARROW_MIN).enumerate() {
-                    if w != quad {
-                        continue;
-                    }
-                    for len in NARROW_MIN + 1..=NARROW_MAX {
-                        if let Some(k) = v.get(p..p + len).and_then(pack) {
-                            local.push(k);
-                        }
-                    }
+                extensions(seg.folded_value_at(start), &quad, local);
+                for &k in local.iter() {
+                    *counts.entry(k).or_insert(0) += 1;
                 }
-                local.sort_unstable();
-                local.dedup();
-                exts.extend(local.iter().map(|&k| (k, id)));
             });
         }
         let mut made = 0;
         if !broad {
             made += self.finish(quad_key, out);
         }
-        // By extension (the 5-grams first: the length is the key's top byte), then value
-        // id.
-        self.exts.sort_unstable();
-        let exts = std::mem::take(&mut self.exts);
+        // By extension: the 5-grams first (the length is the key's top byte), so that a
+        // 6-gram's prefix is settled before it.
+        let mut held: Vec<(u64, usize)> = self
+            .counts
+            .iter()
+            .filter(|e| *e.1 as usize >= self.min)
+            .map(|(&k, &n)| (k, n as usize))
+            .collect();
+        held.sort_unstable();
         // Per n-gram summarized so far: how many values hold it and whose blocks it has.
         self.shared.clear();
         self.shared.insert(quad_key, (self.ids.len(), quad_key));
-        for run in exts.chunk_by(|a, b| a.0 == b.0) {
-            let ext = run[0].0;
-            if run.len() < self.min {
-                continue;
-            }
+        let mut own: Vec<(u64, usize)> = Vec::new();
+        for &(ext, n) in &held {
             // An extension's values are among its prefix's: as many are the same ones.
             let (b, len) = unpack(ext);
             let prefix = pack(&b[..len - 1]).unwrap_or(quad_key);
-            let same = self
-                .shared
-                .get(&prefix)
-                .filter(|s| s.0 == run.len())
-                .map(|s| s.1);
+            let same = self.shared.get(&prefix).filter(|s| s.0 == n).map(|s| s.1);
             if let Some(origin) = same {
-                self.shared.insert(ext, (run.len(), origin));
+                self.shared.insert(ext, (n, origin));
                 out.push((ext, Made::Same(origin)));
                 made += SAME_BYTES;
                 continue;
             }
-            self.shared.insert(ext, (run.len(), ext));
-            if self.skip.contains_key(&ext) {
-                continue;
+            self.shared.insert(ext, (n, ext));
+            if !self.skip.contains_key(&ext) {
+                own.push((ext, n));
             }
-            self.ids.clear();
-            self.ids.extend(run.iter().map(|e| e.1));
-            let acc = &mut self.acc;
+        }
+        if own.is_empty() {
+            return made;
+        }
+        self.list_of.clear();
+        let mut lists: Vec<Vec<u32>> = Vec::with_capacity(own.len());
+        for (i, &(ext, n)) in own.iter().enumerate() {
+            self.list_of.insert(ext, i);
+            lists.push(Vec::with_capacity(n));
+        }
+        {
+            let (list_of, local) = (&self.list_of, &mut self.local);
             seg.for_each_candidate(&finder, &self.ids, true, |id, start| {
+                extensions(seg.folded_value_at(start), &quad, local);
+                for k in local.iter() {
+                    if let Some(&i) = list_of.get(k) {
+                        lists[i].push(id);
+                    }
+                }
+            });
+        }
+        for ((ext, _), ids) in own.into_iter().zip(lists) {
+            let acc = &mut self.acc;
+            seg.for_each_candidate(&finder, &ids, true, |id, start| {
                 acc.add(seg, id, start);
             });
+            drop(ids);
             made += self.finish(ext, out);
         }
-        self.exts = exts;
         made
     }
 
