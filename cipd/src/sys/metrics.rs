@@ -33,9 +33,10 @@ pub use scrape::Gauges;
 
 use scrape::{CipTotals, Scraped, counter_family};
 
-/// Upper bounds (seconds) of the query and search latency histograms' buckets.
-pub const LATENCY_BUCKETS: [f64; 12] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+/// Upper bounds (seconds) of the query and search latency histograms' buckets: up to
+/// past `search.deadline` (2 s by default), so that slow searches are told apart.
+pub const LATENCY_BUCKETS: [f64; 15] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
 /// Upper bounds (seconds) of the buckets of exchanges with other nodes: polls, sub-queries.

@@ -9,7 +9,7 @@
 #
 # Options:
 #   --wdb DIR          WDB work tree (default /tmp/wdb). Must contain wdblib.pl, wdb.ph and
-#                      the patched jcode.pl (see README.txt).
+#                      the patched jcode.pl (see README.md).
 #   --workdir DIR      where WDB writes its files (SAVEAS copy, debug log, its own hina.di);
 #                      default: a fresh temp dir. Kept after the run.
 #   --antenna-uri URI  value of WDB's $ANTENNA_URI ("my own antenna"); default
