@@ -445,6 +445,11 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
             s.index_type = Some(used.param_value());
         });
     }
+    if reply.code.is_success() {
+        // It answered: its referrals stop saying it does not as soon as the answer is in,
+        // not once its hint (perhaps millions of values) is imported.
+        node.note_reachable(&peer.name, true);
+    }
     match reply.code {
         ResponseCode::OkOutputFollows => {
             let objects = reply.result.map(|r| r.objects).unwrap_or_default();
