@@ -13,7 +13,7 @@
 //! * `hasher`: the seeded hasher of value bytes, so that a peer cannot choose values that
 //!   collide in the index's tables.
 //! * `pages`: big read-only buffers on huge pages, since the index's records and tables are
-//!   read at random.
+//!   read at random; a build's big passing buffers, given back the moment they are dropped.
 //! * `threads`: work on scoped threads that falls back to the caller's thread, so that a
 //!   table write never fails for want of a thread.
 //!

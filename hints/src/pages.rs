@@ -7,6 +7,9 @@
 //! `madvise` or `always`), where 2 MiB pages cover it: written there directly
 //! ([`PagesMut`]) or copied there ([`Pages::new`]). Elsewhere, or when the mapping fails,
 //! the bytes stay in a vector: only speed differs.
+//!
+//! A build's big passing buffers ([`Scratch`]) live in mappings of their own too, on small
+//! pages, so that dropping one gives its memory back at once.
 
 use std::ops::{Deref, DerefMut};
 

@@ -21,11 +21,13 @@
 //! ([`super::summarize`]).
 //!
 //! The build shares work by 4-gram: each 4-gram held by enough values has its values read
-//! once, in one pipelined pass that sums them and finds the 5- and 6-grams starting with
-//! it there (all of whose values are in the 4-gram's list); each extension held by enough
-//! values then sums its own. An extension held by as many values as its one-byte-shorter
-//! prefix is held by the same ones and shares its blocks (`garci`, `garcia`). Every value is
-//! so read once per distinct 4-gram it holds, whatever the number of n-grams summarized.
+//! in one pipelined pass that sums them and counts the 5- and 6-grams starting with it
+//! there (all of whose values are in the 4-gram's list). An extension held by as many
+//! values as its one-byte-shorter prefix is held by the same ones and shares its blocks
+//! (`garci`, `garcia`); the others held by enough values have their values gathered in a
+//! second pass and sum their own. Every value is so read at most twice per distinct
+//! 4-gram it holds, whatever the number of n-grams summarized, and a worker's memory is
+//! bounded by the values of the extensions it sums, not by every value's extensions.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
