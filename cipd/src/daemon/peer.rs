@@ -136,6 +136,15 @@ pub fn next_delay(interval: Duration, failures: u32, max_backoff: Duration) -> D
     .tenth_jitter(failures)
 }
 
+/// Whether a refusal with `code` is a transient failure: the peer says "not now" (`400`
+/// temporarily unable, `520` aborting), as good as no answer.
+fn transient_code(code: ResponseCode) -> bool {
+    matches!(
+        code,
+        ResponseCode::TemporarilyUnable | ResponseCode::Aborting
+    )
+}
+
 /// True when `e` is transient (PROTOCOL.md, "Retries"): the connection failed, stalled
 /// or timed out, or the peer said "not now" (`400`, `520`). What the peer refused or sent
 /// wrong (another code, a refused hint) and settings that do not work are not: they do not
@@ -143,12 +152,7 @@ pub fn next_delay(interval: Duration, failures: u32, max_backoff: Duration) -> D
 pub fn transient(e: &PeerError) -> bool {
     match e {
         PeerError::Transport(_) | PeerError::Http(_) | PeerError::Timeout => true,
-        PeerError::Refused { code, .. } => {
-            matches!(
-                code,
-                ResponseCode::TemporarilyUnable | ResponseCode::Aborting
-            )
-        }
+        PeerError::Refused { code, .. } => transient_code(*code),
         PeerError::Rejected { .. }
         | PeerError::NoPort
         | PeerError::NoUrl
@@ -445,9 +449,10 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
             s.index_type = Some(used.param_value());
         });
     }
-    if reply.code.is_success() {
-        // It answered: its referrals stop saying it does not as soon as the answer is in,
-        // not once its hint (perhaps millions of values) is imported.
+    if !transient_code(reply.code) {
+        // It answered (a refusal too: reachable and wrong, PROTOCOL.md): its referrals stop
+        // saying it does not as soon as the answer is in, not once its hint (perhaps
+        // millions of values) is imported. A transient refusal is no answer (`transient`).
         node.note_reachable(&peer.name, true);
     }
     match reply.code {
@@ -737,7 +742,7 @@ pub async fn send_datachanged(node: &Node, peer: &PeerConfig) -> Result<(), Peer
 
 /// `Ok` for a 2xx reply, else the peer's refusal with its code and comment.
 fn succeeded(reply: ClientReply) -> Result<(), PeerError> {
-    if reply.code.is_success() {
+    if !transient_code(reply.code) {
         Ok(())
     } else {
         Err(PeerError::Refused {

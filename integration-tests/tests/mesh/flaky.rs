@@ -5,7 +5,8 @@
 //!   CIP-over-HTTP; `cipctl poll` on a peer whose poll is under way says so; the retry after
 //!   such a transient failure comes within a second;
 //! * a peer that does not answer is marked unreachable in the referrals, leaves the table
-//!   after `limits.peer_gone_after`, and is taken in again as soon as it answers.
+//!   after `limits.peer_gone_after`, and is taken in again as soon as it answers; an answer
+//!   that refuses clears the mark too.
 
 use std::time::{Duration, Instant};
 
@@ -190,8 +191,8 @@ async fn a_peer_that_goes_leaves_the_table_and_is_taken_in_again_when_it_answers
         text.replacen("cip = [\"127.0.0.1:0\"]", &format!("cip = [\"{port}\"]"), 1)
     })
     .await;
-    // Its hint is in the table once imported; the poll that brought it then clears the
-    // unreachable mark (a query in between sees both).
+    // The poll that brings it clears the unreachable mark as soon as its answer is in,
+    // then imports its hint (a query in between sees the mark gone, no hint yet).
     let a = mid
         .wait_query("Author=Okafor", |a| {
             a.referrals.first().is_some_and(|r| !r.unreachable)
@@ -243,4 +244,73 @@ async fn a_stopped_node_says_goodbye_to_its_pollers() {
             "farewell_timeout = {farewell}"
         );
     }
+}
+
+/// A peer that did not answer and then answers with a refusal is reachable again (and
+/// wrong): its referrals stop saying it does not answer (PROTOCOL.md, "Peers that come and
+/// go").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_answers_with_a_refusal_is_reachable_again() {
+    // The first connection is dropped at once; later ones are refused with a 502.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (addr, _, _token) = fake_server(move |stream| {
+        let first = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        async move {
+            if first {
+                return;
+            }
+            let (r, mut w) = stream.into_split();
+            let mut lines = BufReader::new(r);
+            let _ = w.write_all(b"% 220 refusing CIP server ready\r\n").await;
+            let mut line = String::new();
+            let _ = lines.read_line(&mut line).await;
+            let _ = w.write_all(b"% 300 OK\r\n").await;
+            // The request, up to its closing dot.
+            loop {
+                line.clear();
+                match lines.read_line(&mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) if line == ".\r\n" => break,
+                    Ok(_) => {}
+                }
+            }
+            let _ = w
+                .write_all(
+                    b"% 502 Request is missing required CIP attributes\r\nMime-Version: 1.0\r\nContent-Type: application/index.response; code=502\r\n\r\nno dsi here\r\n.\r\n",
+                )
+                .await;
+            let mut rest = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut lines, &mut rest).await;
+        }
+    })
+    .await;
+    let mut spec = NodeSpec::new("1.3.6.1.4.1.99999.461", &["Garcia"]).peer_at(
+        "refuser",
+        addr,
+        &["poll"],
+        None,
+    );
+    spec.extra_limits = "max_transient_backoff = \"300ms\"".into();
+    let node = TestNode::start(spec).await;
+    let n = node.daemon.node();
+    let state = || {
+        n.peer_states()
+            .into_iter()
+            .find(|p| p.name == "refuser")
+            .unwrap()
+    };
+    // The dropped connection: a transient failure, so unreachable.
+    crate::harness::eventually("the peer marked unreachable", || {
+        state().unreachable_since.is_some()
+    })
+    .await;
+    // The refusal: a failed poll, but an answer.
+    crate::harness::eventually("the refusal", || {
+        state().last_error.is_some_and(|e| e.contains("502"))
+    })
+    .await;
+    let s = state();
+    assert!(s.unreachable_since.is_none(), "{s:?}");
+    assert!(s.consecutive_failures >= 2, "{s:?}");
+    node.stop().await;
 }
