@@ -14,6 +14,23 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::harness::{NodeSpec, TestNode, fake_server};
 
+/// The server's side of a CIP connection's opening: its banner, the client's version line
+/// read and accepted. Returns the connection's halves, the reading one buffered.
+async fn greet(
+    stream: tokio::net::TcpStream,
+) -> (
+    BufReader<tokio::net::tcp::OwnedReadHalf>,
+    tokio::net::tcp::OwnedWriteHalf,
+) {
+    let (r, mut w) = stream.into_split();
+    let mut lines = BufReader::new(r);
+    let _ = w.write_all(b"% 220 test CIP server ready\r\n").await;
+    let mut line = String::new();
+    let _ = lines.read_line(&mut line).await;
+    let _ = w.write_all(b"% 300 OK\r\n").await;
+    (lines, w)
+}
+
 /// A CIP peer that answers the banner and the version line, then says nothing more and
 /// keeps the connection open (a peer that hangs, or a middlebox that dropped the
 /// connection's state without a reset).
@@ -23,12 +40,7 @@ async fn silent_peer() -> (
     tokio_util::sync::CancellationToken,
 ) {
     fake_server(|stream| async move {
-        let (r, mut w) = stream.into_split();
-        let mut lines = BufReader::new(r);
-        let _ = w.write_all(b"% 220 silent CIP server ready\r\n").await;
-        let mut line = String::new();
-        let _ = lines.read_line(&mut line).await;
-        let _ = w.write_all(b"% 300 OK\r\n").await;
+        let (mut lines, w) = greet(stream).await;
         // Read the request and never answer.
         let mut rest = Vec::new();
         let _ = tokio::io::AsyncReadExt::read_to_end(&mut lines, &mut rest).await;
@@ -259,12 +271,8 @@ async fn a_peer_that_answers_with_a_refusal_is_reachable_again() {
             if first {
                 return;
             }
-            let (r, mut w) = stream.into_split();
-            let mut lines = BufReader::new(r);
-            let _ = w.write_all(b"% 220 refusing CIP server ready\r\n").await;
+            let (mut lines, mut w) = greet(stream).await;
             let mut line = String::new();
-            let _ = lines.read_line(&mut line).await;
-            let _ = w.write_all(b"% 300 OK\r\n").await;
             // The request, up to its closing dot.
             loop {
                 line.clear();
