@@ -262,8 +262,8 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
         drop(turn);
         match outcome {
             Ok(n) => {
+                // `poll_once` noted it reachable when its answer came in.
                 failures = 0;
-                node.note_reachable(&peer.name, true);
                 tracing::debug!(peer = %peer.name, objects = n, "poll done");
                 node.update_peer(&peer.name, |s| {
                     s.last_success = Some(SystemTime::now());
