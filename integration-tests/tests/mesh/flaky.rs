@@ -263,12 +263,15 @@ async fn a_stopped_node_says_goodbye_to_its_pollers() {
 /// go").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_answers_with_a_refusal_is_reachable_again() {
-    // The first connection is dropped at once; later ones are refused with a 502.
-    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Connections are dropped at once until the test has seen the peer unreachable, then
+    // refused with a 502 (the retries after a transient failure may come within
+    // milliseconds: the mark must not come and go unseen).
+    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let refusing = refuse.clone();
     let (addr, _, _token) = fake_server(move |stream| {
-        let first = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        let drop_it = !refusing.load(std::sync::atomic::Ordering::SeqCst);
         async move {
-            if first {
+            if drop_it {
                 return;
             }
             let (mut lines, mut w) = greet(stream).await;
@@ -307,11 +310,12 @@ async fn a_peer_that_answers_with_a_refusal_is_reachable_again() {
             .find(|p| p.name == "refuser")
             .unwrap()
     };
-    // The dropped connection: a transient failure, so unreachable.
+    // Dropped connections: transient failures, so unreachable.
     crate::harness::eventually("the peer marked unreachable", || {
         state().unreachable_since.is_some()
     })
     .await;
+    refuse.store(true, std::sync::atomic::Ordering::SeqCst);
     // The refusal: a failed poll, but an answer.
     crate::harness::eventually("the refusal", || {
         state().last_error.is_some_and(|e| e.contains("502"))
