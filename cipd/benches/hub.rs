@@ -188,6 +188,7 @@ fn in_process(mesh: &Mesh, pools: &Pools) {
                 received: std::time::SystemTime::UNIX_EPOCH,
                 expires: None,
                 via: None,
+                path: Vec::new(),
             };
             (meta, hint)
         })

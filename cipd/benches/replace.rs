@@ -93,6 +93,7 @@ fn meta() -> PeerMeta {
         received: SystemTime::now(),
         expires: None,
         via: None,
+        path: Vec::new(),
     }
 }
 

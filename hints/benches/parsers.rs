@@ -316,6 +316,7 @@ fn main() {
             received: std::time::SystemTime::UNIX_EPOCH,
             expires: None,
             via: None,
+            path: Vec::new(),
         };
         let mut results = table.replace_all([(meta, &h)]);
         results

@@ -123,6 +123,7 @@ fn main() {
         received: SystemTime::UNIX_EPOCH,
         expires: None,
         via: None,
+        path: Vec::new(),
     };
 
     let table = RoutingTable::new(TableConfig::default());

@@ -45,6 +45,11 @@ pub struct NodeIdentity {
 pub enum SkipReason {
     /// It is the excluded peer, or was aggregated from its data.
     Excluded,
+    /// The poller asked for it apart: it travels as an object of its own beside the
+    /// aggregate ([`Filter::separate`]).
+    Separated,
+    /// Only another dataset was asked for ([`Filter::only`]).
+    NotAsked,
     /// Its base-uri schemes differ from this node's.
     ProtocolMismatch {
         /// The peer's schemes, lowercase, sorted.
@@ -66,6 +71,20 @@ pub struct Aggregate {
     /// The routing table generation it was computed from
     /// ([`RoutingTable::generation`]).
     pub generation: u64,
+}
+
+/// What an out-bound hint leaves out, and whether it is one passed-on dataset rather than
+/// the node's aggregate.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Filter {
+    /// The poller: its data, and every hint whose provenance names it, are left out.
+    pub exclude: Option<Dsi>,
+    /// Datasets the poller asked for apart: left out of the aggregate, each sent as an
+    /// object of its own (`only`).
+    pub separate: std::collections::BTreeSet<Dsi>,
+    /// Just this table entry, without the local hint: a passed-on object, whose `Path`
+    /// is this node followed by the entry's own path.
+    pub only: Option<Dsi>,
 }
 
 /// One out-bound attribute: its spelling, whether any input lists it, its threshold, and
@@ -226,6 +245,25 @@ pub fn aggregate(
     node: &NodeIdentity,
     exclude: Option<&Dsi>,
 ) -> Aggregate {
+    let filter = Filter {
+        exclude: exclude.cloned(),
+        ..Filter::default()
+    };
+    aggregate_filtered(local, table, node, &filter)
+}
+
+/// Builds an out-bound hint as [`aggregate`] does, leaving out what `filter` says; with
+/// [`Filter::only`], the one passed-on entry (the local hint is then ignored) with its
+/// `Path` ([`crate::table::PATH_ATTRIBUTE`]).
+pub fn aggregate_filtered(
+    local: Option<&CipHint>,
+    table: &RoutingTable,
+    node: &NodeIdentity,
+    filter: &Filter,
+) -> Aggregate {
+    let local = if filter.only.is_some() { None } else { local };
+    let exclude = filter.exclude.as_ref();
+    let mut path = None;
     let snap = table.snapshot();
     let mut acc = Acc::default();
     acc.provenance.insert(node.dsi.clone());
@@ -251,10 +289,32 @@ pub fn aggregate(
         let Some(entry) = snap.entry(slot) else {
             continue;
         };
-        let excluded = exclude.is_some_and(|x| x == dsi || entry.provenance.contains(x));
+        let excluded = exclude.is_some_and(|x| {
+            x == dsi || entry.provenance.contains(x) || entry.meta.path.contains(x)
+        });
         if excluded {
             skipped.push((dsi.clone(), SkipReason::Excluded));
             continue;
+        }
+        match &filter.only {
+            Some(only) if only != dsi => {
+                skipped.push((dsi.clone(), SkipReason::NotAsked));
+                continue;
+            }
+            Some(_) => {
+                let mut p = vec![node.dsi.clone()];
+                if entry.meta.path.is_empty() {
+                    p.push(dsi.clone());
+                } else {
+                    p.extend(entry.meta.path.iter().cloned());
+                }
+                path = Some(p);
+            }
+            None if filter.separate.contains(dsi) => {
+                skipped.push((dsi.clone(), SkipReason::Separated));
+                continue;
+            }
+            None => {}
         }
         let peer_schemes = schemes(&entry.meta.base_uris);
         if !node_schemes.is_empty() && peer_schemes != node_schemes {
@@ -282,6 +342,7 @@ pub fn aggregate(
         acc.total = acc.total.saturating_add(entry.total);
         acc.provenance.insert(dsi.clone());
         acc.provenance.extend(entry.provenance.iter().cloned());
+        acc.provenance.extend(entry.meta.path.iter().cloned());
     }
     // Table attribute id -> out-bound attribute.
     let table_attrs: Vec<usize> = snap
@@ -364,8 +425,17 @@ pub fn aggregate(
         }
     }
     group.flush(&mut acc);
+    let mut hint = finish(acc, &node.url);
+    if let Some(p) = path {
+        let text: Vec<&str> = p.iter().map(Dsi::as_str).collect();
+        match Attribute::new(crate::table::PATH_ATTRIBUTE, Bytes::from(text.join(" "))) {
+            Ok(a) => hint.extra.push(a),
+            // Invariant: `Path` is an identifier; this arm never runs.
+            Err(e) => tracing::error!(%e, "path attribute rejected"),
+        }
+    }
     Aggregate {
-        hint: finish(acc, &node.url),
+        hint,
         included,
         skipped,
         generation: snap.generation,
@@ -439,6 +509,7 @@ mod tests {
             received: SystemTime::UNIX_EPOCH,
             expires: None,
             via: None,
+            path: Vec::new(),
         }
     }
 

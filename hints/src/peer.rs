@@ -21,4 +21,8 @@ pub struct PeerMeta {
     pub expires: Option<SystemTime>,
     /// The configured peer it came from.
     pub via: Option<String>,
+    /// The DSIs it travelled through, from the peer that sent it to the dataset it
+    /// describes (its `Path` attribute); empty for a peer's own hint. Its length is the
+    /// route's length: the shortest route to a dataset is the one kept.
+    pub path: Vec<Dsi>,
 }

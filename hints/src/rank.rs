@@ -440,6 +440,9 @@ pub struct Explanation {
     pub position: usize,
     /// The configured peer the hint came from, when known.
     pub via: Option<String>,
+    /// The route the hint came by ([`crate::table::PeerMeta::path`]): empty when it is
+    /// the peer's own.
+    pub path: Vec<cip_proto::Dsi>,
     /// When the hint was received.
     pub received: SystemTime,
     /// One entry per query term, in query order.

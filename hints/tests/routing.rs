@@ -65,6 +65,7 @@ fn meta(i: usize) -> PeerMeta {
         received: SystemTime::UNIX_EPOCH,
         expires: None,
         via: None,
+        path: Vec::new(),
     }
 }
 

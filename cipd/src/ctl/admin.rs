@@ -367,7 +367,7 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
                 "last error",
             ]);
             for p in peers {
-                let next = match p.failures {
+                let mut next = match p.failures {
                     0 => unix_time(p.next_poll),
                     n => format!(
                         "{} (backing off: {n} failure{} in a row)",
@@ -375,6 +375,12 @@ fn render(cmd: &AdminCommand, result: &Value) -> Result<String, serde_json::Erro
                         if n == 1 { "" } else { "s" }
                     ),
                 };
+                if p.damped_until.is_some() {
+                    next = format!(
+                        "{next} (damped: changes held until {})",
+                        unix_time(p.damped_until)
+                    );
+                }
                 t.add_row([
                     p.name,
                     opt(p.address),

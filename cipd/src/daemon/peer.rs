@@ -27,8 +27,8 @@ use crate::node::{Node, hint_type};
 use crate::sys::tls;
 use crate::transport::cip_http_client::{CipHttpClient, HttpError};
 use crate::transport::{
-    BASE_URI_PARAM, CipClient, CipConnection, ClientReply, POLLER_DSI_PARAM, TransportError,
-    transport_config,
+    APART_PARAM, BASE_URI_PARAM, CipClient, CipConnection, ClientReply, HAVE_PARAM,
+    POLLER_DSI_PARAM, SEPARATE_PARAM, TransportError, UNCHANGED, VERSION, transport_config,
 };
 
 /// Why a poll or push failed.
@@ -328,7 +328,7 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
 /// # Errors
 /// [`PeerError`] when the exchange fails or an object is refused.
 #[tracing::instrument(skip_all, fields(peer = %peer.name))]
-pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerError> {
+pub async fn poll_once(node: &Arc<Node>, peer: &PeerConfig) -> Result<usize, PeerError> {
     let config = node.config();
     let own = node.identity().dsi.clone();
     // `dsi` names the dataset asked for: the peer's, when known. A pollee answers with its
@@ -384,7 +384,7 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
             let request = Request::Poll {
                 index_type: index_type.clone(),
                 dsi: asked.clone(),
-                params: poll_params(node, &own),
+                params: poll_params(node, &own, &peer.name),
                 body: Bytes::new(),
             };
             note_phase(node, &peer.name, "waiting for its answer");
@@ -413,7 +413,9 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
                 answered = Some((r, index_type.clone()));
                 continue;
             }
-            let done = r.code != ResponseCode::Ok;
+            // "Unchanged since version ..." answers the poll: what we hold is current (a
+            // plain 200 says "no index of that type": the next type is asked).
+            let done = r.code != ResponseCode::Ok || r.comment.starts_with(UNCHANGED);
             answered = Some((r, index_type.clone()));
             if done {
                 break;
@@ -457,15 +459,39 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
     }
     match reply.code {
         ResponseCode::OkOutputFollows => {
+            let version = reply
+                .comment
+                .strip_prefix(VERSION)
+                .and_then(crate::store::routes::parse_version);
+            if version.is_none() || version != node.routes().received(&peer.name) {
+                // A changed answer: too many too often and the peer is damped.
+                node.note_peer_change(&peer.name);
+            }
             let objects = reply.result.map(|r| r.objects).unwrap_or_default();
             let total = objects.len();
             let mut refused = Vec::new();
-            for obj in objects {
+            // The first object is the peer's own; any after it are datasets we asked
+            // apart, passed on with their paths (PROTOCOL.md, "Routes in a mesh with
+            // cycles").
+            let mut offered = std::collections::BTreeSet::new();
+            for (i, obj) in objects.into_iter().enumerate() {
                 note_phase(node, &peer.name, "importing its hint");
-                if let Err(e) = node.accept_index(&peer.name, obj).await {
+                let done = if i == 0 {
+                    node.accept_index(&peer.name, obj).await
+                } else {
+                    node.accept_transit(&peer.name, obj).await.map(|dsi| {
+                        offered.insert(dsi);
+                    })
+                };
+                if let Err(e) = done {
                     refused.push(e.to_string());
                 }
             }
+            node.withdraw_routes(&peer.name, offered).await;
+            // Asked again with this version, the peer answers "unchanged"; after a refusal
+            // the whole answer comes again.
+            node.routes()
+                .note_received(&peer.name, version.filter(|_| refused.is_empty()));
             match refused.first() {
                 None => Ok(total),
                 Some(first) => Err(PeerError::Rejected {
@@ -475,8 +501,14 @@ pub async fn poll_once(node: &Node, peer: &PeerConfig) -> Result<usize, PeerErro
                 }),
             }
         }
-        // 200: no index of that type or for that dataset (yet).
-        ResponseCode::Ok => Ok(0),
+        // 200: what we hold is current ("unchanged since version ..."): it lives on; or no
+        // index of that type or for that dataset (yet).
+        ResponseCode::Ok => {
+            if reply.comment.starts_with(UNCHANGED) {
+                node.refresh_peer(&peer.name).await;
+            }
+            Ok(0)
+        }
         code => Err(PeerError::Refused {
             code,
             comment: reply.comment,
@@ -632,7 +664,10 @@ pub async fn push_once(node: &Node, peer: &PeerConfig) -> Result<(), PeerError> 
 }
 
 async fn notify_loop(node: Arc<Node>, token: CancellationToken) {
-    let mut changes = node.outbound_changes();
+    // Revisions, not changes of the shared hint: a poller's own answer may change alone
+    // (a dataset's route or provenance moved); each poller is told only when its answer
+    // did (`notify_if_changed`).
+    let mut changes = node.outbound_revisions();
     // Tell pollers at start too: our data may have changed while we were down.
     changes.mark_changed();
     loop {
@@ -646,12 +681,33 @@ async fn notify_loop(node: Arc<Node>, token: CancellationToken) {
             let (n, p, t) = (node.clone(), peer.clone(), token.clone());
             node.tracker.spawn(async move {
                 tokio::select! {
-                    () = notify_until_delivered(&n, &p, generation) => {}
+                    () = notify_if_changed(&n, &p, generation) => {}
                     () = t.cancelled() => {}
                 }
             });
         }
     }
+}
+
+/// Tells `peer` that our data changed, unless what it would receive is what it last
+/// received (BGP's adj-rib-out: a change elsewhere in our hint is no news to a poller whose
+/// answer leaves it out). A poller whose DSI or last answer we do not know is told.
+async fn notify_if_changed(node: &Node, peer: &PeerConfig, generation: u64) {
+    let dsi = peer.dsi.clone().or_else(|| node.peer_dsi(&peer.name));
+    if let Some(dsi) = &dsi {
+        let view = node.routes().view(dsi);
+        if let Some(sent) = view.sent {
+            let asked = view.separate.union(&view.apart).cloned().collect();
+            let (_, version) = node.poll_answer(Some(dsi), &asked).await;
+            if version == sent {
+                tracing::debug!(peer = %peer.name, "out-bound change leaves this poller's answer as it was");
+                node.update_status(|s| s.datachanged_skipped += 1);
+                crate::sys::metrics::Metrics::inc(&node.metrics().datachanged_skipped);
+                return;
+            }
+        }
+    }
+    notify_until_delivered(node, peer, generation).await;
 }
 
 /// Tells every `poller` peer, once, that our data changed as we stop, after our listeners
@@ -688,7 +744,7 @@ pub async fn farewell(node: &Arc<Node>) {
 /// restart would otherwise leave the peer stale until its next scheduled poll), until a
 /// newer change's notice takes over.
 async fn notify_until_delivered(node: &Node, peer: &PeerConfig, generation: u64) {
-    let changes = node.outbound_changes();
+    let changes = node.outbound_revisions();
     let policy = RetryPolicy::of(&node.config(), peer);
     let mut failures = 0u32;
     loop {
@@ -777,8 +833,27 @@ fn note_phase(node: &Node, peer: &str, phase: &str) {
 
 /// The parameters of our polls: who we are (`poller-dsi`) and where we are queried
 /// (`base-uri`, as ROADS sends it), so the polled node's searches can widen to us.
-fn poll_params(node: &Node, own: &Dsi) -> Vec<(String, String)> {
+///
+/// `separate` names the datasets to keep apart for our pollers' sake (they and what they
+/// asked so), `apart` those for ours alone (the peers we poll), and `have` the version of
+/// the peer's last answer we hold.
+fn poll_params(node: &Node, own: &Dsi, peer: &str) -> Vec<(String, String)> {
     let mut params = vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())];
+    let apart: Vec<String> = node
+        .wanted_apart()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    params.push((SEPARATE_PARAM.to_owned(), apart.join(" ")));
+    let direct: Vec<String> = node
+        .direct_peers()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    params.push((APART_PARAM.to_owned(), direct.join(" ")));
+    if let Some(v) = node.have_for(peer) {
+        params.push((HAVE_PARAM.to_owned(), crate::store::routes::version_text(v)));
+    }
     let uris = node.identity().base_uris.join(" ");
     if !uris.is_empty() {
         params.push((BASE_URI_PARAM.to_owned(), uris));

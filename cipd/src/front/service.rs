@@ -8,6 +8,9 @@
 //!   `poller-dsi` or is recognised by address (digest A21); other types → 200, "no index of
 //!   that type" (RFC 2652 §2.3.2). Anyone may poll (RFC 2652 §4.2 encourages answering
 //!   anonymous polls).
+//!   A poll with `separate` (a cipd node) gets the aggregate without the datasets it
+//!   names, then each of them as an object of its own with its `Path`; with `have` naming
+//!   the version it holds, `200 unchanged` when nothing changed.
 //! * `datachanged` from a peer we poll → 200 and an immediate poll of it (digest A9); from a
 //!   peer that pushes to us → 200 (the object follows).
 //! * A pushed index object from a peer we poll or that pushes to us → validated, stored,
@@ -23,7 +26,10 @@ use cip_proto::cip::{PollResult, Request, ResponseCode};
 
 use crate::model::config::PeerRole;
 use crate::node::Node;
-use crate::transport::{BASE_URI_PARAM, POLLER_DSI_PARAM};
+use crate::store::routes::{parse_version, version_text};
+use crate::transport::{
+    APART_PARAM, BASE_URI_PARAM, HAVE_PARAM, POLLER_DSI_PARAM, SEPARATE_PARAM, UNCHANGED, VERSION,
+};
 use crate::transport::{PeerContext, Reply, RequestHandler};
 
 /// The [`RequestHandler`] of a node's CIP listeners.
@@ -37,6 +43,24 @@ impl CipService {
     pub fn new(node: Arc<Node>) -> Self {
         Self { node }
     }
+}
+
+/// The datasets a poll's parameter `name` lists (`separate`, `apart`: DSIs separated by
+/// spaces; invalid ones skipped, at most `limits.max_provenance`), `None` when the poll
+/// has no such parameter.
+fn dsi_list_param(
+    params: &[(String, String)],
+    name: &str,
+    node: &Node,
+) -> Option<std::collections::BTreeSet<Dsi>> {
+    let (_, v) = params.iter().find(|(n, _)| n == name)?;
+    let max = node.config().limits.table.max_provenance;
+    Some(
+        v.split_ascii_whitespace()
+            .filter_map(|d| Dsi::new(d).ok())
+            .take(max)
+            .collect(),
+    )
 }
 
 fn unknown_peer(node: &Node, what: &str, peer: &PeerContext) -> Reply {
@@ -96,9 +120,46 @@ impl RequestHandler for CipService {
                 if let Some((_, uris)) = params.iter().find(|(n, _)| n == BASE_URI_PARAM) {
                     node.note_poller(peer.remote.ip(), poller.as_ref(), uris);
                 }
-                Reply::result(PollResult {
-                    objects: vec![node.outbound_object(poller.as_ref()).await],
-                })
+                // A poller that asks datasets apart (a cipd node) gets its own answer, and
+                // only when it changed; any other gets the aggregate (PROTOCOL.md, "Routes
+                // in a mesh with cycles").
+                let Some(separate) = dsi_list_param(&params, SEPARATE_PARAM, node) else {
+                    return Reply::result(PollResult {
+                        objects: vec![node.outbound_object(poller.as_ref()).await],
+                    });
+                };
+                let apart = dsi_list_param(&params, APART_PARAM, node).unwrap_or_default();
+                if let Some(p) = &poller {
+                    // What a poller asks apart shapes what we ask of our peers: only a
+                    // configured poller's request counts.
+                    let configured = node
+                        .identify_peer(peer.remote.ip(), Some(p), &[PeerRole::Poller])
+                        .is_some();
+                    if configured {
+                        node.note_separate(p, separate.clone(), apart.clone());
+                    }
+                }
+                let asked: std::collections::BTreeSet<Dsi> =
+                    separate.union(&apart).cloned().collect();
+                let (objects, version) = node.poll_answer(poller.as_ref(), &asked).await;
+                if let Some(p) = &poller {
+                    node.routes().note_sent(p, version);
+                }
+                let have = params
+                    .iter()
+                    .find(|(n, _)| n == HAVE_PARAM)
+                    .and_then(|(_, v)| parse_version(v));
+                if have == Some(version) {
+                    return Reply::status(
+                        ResponseCode::Ok,
+                        format!("{UNCHANGED} {}", version_text(version)),
+                    );
+                }
+                Reply {
+                    code: ResponseCode::OkOutputFollows,
+                    comment: Some(format!("{VERSION} {}", version_text(version))),
+                    result: Some(PollResult { objects }),
+                }
             }
             Request::DataChanged { dsi, .. } => {
                 let roles = [PeerRole::Poll, PeerRole::Pusher];
@@ -110,7 +171,7 @@ impl RequestHandler for CipService {
                     .config()
                     .peer(&name)
                     .is_some_and(|p| p.has_role(PeerRole::Poll));
-                if polls {
+                if polls && !node.hold_if_damped(&name) {
                     node.poll_notifier(&name).notify_one();
                     tracing::info!(peer = %name, "datachanged: polling now");
                 }

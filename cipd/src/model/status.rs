@@ -38,6 +38,9 @@ pub struct Status {
     pub datachanged_received: u64,
     /// `datachanged` sent to our pollers.
     pub datachanged_sent: u64,
+    /// `datachanged` notices not sent: the poller's answer did not change.
+    #[serde(default)]
+    pub datachanged_skipped: u64,
     /// Index objects pushed to push targets.
     pub pushes_sent: u64,
     /// CIP requests refused because the peer is not configured.
@@ -118,6 +121,13 @@ pub struct PeerState {
     /// stays); its next answer brings it back.
     #[serde(default)]
     pub gone: bool,
+    /// Until when its changes are held: it changed too often and is damped (RFC 2439;
+    /// `limits.damping_*`). `None` when it is not.
+    #[serde(default)]
+    pub damped_until: Option<SystemTime>,
+    /// Times it was damped since the start.
+    #[serde(default)]
+    pub dampings: u64,
 }
 
 /// A poll under way: where it is, and since when.

@@ -179,6 +179,7 @@ impl Node {
             received,
             expires: Some(received + config.spool_ttl),
             via: Some(peer.to_owned()),
+            path: Vec::new(),
         };
         let objects = hint.total_object_count;
         // The tagged total is remembered (updates apply to it); a SOIF hint is not.
@@ -387,6 +388,7 @@ impl Node {
                             received: e.received,
                             expires: Some(e.received + config.spool_ttl),
                             via: Some(e.peer.clone()),
+                            path: Vec::new(),
                         },
                         hint,
                     ));

@@ -56,6 +56,7 @@ use crate::pipeline::index_types::Rejection;
 use crate::store::local::QueryError;
 
 mod accept;
+mod exchange;
 mod hosts;
 mod queries;
 mod reachability;
@@ -180,6 +181,8 @@ pub struct Node {
     searcher: crate::pipeline::search::Searcher,
     /// The nodes that poll this one, as their polls named them.
     upstreams: crate::store::clients::Upstreams,
+    /// What each poller asked apart and last received, and the passed-on routes offered.
+    routes: crate::store::routes::Routes,
     /// Per-client search rates (`search.rate`).
     search_clients: crate::store::clients::RateLimiter,
     /// The datasets of the polled peers that do not answer now (referrals say so).
@@ -259,6 +262,7 @@ impl Node {
         Ok(Self {
             searcher,
             upstreams: Default::default(),
+            routes: Default::default(),
             search_clients: Default::default(),
             unreachable: ArcSwap::from_pointee(std::collections::HashSet::new()),
             http: ArcSwap::from_pointee(http),
@@ -369,6 +373,13 @@ impl Node {
             outbound_lag_seconds: outbound.lag.as_secs_f64(),
             outbound_build_seconds: outbound.last_build.as_secs_f64(),
             peers_expected: expected,
+            peers_damped: {
+                let now = std::time::SystemTime::now();
+                lock(&self.peers)
+                    .values()
+                    .filter(|p| p.damped_until.is_some_and(|u| u > now))
+                    .count() as u64
+            },
             peers_imported: imported,
             cold_start: self.cold_starting(),
             inflight_bytes: self.inflight.in_use(),
@@ -500,6 +511,12 @@ impl Node {
         self.outbound.changes()
     }
 
+    /// Out-bound revisions: every build from a newer table or local hint, whether or not
+    /// the shared hint changed ([`crate::pipeline::outbound::Pipeline::revisions`]).
+    pub(crate) fn outbound_revisions(&self) -> watch::Receiver<u64> {
+        self.outbound.revisions()
+    }
+
     /// Every configured peer's state.
     pub fn peer_states(&self) -> Vec<PeerState> {
         lock(&self.peers).values().cloned().collect()
@@ -589,6 +606,9 @@ impl Node {
         let under_way = lock(&self.peers)
             .get(&name)
             .and_then(|s| s.exchange.clone());
+        // Asked by an operator, the whole answer comes again (a route refresh, RFC 7313),
+        // not "unchanged".
+        self.routes.note_received(&name, None);
         self.poll_notifier(&name).notify_one();
         Ok((name, under_way))
     }

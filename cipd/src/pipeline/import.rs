@@ -317,6 +317,7 @@ mod tests {
             received: SystemTime::UNIX_EPOCH,
             expires: None,
             via: None,
+            path: Vec::new(),
         }
     }
 

@@ -37,6 +37,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::soif::SoifObject;
+use hints::aggregate::Filter;
 use hints::hint::CipHint;
 use hints::table::RoutingTable;
 use tokio::sync::{Notify, Semaphore, watch};
@@ -96,8 +97,34 @@ pub struct Built {
 
 /// Aggregates the local hint and the table (leaving out `exclude`'s data) and encodes it.
 pub fn build(input: &BuildInput, table: &RoutingTable, exclude: Option<&Dsi>) -> Built {
+    let filter = Filter {
+        exclude: exclude.cloned(),
+        ..Filter::default()
+    };
+    build_filtered(input, table, &filter).unwrap_or_else(|| {
+        // Invariant: without `only` the aggregate always exists (perhaps empty).
+        tracing::error!("out-bound aggregate missing");
+        Built {
+            payload: Bytes::new(),
+            digest: 0,
+            table_generation: 0,
+            local_generation: 0,
+            contributors: Vec::new(),
+            took: Duration::ZERO,
+        }
+    })
+}
+
+/// Builds what `filter` asks: the aggregate without the poller's data and the datasets it
+/// wants apart, or (with [`Filter::only`]) one passed-on dataset with its `Path`, `None`
+/// when the filter leaves that one out (or the table does not hold it).
+pub fn build_filtered(input: &BuildInput, table: &RoutingTable, filter: &Filter) -> Option<Built> {
     let started = Instant::now();
-    let aggregate = hints::aggregate::aggregate(Some(&input.local), table, &input.node, exclude);
+    let aggregate =
+        hints::aggregate::aggregate_filtered(Some(&input.local), table, &input.node, filter);
+    if filter.only.is_some() && aggregate.included.is_empty() {
+        return None;
+    }
     let mut hint = aggregate.hint;
     hint.date = input.local.date.clone();
     if let Some(key) = &input.signer {
@@ -119,14 +146,14 @@ pub fn build(input: &BuildInput, table: &RoutingTable, exclude: Option<&Dsi>) ->
         (digest, key.public().verifying_key().as_bytes()).hash(&mut hasher);
         digest = hasher.finish();
     }
-    Built {
+    Some(Built {
         payload: Bytes::from(soif.to_bytes()),
         digest,
         table_generation: aggregate.generation,
         local_generation: input.local_generation,
         contributors,
         took: started.elapsed(),
-    }
+    })
 }
 
 fn soif_digest(hint: &SoifObject) -> u64 {
@@ -165,6 +192,9 @@ pub struct Outbound {
     pub contributors: Vec<Dsi>,
     /// Payloads built for pollers among the contributors, by DSI.
     payloads: Mutex<HashMap<Dsi, Bytes>>,
+    /// Objects built for pollers that ask datasets apart, by filter, with their content
+    /// digests (`None`: the filter leaves the asked dataset out).
+    filtered: Mutex<HashMap<Filter, Option<(Bytes, u64)>>>,
 }
 
 impl Outbound {
@@ -177,6 +207,7 @@ impl Outbound {
             payload: Bytes::new(),
             contributors: Vec::new(),
             payloads: Mutex::new(HashMap::new()),
+            filtered: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -211,6 +242,10 @@ pub struct Pipeline {
     covered: watch::Sender<u64>,
     /// The change counter, for the notifier and push tasks.
     changed: watch::Sender<u64>,
+    /// Bumped by every build from a newer table or local hint, changed or not: a
+    /// poller's own answer (without its data, with datasets apart) may change while the
+    /// shared hint does not. The notifier asks each poller's answer then.
+    revision: watch::Sender<u64>,
     demand: Notify,
     demanded: AtomicBool,
     builds: AtomicU64,
@@ -244,6 +279,7 @@ impl Pipeline {
             requested: watch::Sender::new(0),
             covered: watch::Sender::new(0),
             changed: watch::Sender::new(0),
+            revision: watch::Sender::new(0),
             demand: Notify::new(),
             demanded: AtomicBool::new(false),
             builds: AtomicU64::new(0),
@@ -268,6 +304,12 @@ impl Pipeline {
     /// A receiver of change counters (the notifier and push tasks wait on it).
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// A receiver of revisions: every build from a newer table or local hint (the
+    /// notifier asks each poller's own answer on it).
+    pub fn revisions(&self) -> watch::Receiver<u64> {
+        self.revision.subscribe()
     }
 
     /// True when the stored hint covers every change requested so far.
@@ -308,6 +350,8 @@ impl Pipeline {
         let cur = self.current.load_full();
         let older = built.table_generation < cur.table_generation
             || built.local_generation < cur.local_generation;
+        let newer = built.table_generation > cur.table_generation
+            || built.local_generation > cur.local_generation;
         let mut changed = None;
         if older {
             tracing::debug!(
@@ -326,6 +370,8 @@ impl Pipeline {
                 payload: cur.payload.clone(),
                 contributors: cur.contributors.clone(),
                 payloads: Mutex::new(cache),
+                // A route may have moved between entries with the same sum: built anew.
+                filtered: Mutex::new(HashMap::new()),
             }));
         } else {
             let generation = cur.generation + 1;
@@ -337,9 +383,13 @@ impl Pipeline {
                 payload: built.payload,
                 contributors: built.contributors,
                 payloads: Mutex::new(HashMap::new()),
+                filtered: Mutex::new(HashMap::new()),
             }));
             self.changed.send_replace(generation);
             changed = Some(generation);
+        }
+        if changed.is_some() || (newer && !older) {
+            self.revision.send_modify(|r| *r += 1);
         }
         self.covered.send_modify(|c| *c = (*c).max(seq));
         if self.is_fresh() {
@@ -404,6 +454,49 @@ impl Pipeline {
                 // Never send a poller its own data: an empty answer rather than the shared one.
                 tracing::error!(error = %e, "per-poller out-bound build failed");
                 Bytes::new()
+            }
+        }
+    }
+
+    /// What `filter` asks of the stored hint `out`, with its content digest: the shared
+    /// payload when the filter leaves nothing of it out, else built on the blocking pool
+    /// (one at a time) and cached with `out`. `None` when a passed-on dataset is left out.
+    pub async fn object_for(
+        &self,
+        out: &Arc<Outbound>,
+        filter: &Filter,
+        input: impl FnOnce() -> (BuildInput, Arc<RoutingTable>),
+    ) -> Option<(Bytes, u64)> {
+        let touches = |d: &Dsi| out.contributors.binary_search(d).is_ok();
+        if filter.only.is_none()
+            && !filter.exclude.as_ref().is_some_and(touches)
+            && !filter.separate.iter().any(touches)
+        {
+            return Some((out.payload.clone(), out.digest));
+        }
+        if let Some(hit) = lock(&out.filtered).get(filter) {
+            return hit.clone();
+        }
+        let _permit = self.exclusive.acquire().await.ok()?;
+        if let Some(hit) = lock(&out.filtered).get(filter) {
+            return hit.clone();
+        }
+        let (input, table) = input();
+        let f = filter.clone();
+        let built =
+            crate::sys::net::spawn_blocking(move || build_filtered(&input, &table, &f)).await;
+        match built {
+            Ok(b) => {
+                let got = b.map(|b| (b.payload, b.digest));
+                let mut cache = lock(&out.filtered);
+                if cache.len() < MAX_CACHED_PAYLOADS {
+                    cache.insert(filter.clone(), got.clone());
+                }
+                got
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "filtered out-bound build failed");
+                None
             }
         }
     }
@@ -610,6 +703,7 @@ mod tests {
                     received: std::time::SystemTime::now(),
                     expires: None,
                     via: None,
+                    path: Vec::new(),
                 },
                 &hint,
             )

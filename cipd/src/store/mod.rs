@@ -2,7 +2,8 @@
 //! spool of in-bound hints ([`spool`]), the RDM change journals ([`journal`]), the answer
 //! cache ([`answers`]), what the search learnt of other nodes ([`health`]), who
 //! asks it ([`clients`]) and the answers it
-//! keeps ([`search_cache`]), peer bindings ([`binding`]), and SOIF file reading ([`soif_io`]).
+//! keeps ([`search_cache`]), peer bindings ([`binding`]), the mesh's routes and what each poller last received
+//! ([`routes`]), and SOIF file reading ([`soif_io`]).
 
 pub mod answers;
 pub mod binding;
@@ -12,6 +13,7 @@ pub mod health;
 pub mod journal;
 pub mod local;
 pub mod local_index;
+pub mod routes;
 pub mod sample;
 pub mod search_cache;
 pub mod soif_io;

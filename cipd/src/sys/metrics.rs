@@ -170,6 +170,14 @@ pub struct Metrics {
     /// In-bound index objects refused because their DSI is not their peer's (also counted
     /// in `index_objects_rejected`).
     pub index_objects_forged: Counter,
+    /// Passed-on index objects refused for their `Path`: through this node, naming a DSI
+    /// twice, not from the sender or not to the object's dataset (also counted in
+    /// `index_objects_rejected`).
+    pub index_objects_bad_path: Counter,
+    /// Times a polled peer was damped for changing too often (RFC 2439).
+    pub peer_dampings: Counter,
+    /// `datachanged` notices not sent: the poller's answer had not changed.
+    pub datachanged_skipped: Counter,
     /// In-bound index objects refused for counts that cannot be true (also counted in
     /// `index_objects_rejected`).
     pub index_objects_implausible: Counter,
@@ -363,6 +371,21 @@ impl Default for Metrics {
             "cipd_index_objects_forged_total",
             "In-bound index objects refused because their DSI is not their peer's.",
         );
+        let index_objects_bad_path = counter(
+            r,
+            "cipd_index_objects_bad_path_total",
+            "Passed-on index objects refused for their path (a loop, a repeat, wrong ends).",
+        );
+        let peer_dampings = counter(
+            r,
+            "cipd_peer_dampings_total",
+            "Times a polled peer was damped for changing too often (RFC 2439).",
+        );
+        let datachanged_skipped = counter(
+            r,
+            "cipd_datachanged_skipped_total",
+            "datachanged notices not sent: the poller's answer had not changed.",
+        );
         let index_objects_implausible = counter(
             r,
             "cipd_index_objects_implausible_total",
@@ -477,6 +500,9 @@ impl Default for Metrics {
             index_objects_received,
             index_objects_rejected,
             index_objects_forged,
+            index_objects_bad_path,
+            peer_dampings,
+            datachanged_skipped,
             index_objects_implausible,
             index_objects_over_budget,
             hint_signatures_valid,

@@ -249,6 +249,27 @@ pub trait RequestHandler: Send + Sync + 'static {
 /// 2652 §2.3: unknown parameters are silently ignored).
 pub const POLLER_DSI_PARAM: &str = "poller-dsi";
 
+/// Poll parameter naming the datasets the poller wants apart for its pollers' sake, DSIs
+/// separated by spaces (the polled node asks its own peers for them too):
+/// left out of the answer's aggregate and sent as objects of their own, with their `Path`
+/// (PROTOCOL.md, "Routes in a mesh with cycles"). A poll with it also gets the answer's
+/// version in its `201` comment.
+pub const SEPARATE_PARAM: &str = "separate";
+
+/// Poll parameter naming the datasets the poller wants apart for itself alone (the peers
+/// it polls), DSIs separated by spaces: treated as `separate` in the answer, not passed on.
+pub const APART_PARAM: &str = "apart";
+
+/// Poll parameter naming the version of the answer the poller holds (16 hex digits, as
+/// the `201` comment gave it): an answer of that version is not sent again.
+pub const HAVE_PARAM: &str = "have";
+
+/// First word of a `201` comment that gives the answer's version.
+pub const VERSION: &str = "version";
+
+/// First word of the `200` comment that says the answer has not changed since `have`.
+pub const UNCHANGED: &str = "unchanged since version";
+
 /// The poll parameter naming where the poller is queried (its base-URIs, space-separated),
 /// as ROADS sends it (digest A18): the polled node's searches widen to it.
 pub const BASE_URI_PARAM: &str = "base-uri";

@@ -892,6 +892,7 @@ impl RoutingTable {
                     referral,
                     position: i + 1,
                     via: entry.meta.via.clone(),
+                    path: entry.meta.path.clone(),
                     received: entry.meta.received,
                     terms,
                     rank,

@@ -124,6 +124,41 @@ use state::{PeerEntry, PendingBuild, Snapshot};
 /// DSIs.
 pub const PROVENANCE_ATTRIBUTE: &str = "Provenance";
 
+/// Name of the CIP-HINT attribute that gives the route a passed-on hint came by: the DSIs
+/// from the node that sent it to the dataset it describes, separated by spaces.
+pub const PATH_ATTRIBUTE: &str = "Path";
+
+/// The route a hint's `Path` attribute gives, in order; empty when it has none (a node's
+/// own hint). A path that names a DSI twice is refused here; the caller checks the rest
+/// (its ends, this node, its length).
+///
+/// # Errors
+/// [`ImportError::BadPath`] for a value that is not a list of DSIs, or that repeats one.
+pub fn path(hint: &CipHint) -> Result<Vec<Dsi>, ImportError> {
+    let mut out: Vec<Dsi> = Vec::new();
+    for a in hint
+        .extra
+        .iter()
+        .filter(|a| a.name.as_str().eq_ignore_ascii_case(PATH_ATTRIBUTE))
+    {
+        let text = String::from_utf8_lossy(&a.value);
+        for part in text.split_ascii_whitespace() {
+            let dsi = Dsi::new(part).map_err(|e| ImportError::BadPath {
+                value: text.to_string(),
+                reason: format!("{part:?} is not a dsi: {e}"),
+            })?;
+            if out.contains(&dsi) {
+                return Err(ImportError::BadPath {
+                    value: text.to_string(),
+                    reason: format!("it names {dsi} twice"),
+                });
+            }
+            out.push(dsi);
+        }
+    }
+    Ok(out)
+}
+
 /// A peer as [`RoutingTable::peers`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerSummary {
@@ -147,6 +182,8 @@ pub struct PeerSummary {
     pub via: Option<String>,
     /// DSIs the hint says it was aggregated from.
     pub provenance: Vec<Dsi>,
+    /// The route it came by ([`PeerMeta::path`]): empty for the peer's own hint.
+    pub path: Vec<Dsi>,
 }
 
 /// Size figures of the table.
@@ -223,6 +260,15 @@ pub enum ImportError {
         value: String,
         /// Why.
         source: DsiError,
+    },
+    /// A `Path` that cannot be a route here: not DSIs, empty, naming a DSI twice, through
+    /// this node, or longer than allowed.
+    #[error("path {value:?} refused: {reason}")]
+    BadPath {
+        /// The path as written.
+        value: String,
+        /// Why.
+        reason: String,
     },
     /// Too many provenance DSIs.
     #[error("hint lists {count} provenance dsis, the limit is {max}")]
@@ -1041,6 +1087,7 @@ impl RoutingTable {
                 expires: e.meta.expires,
                 via: e.meta.via.clone(),
                 provenance: e.provenance.clone(),
+                path: e.meta.path.clone(),
             })
             .collect()
     }

@@ -20,6 +20,7 @@ fn meta(d: &str) -> PeerMeta {
         received: SystemTime::UNIX_EPOCH,
         expires: None,
         via: Some("upstream".into()),
+        path: Vec::new(),
     }
 }
 

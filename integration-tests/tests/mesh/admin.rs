@@ -133,7 +133,8 @@ async fn every_admin_command_against_a_hub_with_two_peers() {
                 "signature",
                 "failures",
                 "next_poll",
-                "index_type"
+                "index_type",
+                "damped_until"
             ])
         );
         assert_eq!(p["failures"], 0, "{p}");

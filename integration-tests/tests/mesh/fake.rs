@@ -31,6 +31,8 @@ pub fn object(dsi: &str, base: &str, hint: &CipHint) -> IndexObject {
 
 struct Handler {
     object: Arc<Mutex<IndexObject>>,
+    /// Objects sent after it (passed-on datasets).
+    extra: Arc<Mutex<Vec<IndexObject>>>,
     datachanged: Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -38,8 +40,9 @@ impl RequestHandler for Handler {
     async fn handle(&self, request: Request, _peer: &PeerContext) -> Reply {
         match request {
             Request::Poll { .. } => {
-                let obj = self.object.lock().unwrap().clone();
-                Reply::result(PollResult { objects: vec![obj] })
+                let mut objects = vec![self.object.lock().unwrap().clone()];
+                objects.extend(self.extra.lock().unwrap().iter().cloned());
+                Reply::result(PollResult { objects })
             }
             Request::DataChanged { .. } => {
                 self.datachanged
@@ -55,6 +58,7 @@ impl RequestHandler for Handler {
 pub struct FakePeer {
     pub addr: SocketAddr,
     object: Arc<Mutex<IndexObject>>,
+    extra: Arc<Mutex<Vec<IndexObject>>>,
     datachanged: Arc<std::sync::atomic::AtomicUsize>,
     token: CancellationToken,
 }
@@ -65,10 +69,12 @@ impl FakePeer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let object = Arc::new(Mutex::new(object));
+        let extra = Arc::new(Mutex::new(Vec::new()));
         let token = CancellationToken::new();
         let datachanged = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let handler = Arc::new(Handler {
             object: object.clone(),
+            extra: extra.clone(),
             datachanged: datachanged.clone(),
         });
         let t = token.clone();
@@ -93,6 +99,7 @@ impl FakePeer {
         Self {
             addr,
             object,
+            extra,
             datachanged,
             token,
         }
@@ -101,6 +108,11 @@ impl FakePeer {
     /// `datachanged` notices received so far.
     pub fn datachanged(&self) -> usize {
         self.datachanged.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Sends `objects` after the first in every answer from now on (passed-on datasets).
+    pub fn set_extra(&self, objects: Vec<IndexObject>) {
+        *self.extra.lock().unwrap() = objects;
     }
 
     /// Serves `object` from now on.

@@ -326,3 +326,43 @@ async fn a_peer_that_answers_with_a_refusal_is_reachable_again() {
     assert!(s.consecutive_failures >= 2, "{s:?}");
     node.stop().await;
 }
+
+/// Shutdown cancels exchanges in flight: a node whose polled peer went silent mid-poll,
+/// and which a silent client holds mid-request, still stops within its grace period (the
+/// harness's 5 s), not at the stall timeout (60 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cancels_a_poll_and_a_request_in_flight() {
+    let (addr, _connections, _token) = silent_peer().await;
+    let mut spec = NodeSpec::new("1.3.6.1.4.1.99999.445", &["Garcia"]);
+    spec.poll_timeout = "120s";
+    spec.extra_limits =
+        "stall_timeout = \"60s\"\nidle_timeout = \"60s\"\nrequest_timeout = \"60s\"".into();
+    let spec = spec.peer_at("silent", addr, &["poll"], None);
+    let node = TestNode::start(spec).await;
+    let n = node.daemon.node().clone();
+    crate::harness::eventually("the poll waiting for its answer", || {
+        n.peer_states().iter().any(|p| {
+            p.exchange
+                .as_ref()
+                .is_some_and(|e| e.phase == "waiting for its answer")
+        })
+    })
+    .await;
+    // A client that opens a session, starts a poll and says nothing more.
+    let mut client = tokio::net::TcpStream::connect(node.cip_addr())
+        .await
+        .unwrap();
+    let mut banner = [0u8; 64];
+    let _ = tokio::io::AsyncReadExt::read(&mut client, &mut banner).await;
+    client
+        .write_all(
+            b"# CIP-Version: 3\r\nMime-Version: 1.0\r\nContent-Type: application/index.cmd.poll;",
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    node.stop().await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
+    drop(client);
+}

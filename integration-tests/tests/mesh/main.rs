@@ -11,6 +11,7 @@ mod browser;
 mod budget;
 mod cip_http;
 mod console;
+mod cycles;
 mod depth;
 mod fake;
 mod faults;

@@ -79,6 +79,12 @@ fn table(
     Ok(json!({ "rows": rows }))
 }
 
+/// A route's DSIs, space-separated, from the peer to the dataset.
+fn path_text(path: &[cip_proto::Dsi]) -> String {
+    let parts: Vec<&str> = path.iter().map(cip_proto::Dsi::as_str).collect();
+    parts.join(" ")
+}
+
 /// `cipctl explain`: why each referral ranks where it does.
 fn explain(node: &Node, query: String, possible: bool) -> Result<Value, AdminError> {
     let explanations = node
@@ -87,10 +93,11 @@ fn explain(node: &Node, query: String, possible: bool) -> Result<Value, AdminErr
     let referrals: Vec<ExplainInfo> = explanations
         .into_iter()
         .map(|e| {
-            let via = e
-                .via
-                .map(|v| format!(" (hint from peer {v})"))
-                .unwrap_or_default();
+            let via = match (e.via, e.path.is_empty()) {
+                (Some(v), true) => format!(" (hint from peer {v})"),
+                (Some(v), false) => format!(" (hint from peer {v}, path {})", path_text(&e.path)),
+                (None, _) => String::new(),
+            };
             ExplainInfo {
                 rank: e.position,
                 dsi: e.referral.dsi.to_string(),
@@ -314,15 +321,19 @@ fn peers(node: &Node) -> Vec<PeerInfo> {
             failures: p.consecutive_failures,
             next_poll: p.next_attempt.map(unix),
             index_type: p.index_type.clone(),
+            damped_until: p.damped_until.map(unix),
         });
     }
     for s in summaries.iter().filter(|s| !shown.contains(&s.dsi)) {
         out.push(PeerInfo {
             name: s.dsi.to_string(),
             address: None,
-            role: match &s.via {
-                Some(v) => format!("learned via {v}"),
-                None => "learned".to_owned(),
+            role: match (&s.via, s.path.is_empty()) {
+                (Some(v), true) => format!("learned via {v}"),
+                // A dataset passed on with its route (PROTOCOL.md, "Routes in a mesh with
+                // cycles"): the path it came by.
+                (Some(v), false) => format!("route via {v}: {}", path_text(&s.path)),
+                (None, _) => "learned".to_owned(),
             },
             dsi: Some(s.dsi.to_string()),
             last_poll: None,
@@ -340,6 +351,7 @@ fn peers(node: &Node) -> Vec<PeerInfo> {
             failures: 0,
             next_poll: None,
             index_type: None,
+            damped_until: None,
         });
     }
     out

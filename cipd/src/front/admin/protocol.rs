@@ -294,6 +294,10 @@ pub struct PeerInfo {
     /// `application/index.obj.tagged` for ROADS).
     #[serde(default)]
     pub index_type: Option<String>,
+    /// Unix seconds until which the peer's changes are held: it changed too often and is
+    /// damped (RFC 2439). `None` when it is not.
+    #[serde(default)]
+    pub damped_until: Option<u64>,
 }
 
 /// One row of `table`.

@@ -34,6 +34,9 @@ pub struct MeshPeer {
     pub dsi: Option<String>,
     /// Failed attempts since the last success (the poll backoff grows with them).
     pub consecutive_failures: u32,
+    /// Unix seconds until which its changes are held (damped, RFC 2439); `None` when not.
+    #[serde(default)]
+    pub damped_until: Option<u64>,
     /// Unix seconds when the next poll (or push) is due.
     pub next_poll: Option<u64>,
     /// Successful polls or pushes.
@@ -55,6 +58,9 @@ pub struct MeshDataset {
     pub via: Option<String>,
     /// DSIs its hint says it aggregates (Provenance-N).
     pub provenance: Vec<String>,
+    /// The route it came by, from the peer to the dataset; empty for a peer's own hint.
+    #[serde(default)]
+    pub path: Vec<String>,
     /// Total-Object-Count of its hint.
     pub total: u64,
     /// Unix seconds when its hint expires.
@@ -134,6 +140,7 @@ pub fn mesh_info(node: &Node) -> MeshInfo {
             roles: p.roles,
             dsi: p.dsi,
             consecutive_failures: p.consecutive_failures,
+            damped_until: p.damped_until.map(unix),
             next_poll: p.next_attempt.map(unix),
             successes: p.successes,
             failures: p.failures,
@@ -149,6 +156,7 @@ pub fn mesh_info(node: &Node) -> MeshInfo {
             description: s.dsi_description,
             via: s.via,
             provenance: s.provenance.iter().map(ToString::to_string).collect(),
+            path: s.path.iter().map(ToString::to_string).collect(),
             total: s.total,
             expires: s.expires.map(unix),
         })

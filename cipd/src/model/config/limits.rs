@@ -57,6 +57,16 @@ pub struct RawLimits {
     /// How long a stopping node spends telling its pollers it goes (a last `datachanged`,
     /// retried), after its listeners close (default `"2s"`); `"0s"`: it does not tell them.
     pub farewell_timeout: Option<String>,
+    /// Half-life of a polled peer's damping penalty (RFC 2439; default `"1m"`): each
+    /// changed answer adds 1, halving every half-life; `"0s"`: no damping.
+    pub damping_half_life: Option<String>,
+    /// Penalty above which a peer is damped: its `datachanged` no longer makes us poll it
+    /// at once, and its changes are taken together later (default 8).
+    pub damping_suppress: Option<u64>,
+    /// Penalty below which a damped peer is released (default 2).
+    pub damping_reuse: Option<u64>,
+    /// Longest a damped peer's changes are held (default `"10m"`).
+    pub damping_max_hold: Option<String>,
     /// The window of the first retry after a transient failure (default `"250ms"`): the
     /// retry comes at a random moment within it, and the window doubles while failures
     /// persist, up to `max_transient_backoff`.
@@ -167,6 +177,14 @@ pub struct Limits {
     pub peer_gone_after: Duration,
     /// How long a stopping node spends on its farewell `datachanged`; zero: none.
     pub farewell_timeout: Duration,
+    /// Half-life of a polled peer's damping penalty; zero: no damping.
+    pub damping_half_life: Duration,
+    /// Penalty above which a polled peer is damped.
+    pub damping_suppress: u64,
+    /// Penalty below which a damped peer is released.
+    pub damping_reuse: u64,
+    /// Longest a damped peer's changes are held.
+    pub damping_max_hold: Duration,
     /// The window of the first retry after a transient failure (default 250 ms).
     pub transient_backoff: Duration,
     /// The longest wait between retries after transient failures.
@@ -236,6 +254,10 @@ impl Default for Limits {
             tcp_keepalive: DEFAULT_TCP_KEEPALIVE,
             peer_gone_after: Duration::from_secs(600),
             farewell_timeout: Duration::from_secs(2),
+            damping_half_life: Duration::from_secs(60),
+            damping_suppress: 8,
+            damping_reuse: 2,
+            damping_max_hold: Duration::from_secs(600),
             transient_backoff: Duration::from_millis(250),
             max_transient_backoff: Duration::from_secs(60),
             http_timeout: Duration::from_secs(30),
@@ -362,6 +384,29 @@ impl Validator<'_> {
                     d.farewell_timeout,
                 ),
             },
+            damping_half_life: match raw.damping_half_life.as_deref().map(str::trim) {
+                Some("0" | "0s" | "off") => Duration::ZERO,
+                _ => self.duration(
+                    "limits.damping_half_life",
+                    raw.damping_half_life.take(),
+                    d.damping_half_life,
+                ),
+            },
+            damping_suppress: self.positive_u64(
+                "limits.damping_suppress",
+                raw.damping_suppress,
+                d.damping_suppress,
+            ),
+            damping_reuse: self.positive_u64(
+                "limits.damping_reuse",
+                raw.damping_reuse,
+                d.damping_reuse,
+            ),
+            damping_max_hold: self.duration(
+                "limits.damping_max_hold",
+                raw.damping_max_hold.take(),
+                d.damping_max_hold,
+            ),
             transient_backoff: self.duration(
                 "limits.transient_backoff",
                 raw.transient_backoff.take(),
@@ -420,6 +465,15 @@ impl Validator<'_> {
             query: self.query_limits(&raw, d.query),
             admin: self.admin_limits(&mut raw, d.admin),
         };
+        if limits.damping_reuse >= limits.damping_suppress {
+            self.err(
+                "limits.damping_reuse",
+                format!(
+                    "must be below limits.damping_suppress ({})",
+                    limits.damping_suppress
+                ),
+            );
+        }
         if limits.default_referrals > limits.max_referrals && !explicit_default_referrals {
             // Only max_referrals was lowered: the page is all of it.
             limits.default_referrals = limits.max_referrals;

@@ -55,6 +55,8 @@ pub struct Gauges {
     pub outbound_build_seconds: f64,
     /// Configured peers that deliver hints.
     pub peers_expected: u64,
+    /// Polled peers damped now (RFC 2439).
+    pub peers_damped: u64,
     /// Of those, the ones whose hint the table holds.
     pub peers_imported: u64,
     /// A cold start (bulk load and its final merge) is under way.
@@ -171,6 +173,11 @@ const FIGURES: &[Figure] = &[
         "cipd_peers_expected",
         "Configured peers that deliver hints (role poll or pusher).",
         |s| Value::Gauge(s.gauges.peers_expected),
+    ),
+    (
+        "cipd_peers_damped",
+        "Polled peers damped now: they changed too often, their changes are held (RFC 2439).",
+        |s| Value::Gauge(s.gauges.peers_damped),
     ),
     (
         "cipd_cold_start",

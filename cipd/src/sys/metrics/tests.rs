@@ -339,6 +339,10 @@ const BASELINE_TYPES: &[(&str, &str)] = &[
 
 /// Series added since the baseline: the latency histograms of exchanges with other nodes.
 const ADDED_SERIES: &[&str] = &[
+    "cipd_index_objects_bad_path_total",
+    "cipd_peer_dampings_total",
+    "cipd_datachanged_skipped_total",
+    "cipd_peers_damped",
     "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.001\"}",
     "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.0025\"}",
     "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.005\"}",
@@ -397,6 +401,10 @@ const ADDED_SERIES: &[&str] = &[
 
 /// Type lines added since the baseline.
 const ADDED_TYPES: &[(&str, &str)] = &[
+    ("cipd_index_objects_bad_path_total", "counter"),
+    ("cipd_peer_dampings_total", "counter"),
+    ("cipd_datachanged_skipped_total", "counter"),
+    ("cipd_peers_damped", "gauge"),
     ("cipd_poll_duration_seconds", "histogram"),
     ("cipd_search_subquery_duration_seconds", "histogram"),
 ];

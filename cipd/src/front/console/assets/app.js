@@ -220,6 +220,7 @@
   function backoff(p) {
     const m = mesh && mesh.peers.find((x) => x.name === p.name);
     if (!m) return '—';
+    if (m.damped_until) return 'damped: changes held until ' + fmtWhen(m.damped_until);
     if (m.consecutive_failures > 0) {
       return m.consecutive_failures + ' failure' + (m.consecutive_failures === 1 ? '' : 's') +
         (m.next_poll ? ', next try ' + fmtWhen(m.next_poll) : '');
@@ -304,7 +305,8 @@
         const via = d.via ? 'peer:' + d.via : null;
         const col = via && nodes.has(via) ? nodes.get(via).col + 1 : 3;
         add(key, col, d.description || 'learned dataset', d.dsi, 'learned',
-          (d.description || 'dataset') + '\n' + d.dsi + (d.via ? '\nforwarded by ' + d.via : ''));
+          (d.description || 'dataset') + '\n' + d.dsi + (d.via ? '\nforwarded by ' + d.via : '') +
+          (d.path && d.path.length ? '\npath: ' + d.path.join(' \u2192 ') : ''));
         if (via && nodes.has(via)) edges.push([via, key, 'via']);
       }
       keyOfDsi.set(d.dsi, key);

@@ -1,0 +1,411 @@
+//! The node's side of the mesh's routes ([`crate::store::routes`]): the answer to a poll
+//! that asks datasets apart, the passed-on objects a poll brings, and what this node asks
+//! of its own peers.
+
+use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, SystemTime};
+
+use hints::aggregate::Filter;
+use hints::table::{ImportError, PeerMeta};
+
+use crate::pipeline::import::QueueError;
+use crate::store::routes::{Damping, DampingConfig, Offer, Routes};
+
+use super::*;
+
+impl Node {
+    /// The routes' exchange state.
+    pub fn routes(&self) -> &Routes {
+        &self.routes
+    }
+
+    /// The datasets to ask every polled peer to keep apart for our pollers' sake
+    /// ([`Routes::wanted_apart`]): the pollers and what they asked apart so.
+    pub fn wanted_apart(&self) -> BTreeSet<Dsi> {
+        self.routes.wanted_apart(&self.identity().dsi)
+    }
+
+    /// The peers this node polls, by DSI where known: asked apart for this node alone.
+    pub fn direct_peers(&self) -> BTreeSet<Dsi> {
+        let config = self.config();
+        config
+            .peers
+            .iter()
+            .filter(|p| p.has_role(PeerRole::Poll))
+            .filter_map(|p| p.dsi.clone().or_else(|| self.peer_dsi(&p.name)))
+            .collect()
+    }
+
+    /// Polls every peer now: what this node asks of them changed.
+    pub fn wake_polls(&self) {
+        for n in lock(&self.poll_now).values() {
+            n.notify_one();
+        }
+    }
+
+    /// Notes what `poller` asked apart; when that changes what this node asks of its own
+    /// peers, polls them now so the request travels on.
+    pub fn note_separate(&self, poller: &Dsi, separate: BTreeSet<Dsi>, apart: BTreeSet<Dsi>) {
+        let before = self.wanted_apart();
+        if self.routes.note_poll(poller, separate, apart) && self.wanted_apart() != before {
+            tracing::debug!(%poller, "datasets asked apart changed; polling peers");
+            self.wake_polls();
+        }
+    }
+
+    /// The answer to a poll from `poller` that asked `separate` apart: this node's
+    /// aggregate without the poller's data and those datasets, then each of them the table
+    /// holds as an object of its own (with its `Path`), except what came from or through
+    /// the poller. Returns the objects and the answer's version (a digest of their
+    /// contents, the `Date` left out).
+    pub async fn poll_answer(
+        &self,
+        poller: Option<&Dsi>,
+        separate: &BTreeSet<Dsi>,
+    ) -> (Vec<IndexObject>, u64) {
+        let out = self.outbound.fresh(self.config().outbound.max_wait).await;
+        let own = self.identity().dsi.clone();
+        let input = || (self.outbound_input(), self.table.clone());
+        let mut hasher = std::hash::DefaultHasher::new();
+        let mut objects = Vec::new();
+        let filter = Filter {
+            exclude: poller.cloned(),
+            separate: separate.clone(),
+            only: None,
+        };
+        let identity = self.identity.load_full();
+        if let Some((payload, digest)) = self.outbound.object_for(&out, &filter, input).await {
+            (&identity.dsi, digest).hash(&mut hasher);
+            objects.push(IndexObject {
+                index_type: hint_type(),
+                dsi: identity.dsi.clone(),
+                base_uris: identity.base_uris.clone(),
+                dsi_description: identity.description.clone(),
+                payload,
+            });
+        }
+        for origin in separate {
+            if *origin == own || Some(origin) == poller {
+                continue;
+            }
+            let Some(meta) = self.table.peer_meta(origin) else {
+                continue;
+            };
+            let only = Filter {
+                exclude: poller.cloned(),
+                separate: BTreeSet::new(),
+                only: Some(origin.clone()),
+            };
+            if let Some((payload, digest)) = self.outbound.object_for(&out, &only, input).await {
+                (origin, digest).hash(&mut hasher);
+                objects.push(IndexObject {
+                    index_type: hint_type(),
+                    dsi: origin.clone(),
+                    base_uris: meta.base_uris.clone(),
+                    dsi_description: meta.dsi_description.clone(),
+                    payload,
+                });
+            }
+        }
+        (objects, hasher.finish())
+    }
+
+    /// Takes a passed-on object from `peer` (one of a poll's objects after the first):
+    /// parses it, checks its `Path` (it starts at `peer`, ends at the object's DSI, never
+    /// passes this node and names no DSI twice) and imports it when its route is the best
+    /// one offered ([`Routes::offer`]). Returns the dataset it describes.
+    ///
+    /// # Errors
+    /// [`Rejection`] saying why it was refused; the table is then unchanged.
+    pub async fn accept_transit(&self, peer: &str, obj: IndexObject) -> Result<Dsi, Rejection> {
+        let origin = obj.dsi.clone();
+        let result = self.accept_transit_inner(peer, obj).await;
+        match &result {
+            Ok(_) => Metrics::inc(&self.metrics.index_objects_received),
+            Err(e) => {
+                if matches!(e, Rejection::Refused(ImportError::BadPath { .. })) {
+                    Metrics::inc(&self.metrics.index_objects_bad_path);
+                }
+                tracing::warn!(%peer, dsi = %origin, error = %e, "passed-on index object refused");
+                Metrics::inc(&self.metrics.index_objects_rejected);
+                self.update_status(|s| s.hints_rejected += 1);
+            }
+        }
+        result
+    }
+
+    async fn accept_transit_inner(&self, peer: &str, obj: IndexObject) -> Result<Dsi, Rejection> {
+        let Some(kind) = crate::model::index_kind::IndexKind::of(&obj.index_type) else {
+            return Err(Rejection::UnsupportedType(
+                obj.index_type.as_str().to_owned(),
+            ));
+        };
+        let config = self.config();
+        let own = self.identity().dsi.clone();
+        let origin = obj.dsi.clone();
+        let sender = self.peer_dsi(peer);
+        let limits = soif_limits(&config);
+        let trust = config
+            .peer(peer)
+            .map(|p| p.trust.clone())
+            .unwrap_or_default();
+        let skew = config.signing.max_clock_skew;
+        let payload = obj.payload.clone();
+        let hasher = self.payload_hasher.clone();
+        let (base_uris, description) = (obj.base_uris.clone(), obj.dsi_description.clone());
+        drop(obj);
+        let (hint, path, digest) = {
+            let _permit = self
+                .parsing
+                .acquire()
+                .await
+                .map_err(|_| Rejection::Storage("shutting down".into()))?;
+            let (b, d) = (base_uris.clone(), description.clone());
+            crate::sys::net::spawn_blocking(move || {
+                let converted =
+                    crate::pipeline::index_types::convert(kind, &payload, None, limits)?;
+                // The forwarder signs what it passes on, as it signs its aggregate.
+                crate::model::trust::signature::check(
+                    &converted.hint,
+                    &trust,
+                    None,
+                    SystemTime::now(),
+                    skew,
+                )?;
+                let path = hints::table::path(&converted.hint)?;
+                let digest = hasher.hash_one((&converted.stored[..], &b, &d, &path));
+                Ok::<_, Rejection>((converted.hint, path, digest))
+            })
+            .await
+            .map_err(|e| Rejection::Storage(format!("parse task failed: {e}")))??
+        };
+        let bad = |reason: String| {
+            let text: Vec<&str> = path.iter().map(Dsi::as_str).collect();
+            Rejection::Refused(ImportError::BadPath {
+                value: text.join(" "),
+                reason,
+            })
+        };
+        if path.len() < 2 {
+            return Err(bad(
+                "a passed-on object's path names the sender and the dataset".into(),
+            ));
+        }
+        if let Some(sender) = &sender
+            && path.first() != Some(sender)
+        {
+            return Err(bad(format!("it does not start at the sender, {sender}")));
+        }
+        if path.last() != Some(&origin) {
+            return Err(bad(format!(
+                "it does not end at the object's dsi, {origin}"
+            )));
+        }
+        let max = config.limits.table.max_provenance;
+        if path.len() > max {
+            return Err(bad(format!(
+                "{} hops, more than limits.max_provenance ({max})",
+                path.len()
+            )));
+        }
+        if path.contains(&own) {
+            return Err(bad(format!("it passes through this node, {own}")));
+        }
+        if origin == own {
+            return Err(Rejection::Refused(ImportError::OwnDsi { dsi: origin }));
+        }
+        let direct = self
+            .table
+            .peer_meta(&origin)
+            .is_some_and(|m| m.path.is_empty());
+        match self.routes.offer(&origin, peer, path.len(), direct) {
+            Offer::Take => {}
+            Offer::Keep { wake } => {
+                if let Some(w) = wake {
+                    self.poll_notifier(&w).notify_one();
+                }
+                return Ok(origin);
+            }
+        }
+        let received = SystemTime::now();
+        let meta = PeerMeta {
+            dsi: origin.clone(),
+            base_uris,
+            dsi_description: description,
+            received,
+            expires: Some(received + config.spool_ttl),
+            via: Some(peer.to_owned()),
+            path,
+        };
+        self.importer
+            .import(meta, hint, digest, None)
+            .await
+            .map_err(|e| match e {
+                QueueError::Refused(r) => Rejection::Refused(r),
+                other => Rejection::Storage(other.to_string()),
+            })?;
+        self.note_table_change();
+        Ok(origin)
+    }
+
+    /// The version of `peer`'s last answer, to ask whether it changed (`have`), only while
+    /// the table still holds everything that answer brought: after an expiry, a removal
+    /// or a withdrawn route, the next poll takes the whole answer again.
+    pub fn have_for(&self, peer: &str) -> Option<u64> {
+        let version = self.routes.received(peer)?;
+        let own = self.peer_dsi(peer)?;
+        let held = self.table.contains(&own)
+            && self
+                .routes
+                .chosen_via(peer)
+                .iter()
+                .all(|o| self.table.contains(o));
+        held.then_some(version)
+    }
+
+    /// `peer` answered that nothing changed: what it brought stays, and lives another
+    /// `spool.ttl` from now, as when it re-serves an identical hint (its spool file keeps
+    /// its arrival time: a restart polls it whole). Off the async workers.
+    pub async fn refresh_peer(self: &Arc<Self>, peer: &str) {
+        let Some(own) = self.peer_dsi(peer) else {
+            return;
+        };
+        let mut held = self.routes.chosen_via(peer);
+        held.push(own);
+        let node = self.clone();
+        let ttl = self.config().spool_ttl;
+        let done = crate::sys::net::spawn_blocking(move || {
+            let now = SystemTime::now();
+            let metas: Vec<PeerMeta> = held
+                .iter()
+                .filter_map(|d| node.table.peer_meta(d))
+                .map(|m| PeerMeta {
+                    received: now,
+                    expires: Some(now + ttl),
+                    ..(*m).clone()
+                })
+                .collect();
+            node.table.refresh_all(metas);
+        })
+        .await;
+        if let Err(e) = done {
+            tracing::warn!(%peer, error = %e, "cannot refresh an unchanged peer's expiry");
+        }
+    }
+
+    /// The damping settings in force (`limits.damping_*`).
+    pub fn damping_config(&self) -> DampingConfig {
+        let l = &self.config().limits;
+        DampingConfig {
+            half_life: l.damping_half_life,
+            suppress: l.damping_suppress as f64,
+            reuse: l.damping_reuse as f64,
+            max_hold: l.damping_max_hold,
+        }
+    }
+
+    /// Notes that polled peer `peer`'s answer changed; damps it (RFC 2439) when it has
+    /// changed too often, logging that once, not per change.
+    pub fn note_peer_change(&self, peer: &str) {
+        let now = tokio::time::Instant::now();
+        match self.routes.note_change(peer, now, &self.damping_config()) {
+            Damping::Free => {}
+            Damping::Started(hold) => {
+                tracing::warn!(
+                    %peer,
+                    hold = %humantime::format_duration(Duration::from_secs(hold.as_secs())),
+                    "peer changes too often: damped; its changes are held and taken together"
+                );
+                Metrics::inc(&self.metrics.peer_dampings);
+                self.update_peer(peer, |s| {
+                    s.damped_until = Some(SystemTime::now() + hold);
+                    s.dampings += 1;
+                });
+            }
+            Damping::Held(hold) => {
+                self.update_peer(peer, |s| s.damped_until = Some(SystemTime::now() + hold));
+            }
+        }
+    }
+
+    /// Whether `peer`'s `datachanged` is held because it is damped: then one poll is
+    /// scheduled for its release, which takes every change held meanwhile. A peer whose
+    /// damping ended is released here (logged once).
+    pub fn hold_if_damped(self: &Arc<Self>, peer: &str) -> bool {
+        let cfg = self.damping_config();
+        let now = tokio::time::Instant::now();
+        let Some(wait) = self.routes.damped(peer, now, &cfg) else {
+            self.note_undamped(peer);
+            return false;
+        };
+        if self.routes.hold(peer) {
+            tracing::debug!(%peer, ?wait, "damped peer's datachanged held");
+            let (node, p) = (self.clone(), peer.to_owned());
+            let token = self.token.clone();
+            self.tracker.spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = token.cancelled() => return,
+                }
+                node.routes.release_hold(&p);
+                node.routes
+                    .damped(&p, tokio::time::Instant::now(), &node.damping_config());
+                node.note_undamped(&p);
+                node.poll_notifier(&p).notify_one();
+            });
+        }
+        true
+    }
+
+    /// Clears `peer`'s damping mark once its damping has ended, logging it once.
+    fn note_undamped(&self, peer: &str) {
+        let mut was = false;
+        self.update_peer(peer, |s| was = s.damped_until.take().is_some());
+        if was {
+            tracing::info!(%peer, "peer no longer damped");
+        }
+    }
+
+    /// Withdraws the passed-on routes `peer` no longer offers (those not in `still`, the
+    /// datasets of its newest answer): a dataset whose route the table held leaves it, and
+    /// the peer with the next best route is polled at once. The table writes run off the
+    /// async workers.
+    pub async fn withdraw_routes(self: &Arc<Self>, peer: &str, still: BTreeSet<Dsi>) {
+        let withdrawn = self.routes.withdraw(peer, &still);
+        if withdrawn.is_empty() {
+            return;
+        }
+        let (node, p) = (self.clone(), peer.to_owned());
+        let gone = withdrawn.clone();
+        let removed = crate::sys::net::spawn_blocking(move || {
+            let mut removed = Vec::new();
+            for w in gone.iter().filter(|w| w.was_chosen) {
+                let held = node
+                    .table
+                    .peer_meta(&w.origin)
+                    .is_some_and(|m| !m.path.is_empty() && m.via.as_deref() == Some(&p));
+                if held {
+                    lock(&node.imported).remove(&w.origin);
+                    if node.table.remove(&w.origin) {
+                        removed.push(w.origin.clone());
+                    }
+                }
+            }
+            removed
+        })
+        .await
+        .unwrap_or_default();
+        if !removed.is_empty() {
+            tracing::info!(%peer, datasets = removed.len(), "passed-on routes withdrawn");
+            self.forget_hints(&removed);
+            self.note_table_change();
+            self.outbound.request();
+        }
+        for w in withdrawn {
+            if let Some(next) = w.next {
+                self.poll_notifier(&next).notify_one();
+            }
+        }
+    }
+}

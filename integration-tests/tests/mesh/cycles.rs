@@ -1,0 +1,411 @@
+//! Meshes with cycles longer than two: rings and full meshes of hubs. Every node that
+//! polls refers every dataset it can reach once, by its shortest route, with that
+//! dataset's true count (nothing counted twice, no referral to itself); then the mesh is
+//! quiet: no poll and no `datachanged` beyond the (hour-long) poll interval.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::harness::{NodeSpec, TestNode, eventually};
+
+/// A mesh under test: its nodes, who each polls (by index), and each node's count of
+/// `Shared` objects.
+struct Mesh {
+    nodes: Vec<TestNode>,
+    polls: Vec<Vec<usize>>,
+    shared: Vec<u64>,
+}
+
+/// A node's collection: `shared` objects by the author `Shared`, and one by an author
+/// only it has.
+fn spec(i: usize, shared: u64) -> NodeSpec {
+    let mut authors: Vec<String> = (0..shared).map(|_| "Shared".to_owned()).collect();
+    authors.push(format!("Only{i}"));
+    let refs: Vec<&str> = authors.iter().map(String::as_str).collect();
+    NodeSpec::new(&format!("1.3.6.1.4.1.99999.5{i:02}"), &refs)
+}
+
+impl Mesh {
+    /// Starts `n` nodes, then gives each its peers: it polls those `polls` names and is
+    /// polled by those that name it.
+    async fn start(n: usize, polls: Vec<Vec<usize>>) -> Self {
+        let shared: Vec<u64> = (0..n as u64).map(|i| i + 1).collect();
+        let mut nodes = Vec::new();
+        for (i, s) in shared.iter().enumerate() {
+            nodes.push(TestNode::start(spec(i, *s)).await);
+        }
+        for i in 0..n {
+            let mut sp = nodes[i].spec.clone();
+            for j in 0..n {
+                let polled = polls[i].contains(&j);
+                let poller = polls[j].contains(&i);
+                let roles: Vec<&'static str> = match (polled, poller) {
+                    (true, true) => vec!["poll", "poller"],
+                    (true, false) => vec!["poll"],
+                    (false, true) => vec!["poller"],
+                    (false, false) => continue,
+                };
+                sp = sp.peer(&format!("n{j}"), &nodes[j], &roles);
+            }
+            nodes[i].reconfigure(sp).await;
+        }
+        Self {
+            nodes,
+            polls,
+            shared,
+        }
+    }
+
+    /// The nodes `i` reaches by polling, itself left out.
+    fn reachable(&self, i: usize) -> BTreeSet<usize> {
+        let mut seen = BTreeSet::from([i]);
+        let mut todo = vec![i];
+        while let Some(x) = todo.pop() {
+            for &y in &self.polls[x] {
+                if seen.insert(y) {
+                    todo.push(y);
+                }
+            }
+        }
+        seen.remove(&i);
+        seen
+    }
+
+    /// Whether every node refers exactly what it reaches: one referral per reachable
+    /// dataset route, no referral to itself, counts adding up to the reachable objects
+    /// exactly (nothing counted twice). Returns the first discrepancy.
+    async fn check(&self) -> Result<(), String> {
+        for (i, node) in self.nodes.iter().enumerate() {
+            let reach = self.reachable(i);
+            let want: u64 = reach.iter().map(|&j| self.shared[j]).sum();
+            let a = node.query("Author=Shared").await;
+            let own = &node.spec.dsi;
+            if a.referrals.iter().any(|r| &r.dsi == own) {
+                return Err(format!("n{i} refers to itself: {:?}", a.referrals));
+            }
+            let got: u64 = a.referrals.iter().map(|r| r.count).sum();
+            if got != want {
+                return Err(format!(
+                    "n{i}: referrals count {got} Shared objects, {want} reachable: {:?}",
+                    a.referrals
+                        .iter()
+                        .map(|r| (&r.dsi, r.count))
+                        .collect::<Vec<_>>()
+                ));
+            }
+            // Each reachable node's own value leads somewhere, counted once.
+            for &j in &reach {
+                let a = node.query(&format!("Author=Only{j}")).await;
+                let counts: Vec<u64> = a.referrals.iter().map(|r| r.count).collect();
+                if counts != [1] {
+                    return Err(format!("n{i}: Only{j} referred as {counts:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls and notices sent so far, over the whole mesh.
+    fn exchanges(&self) -> (u64, u64) {
+        let mut polls = 0;
+        let mut notices = 0;
+        for n in &self.nodes {
+            let s = n.daemon.node().status_snapshot();
+            polls += s.polls_ok + s.polls_failed;
+            notices += s.datachanged_sent;
+        }
+        (polls, notices)
+    }
+
+    /// Waits until every table is exact, then checks that the mesh stays quiet.
+    async fn converges_and_goes_quiet(&self) {
+        let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+        let mut last = Err(String::new());
+        while tokio::time::Instant::now() < deadline {
+            last = self.check().await;
+            if last.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Err(e) = last {
+            panic!("not exact: {e}\n{}", self.tables());
+        }
+        // Quiet: once the exchanges stop changing for a while, none follows. (The
+        // interval is an hour: any exchange now is one too many.)
+        let mut seen = self.exchanges();
+        let mut still = 0;
+        eventually("the exchanges to stop", || {
+            let now = self.exchanges();
+            if now == seen {
+                still += 1;
+            } else {
+                still = 0;
+                seen = now;
+            }
+            still >= 25
+        })
+        .await;
+        let before = self.exchanges();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(self.exchanges(), before, "the mesh is not quiet");
+        // Converging is not flapping: no node damped a peer.
+        for n in &self.nodes {
+            assert!(
+                n.daemon
+                    .node()
+                    .peer_states()
+                    .iter()
+                    .all(|p| p.dampings == 0),
+                "a peer was damped while the mesh converged"
+            );
+        }
+        if let Err(e) = self.check().await {
+            panic!("no longer exact: {e}\n{}", self.tables());
+        }
+    }
+
+    /// Every node's table, for a failure's message.
+    fn tables(&self) -> String {
+        let mut out = String::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            for p in n.daemon.node().table().peers() {
+                let path: Vec<&str> = p.path.iter().map(|d| d.as_str()).collect();
+                let prov: Vec<&str> = p.provenance.iter().map(|d| d.as_str()).collect();
+                out.push_str(&format!(
+                    "n{i}: {} via {:?} path {path:?} provenance {prov:?} total {}\n",
+                    p.dsi, p.via, p.total
+                ));
+            }
+        }
+        out
+    }
+
+    async fn stop(self) {
+        for n in self.nodes {
+            n.stop().await;
+        }
+    }
+}
+
+fn ring(n: usize) -> Vec<Vec<usize>> {
+    (0..n).map(|i| vec![(i + 1) % n]).collect()
+}
+
+/// `hubs` hubs polling each other, each polling `leaves` leaves of its own.
+fn full_mesh(hubs: usize, leaves: usize) -> Vec<Vec<usize>> {
+    let mut polls: Vec<Vec<usize>> = (0..hubs)
+        .map(|h| (0..hubs).filter(|&o| o != h).collect())
+        .collect();
+    for h in 0..hubs {
+        for _ in 0..leaves {
+            let leaf = polls.len();
+            polls.push(Vec::new());
+            polls[h].push(leaf);
+        }
+    }
+    polls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_of_three_converges_exactly_and_goes_quiet() {
+    let mesh = Mesh::start(3, ring(3)).await;
+    mesh.converges_and_goes_quiet().await;
+    mesh.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_of_five_converges_exactly_and_goes_quiet() {
+    let mesh = Mesh::start(5, ring(5)).await;
+    mesh.converges_and_goes_quiet().await;
+    mesh.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_mesh_of_three_hubs_with_leaves_converges_exactly_and_goes_quiet() {
+    let mesh = Mesh::start(9, full_mesh(3, 2)).await;
+    mesh.converges_and_goes_quiet().await;
+    // A hub refers another hub's leaves through that hub, by the direct route.
+    let a = mesh.nodes[0].query("Author=Only5").await;
+    let dsis: Vec<&str> = a.referrals.iter().map(|r| r.dsi.as_str()).collect();
+    assert_eq!(dsis, [mesh.nodes[1].spec.dsi.as_str()]);
+    mesh.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_at_a_leaf_reaches_every_hub_then_the_mesh_is_quiet_again() {
+    let mut mesh = Mesh::start(8, full_mesh(4, 1)).await;
+    mesh.converges_and_goes_quiet().await;
+    // The leaf under hub 3 gains two Shared objects.
+    let leaf = 7;
+    mesh.shared[leaf] += 2;
+    let mut authors: Vec<String> = (0..mesh.shared[leaf])
+        .map(|_| "Shared".to_owned())
+        .collect();
+    authors.push(format!("Only{leaf}"));
+    let refs: Vec<&str> = authors.iter().map(String::as_str).collect();
+    mesh.nodes[leaf].set_authors(&refs).await;
+    // Every hub's referrals count the leaf's new objects once, by one route.
+    mesh.converges_and_goes_quiet().await;
+    mesh.stop().await;
+}
+
+/// A leaf whose data changes again and again: its poller damps it (RFC 2439), holds its
+/// changes instead of polling on each `datachanged`, says so in its peer state and
+/// metrics, and takes the held changes together once the damping ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_peer_is_damped_and_its_changes_are_taken_together() {
+    let mut leaf = TestNode::start(spec(1, 1)).await;
+    let mut hub = TestNode::start({
+        let mut s = spec(0, 1);
+        s.extra_limits = "damping_half_life = \"2s\"\ndamping_suppress = 3\n\
+                          damping_reuse = 1\ndamping_max_hold = \"4s\"\n"
+            .into();
+        s
+    })
+    .await;
+    let sp = hub.spec.clone().peer("leaf", &leaf, &["poll"]);
+    hub.reconfigure(sp).await;
+    let sp = leaf.spec.clone().peer("hub", &hub, &["poller"]);
+    leaf.reconfigure(sp).await;
+    let node = hub.daemon.node().clone();
+    let damped = || {
+        node.peer_states()
+            .iter()
+            .any(|p| p.name == "leaf" && p.damped_until.is_some())
+    };
+    // Each change reaches the hub until the leaf is damped.
+    let mut changes = 0;
+    while !damped() {
+        changes += 1;
+        assert!(changes < 20, "never damped");
+        let value = format!("Flap{changes}");
+        leaf.set_authors(&[value.as_str()]).await;
+        let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+        while !damped()
+            && hub
+                .query(&format!("Author={value}"))
+                .await
+                .referrals
+                .is_empty()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{value} never arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let metrics = node.render_metrics();
+    assert_eq!(crate::harness::metric(&metrics, "cipd_peers_damped"), 1.0);
+    assert_eq!(
+        crate::harness::metric(&metrics, "cipd_peer_dampings_total"),
+        1.0
+    );
+    // While damped, further changes are held: the hub does not poll on each.
+    let polls = node.status_snapshot().polls_ok;
+    for i in 0..3 {
+        leaf.set_authors(&[format!("Held{i}").as_str()]).await;
+    }
+    let held = node.status_snapshot().polls_ok;
+    assert!(
+        held <= polls + 1,
+        "polled {} times while damped",
+        held - polls
+    );
+    // Released, the hub takes the newest data in one poll, and no longer marks the leaf.
+    let deadline = tokio::time::Instant::now() + crate::harness::WAIT;
+    while hub.query("Author=Held2").await.referrals.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the held change never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eventually("the damping mark to clear", || !damped()).await;
+    assert!(hub.query("Author=Held1").await.referrals.is_empty());
+    hub.stop().await;
+    leaf.stop().await;
+}
+
+/// A peer that passes on datasets by impossible routes: through us, naming a node twice,
+/// not starting at itself, longer than allowed. Each is refused with its reason and
+/// counted; the peer's own hint and its one good route are taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_through_us_repeating_a_node_or_too_long_are_refused() {
+    use crate::fake::{FakePeer, author_hint, object};
+    let peer_dsi = "1.3.6.1.4.1.99999.590";
+    let fake = FakePeer::start(object(
+        peer_dsi,
+        "http://peer.example/",
+        &author_hint(1, &[("Own", 1)]),
+    ))
+    .await;
+    let mut node = TestNode::start({
+        let mut s = spec(0, 1);
+        s.extra_limits = "max_provenance = 6\n".into();
+        s
+    })
+    .await;
+    let own = node.spec.dsi.clone();
+    let routed = |dsi: &str, path: &str, value: &str| {
+        let mut hint = author_hint(1, &[(value, 1)]);
+        hint.extra.push(
+            cip_proto::soif::Attribute::new("Path", bytes::Bytes::from(path.to_owned())).unwrap(),
+        );
+        object(dsi, "http://routed.example/", &hint)
+    };
+    let long: Vec<String> = (0..8).map(|i| format!("1.3.6.1.4.1.99999.6{i}")).collect();
+    fake.set_extra(vec![
+        routed(
+            "1.3.6.1.4.1.99999.591",
+            &format!("{peer_dsi} {own} 1.3.6.1.4.1.99999.591"),
+            "Through",
+        ),
+        routed(
+            "1.3.6.1.4.1.99999.592",
+            &format!(
+                "{peer_dsi} 1.3.6.1.4.1.99999.593 1.3.6.1.4.1.99999.593 1.3.6.1.4.1.99999.592"
+            ),
+            "Twice",
+        ),
+        routed(
+            "1.3.6.1.4.1.99999.594",
+            "1.3.6.1.4.1.99999.599 1.3.6.1.4.1.99999.594",
+            "Elsewhere",
+        ),
+        routed(
+            "1.3.6.1.4.1.99999.67",
+            &format!("{peer_dsi} {}", long.join(" ")),
+            "Long",
+        ),
+        routed(
+            "1.3.6.1.4.1.99999.595",
+            &format!("{peer_dsi} 1.3.6.1.4.1.99999.595"),
+            "Good",
+        ),
+    ]);
+    let sp = node
+        .spec
+        .clone()
+        .peer_at("fake", fake.addr, &["poll"], Some(peer_dsi));
+    node.reconfigure(sp).await;
+    let n = node.daemon.node().clone();
+    eventually("the four bad routes to be counted", || {
+        crate::harness::metric(&n.render_metrics(), "cipd_index_objects_bad_path_total") >= 4.0
+    })
+    .await;
+    let good = node
+        .wait_query("Author=Good", |a| !a.referrals.is_empty())
+        .await;
+    assert_eq!(good.referrals[0].dsi, "1.3.6.1.4.1.99999.595");
+    assert_eq!(node.query("Author=Own").await.referrals[0].dsi, peer_dsi);
+    for bad in ["Through", "Twice", "Elsewhere", "Long"] {
+        let a = node.query(&format!("Author={bad}")).await;
+        assert!(a.referrals.is_empty(), "{bad}: {a:?}");
+    }
+    let peers = n.peer_states();
+    let err = peers[0].last_error.clone().unwrap_or_default();
+    assert!(err.contains("path"), "{err}");
+    node.stop().await;
+}
