@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cipd_sim::sim::{Churn, Fault, SimSpec, run};
+use cipd_sim::sim::{Churn, Fault, Hubs, SimSpec, run};
 
 fn small(seed: u64) -> SimSpec {
     let mut spec = SimSpec {
@@ -39,6 +39,28 @@ fn a_mesh_converges_exact_and_a_seed_replays_it() {
     assert_eq!(first.levels[2].table_values.1, 0);
     let again = run(&spec).expect("the simulation runs");
     assert_eq!(first.reproducible(), again.reproducible());
+}
+
+/// Hubs in a ring and in a full mesh, with a root over them and leaves below: every table
+/// holds every leaf it reaches once (brute force over the whole mesh), a change at a leaf
+/// reaches every hub, and then nothing moves (the poll interval is an hour).
+#[test]
+fn rings_and_full_meshes_of_hubs_converge_exact_and_go_quiet() {
+    for hubs in [Hubs::Ring, Hubs::Full] {
+        let mut spec = small(5);
+        spec.hubs = hubs;
+        spec.poll_interval = Duration::from_secs(3600);
+        spec.quiet_window = Duration::from_secs(10);
+        let r = run(&spec).expect("the simulation runs");
+        assert!(r.converged_at.is_some(), "{hubs}: {}", r.render());
+        assert!(r.all_exact, "{hubs}: {}", r.render());
+        assert!(
+            r.changes.iter().all(Option::is_some),
+            "{hubs}: {}",
+            r.render()
+        );
+        assert_eq!(r.quiet.map(|q| q.1), Some(0), "{hubs}: {}", r.render());
+    }
 }
 
 #[test]

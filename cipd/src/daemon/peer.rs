@@ -22,13 +22,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::backoff::Backoff;
 use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
+use crate::model::index_kind::IndexKind;
 use crate::model::status::Exchange;
 use crate::node::{Node, hint_type};
 use crate::sys::tls;
 use crate::transport::cip_http_client::{CipHttpClient, HttpError};
 use crate::transport::{
     APART_PARAM, BASE_URI_PARAM, CipClient, CipConnection, ClientReply, HAVE_PARAM,
-    POLLER_DSI_PARAM, SEPARATE_PARAM, TransportError, UNCHANGED, VERSION, transport_config,
+    POLLER_DSI_PARAM, SEPARATE_PARAM, TransportError, UNCHANGED, transport_config,
 };
 
 /// Why a poll or push failed.
@@ -329,6 +330,64 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
 /// [`PeerError`] when the exchange fails or an object is refused.
 #[tracing::instrument(skip_all, fields(peer = %peer.name))]
 pub async fn poll_once(node: &Arc<Node>, peer: &PeerConfig) -> Result<usize, PeerError> {
+    let (reply, used) = ask(node, peer).await?;
+    learn_type(node, peer, &reply, &used);
+    if !transient_code(reply.code) {
+        // It answered (a refusal too: reachable and wrong, PROTOCOL.md): its referrals stop
+        // saying it does not as soon as the answer is in, not once its hint (perhaps
+        // millions of values) is imported. A transient refusal is no answer (`transient`).
+        node.note_reachable(&peer.name, true);
+    }
+    match reply.code {
+        // 201: an answer; 200: "unchanged since version ..." or no index of that type (yet).
+        ResponseCode::OkOutputFollows | ResponseCode::Ok => {
+            let answer = crate::node::Answer {
+                output: reply.code == ResponseCode::OkOutputFollows,
+                comment: reply.comment,
+                objects: reply.result.map(|r| r.objects).unwrap_or_default(),
+            };
+            note_phase(node, &peer.name, "importing its hint");
+            node.take_answer(&peer.name, answer)
+                .await
+                .map_err(|r| PeerError::Rejected {
+                    refused: r.refused,
+                    total: r.total,
+                    first: r.first,
+                })
+        }
+        code => Err(PeerError::Refused {
+            code,
+            comment: reply.comment,
+        }),
+    }
+}
+
+/// Remembers the index type (and its spelling) a peer answered, for the next polls and the
+/// listing.
+fn learn_type(node: &Node, peer: &PeerConfig, reply: &ClientReply, used: &IndexType) {
+    if let Some(kind) = reply
+        .result
+        .as_ref()
+        .and_then(|r| r.objects.first())
+        .and_then(|o| IndexKind::of(&o.index_type))
+    {
+        if peer.index_type.is_none() {
+            node.index_state().learn(&peer.name, kind);
+        }
+        if IndexKind::of(used) == Some(IndexKind::Tagged) {
+            node.index_state()
+                .learn_spelling(&peer.name, used.spelling());
+        }
+        node.update_peer(&peer.name, |s| {
+            s.index_type = Some(used.param_value());
+        });
+    }
+}
+
+/// The exchange of a poll: the index types to ask for in turn (the configured one, else
+/// the learned one first), a reconnection for servers that close after every answer,
+/// ROADS' "we have DSI" retold; returns the answer and the type it answered.
+async fn ask(node: &Node, peer: &PeerConfig) -> Result<(ClientReply, IndexType), PeerError> {
     let config = node.config();
     let own = node.identity().dsi.clone();
     // `dsi` names the dataset asked for: the peer's, when known. A pollee answers with its
@@ -336,7 +395,6 @@ pub async fn poll_once(node: &Arc<Node>, peer: &PeerConfig) -> Result<usize, Pee
     let asked = node.peer_dsi(&peer.name).unwrap_or_else(|| own.clone());
     // The types to ask for: the configured one; else the one learned, then the others
     // (a legacy peer that has no SOIF index answers 200 "no index of that type").
-    use crate::model::index_kind::IndexKind;
     let kinds: Vec<IndexKind> = match peer.index_type {
         Some(k) => vec![k],
         None => {
@@ -434,86 +492,7 @@ pub async fn poll_once(node: &Arc<Node>, peer: &PeerConfig) -> Result<usize, Pee
     })
     .await
     .map_err(|_| PeerError::Timeout)??;
-    if let Some(kind) = reply
-        .result
-        .as_ref()
-        .and_then(|r| r.objects.first())
-        .and_then(|o| IndexKind::of(&o.index_type))
-    {
-        if peer.index_type.is_none() {
-            node.index_state().learn(&peer.name, kind);
-        }
-        if IndexKind::of(&used) == Some(IndexKind::Tagged) {
-            node.index_state()
-                .learn_spelling(&peer.name, used.spelling());
-        }
-        node.update_peer(&peer.name, |s| {
-            s.index_type = Some(used.param_value());
-        });
-    }
-    if !transient_code(reply.code) {
-        // It answered (a refusal too: reachable and wrong, PROTOCOL.md): its referrals stop
-        // saying it does not as soon as the answer is in, not once its hint (perhaps
-        // millions of values) is imported. A transient refusal is no answer (`transient`).
-        node.note_reachable(&peer.name, true);
-    }
-    match reply.code {
-        ResponseCode::OkOutputFollows => {
-            let version = reply
-                .comment
-                .strip_prefix(VERSION)
-                .and_then(crate::store::routes::parse_version);
-            if version.is_none() || version != node.routes().received(&peer.name) {
-                // A changed answer: too many too often and the peer is damped.
-                node.note_peer_change(&peer.name);
-            }
-            let objects = reply.result.map(|r| r.objects).unwrap_or_default();
-            let total = objects.len();
-            let mut refused = Vec::new();
-            // The first object is the peer's own; any after it are datasets we asked
-            // apart, passed on with their paths (PROTOCOL.md, "Routes in a mesh with
-            // cycles").
-            let mut offered = std::collections::BTreeSet::new();
-            for (i, obj) in objects.into_iter().enumerate() {
-                note_phase(node, &peer.name, "importing its hint");
-                let done = if i == 0 {
-                    node.accept_index(&peer.name, obj).await
-                } else {
-                    node.accept_transit(&peer.name, obj).await.map(|dsi| {
-                        offered.insert(dsi);
-                    })
-                };
-                if let Err(e) = done {
-                    refused.push(e.to_string());
-                }
-            }
-            node.withdraw_routes(&peer.name, offered).await;
-            // Asked again with this version, the peer answers "unchanged"; after a refusal
-            // the whole answer comes again.
-            node.routes()
-                .note_received(&peer.name, version.filter(|_| refused.is_empty()));
-            match refused.first() {
-                None => Ok(total),
-                Some(first) => Err(PeerError::Rejected {
-                    refused: refused.len(),
-                    total,
-                    first: first.clone(),
-                }),
-            }
-        }
-        // 200: what we hold is current ("unchanged since version ..."): it lives on; or no
-        // index of that type or for that dataset (yet).
-        ResponseCode::Ok => {
-            if reply.comment.starts_with(UNCHANGED) {
-                node.refresh_peer(&peer.name).await;
-            }
-            Ok(0)
-        }
-        code => Err(PeerError::Refused {
-            code,
-            comment: reply.comment,
-        }),
-    }
+    Ok((reply, used))
 }
 
 /// A connection to a peer over its configured transport: requests and replies are the same

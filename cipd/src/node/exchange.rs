@@ -14,7 +14,87 @@ use crate::store::routes::{Damping, DampingConfig, Offer, Routes};
 
 use super::*;
 
+/// A polled peer's answer, as the node takes it ([`Node::take_answer`]).
+#[derive(Debug)]
+pub struct Answer {
+    /// A `201` with output (else a `200`).
+    pub output: bool,
+    /// The status line's comment: the answer's version, or `unchanged since version`.
+    pub comment: String,
+    /// The objects: the peer's own first, then the datasets asked apart.
+    pub objects: Vec<IndexObject>,
+}
+
+/// Objects of an answer that were refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// How many.
+    pub refused: usize,
+    /// Of how many.
+    pub total: usize,
+    /// The first one's reason.
+    pub first: String,
+}
+
 impl Node {
+    /// Takes a polled peer's answer: the first object as the peer's own hint, the rest as
+    /// routes to the datasets we asked apart (withdrawing those it no longer sends), the
+    /// answer's version for the next poll's `have`, a change towards damping; an
+    /// `unchanged` answer refreshes what the peer brought. Returns the objects taken.
+    ///
+    /// # Errors
+    /// [`Refused`] when an object was refused (the others are taken; the next poll asks for
+    /// the whole answer again).
+    pub async fn take_answer(
+        self: &Arc<Self>,
+        peer: &str,
+        answer: Answer,
+    ) -> Result<usize, Refused> {
+        use crate::transport::{UNCHANGED, VERSION};
+        if !answer.output {
+            if answer.comment.starts_with(UNCHANGED) {
+                self.refresh_peer(peer).await;
+            }
+            return Ok(0);
+        }
+        let version = answer
+            .comment
+            .strip_prefix(VERSION)
+            .and_then(crate::store::routes::parse_version);
+        if version.is_none() || version != self.routes.received(peer) {
+            // A changed answer: too many too often and the peer is damped.
+            self.note_peer_change(peer);
+        }
+        let total = answer.objects.len();
+        let mut refused = Vec::new();
+        let mut offered = BTreeSet::new();
+        for (i, obj) in answer.objects.into_iter().enumerate() {
+            let done = if i == 0 {
+                self.accept_index(peer, obj).await
+            } else {
+                self.accept_transit(peer, obj).await.map(|dsi| {
+                    offered.insert(dsi);
+                })
+            };
+            if let Err(e) = done {
+                refused.push(e.to_string());
+            }
+        }
+        self.withdraw_routes(peer, offered).await;
+        // Asked again with this version, the peer answers "unchanged"; after a refusal the
+        // whole answer comes again.
+        self.routes
+            .note_received(peer, version.filter(|_| refused.is_empty()));
+        match refused.first() {
+            None => Ok(total),
+            Some(first) => Err(Refused {
+                refused: refused.len(),
+                total,
+                first: first.clone(),
+            }),
+        }
+    }
+
     /// The routes' exchange state.
     pub fn routes(&self) -> &Routes {
         &self.routes

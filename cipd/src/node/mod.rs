@@ -57,6 +57,7 @@ use crate::store::local::QueryError;
 
 mod accept;
 mod exchange;
+pub use exchange::{Answer, Refused};
 mod hosts;
 mod queries;
 mod reachability;

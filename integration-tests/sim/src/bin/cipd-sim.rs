@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use cipd_sim::sim::data::DataSpec;
-use cipd_sim::sim::{Churn, Fault, SimSpec, run};
+use cipd_sim::sim::{Churn, Fault, Hubs, SimSpec, run};
 use clap::Parser;
 
 #[global_allocator]
@@ -29,6 +29,15 @@ struct Args {
     /// reports to the nodes after its parent on the parent's level).
     #[arg(long, default_value_t = 1)]
     parents: usize,
+    /// Links among the level-1 hubs beside the tree: none, ring (each polls the next) or
+    /// full (every hub polls every other). Cycles need a tree below (--parents 1) and no
+    /// thresholds (each table is checked against every leaf it reaches, summed).
+    #[arg(long, default_value = "none")]
+    hubs: Hubs,
+    /// Once the last change has settled, watch the mesh this many seconds and report the
+    /// connections opened (0: not watched).
+    #[arg(long, default_value_t = 0)]
+    quiet_s: u64,
     /// Seed of the data, the network and the daemons' jitter.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -139,6 +148,14 @@ fn main() -> ExitCode {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .init();
     }
+    if a.hubs != Hubs::None && (a.parents > 1 || a.thresholds.iter().any(|&t| t > 1)) {
+        eprintln!(
+            "cipd-sim: --hubs {} needs a tree below the hubs (--parents 1) and no thresholds \
+             (--thresholds 1): each table is checked against every leaf it reaches, summed",
+            a.hubs
+        );
+        return ExitCode::from(2);
+    }
     let data = DataSpec {
         objects: a.objects,
         vocabulary: a.vocabulary,
@@ -174,6 +191,8 @@ fn main() -> ExitCode {
             fan_in: a.fan_in,
             depth: a.depth,
             parents: a.parents.max(1),
+            hubs: a.hubs,
+            quiet_window: Duration::from_secs(a.quiet_s),
             seed,
             data,
             thresholds: a.thresholds.clone(),

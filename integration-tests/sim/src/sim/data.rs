@@ -17,13 +17,16 @@ pub struct SimNode {
 }
 
 /// A tree of `fan_in` children per inner node, `depth` levels below the root, numbered
-/// breadth-first (the root is 0); with more than one parent per node, a DAG.
+/// breadth-first (the root is 0); with more than one parent per node, a DAG; with links
+/// among the level-1 hubs, a mesh with cycles.
 #[derive(Debug, Clone)]
 pub struct Tree {
     /// The nodes, breadth-first.
     pub nodes: Vec<SimNode>,
     /// Levels below the root.
     pub depth: usize,
+    /// Per node, the nodes it polls besides its children (links among the hubs).
+    pub links: Vec<Vec<usize>>,
 }
 
 impl Tree {
@@ -64,7 +67,64 @@ impl Tree {
             }
             level_start = level_end;
         }
-        Self { nodes, depth }
+        let links = vec![Vec::new(); nodes.len()];
+        Self {
+            nodes,
+            depth,
+            links,
+        }
+    }
+
+    /// Links the level-1 hubs: each polls every other (`full`) or the next one, the last
+    /// polling the first (a ring).
+    pub fn link_hubs(&mut self, full: bool) {
+        let level1: Vec<usize> = self.level(1).collect();
+        let k = level1.len();
+        for (i, &h) in level1.iter().enumerate() {
+            self.links[h] = if full {
+                level1.iter().copied().filter(|&o| o != h).collect()
+            } else if k > 1 {
+                vec![level1[(i + 1) % k]]
+            } else {
+                Vec::new()
+            };
+        }
+    }
+
+    /// Whether links among the hubs make cycles.
+    pub fn cyclic(&self) -> bool {
+        self.links.iter().any(|l| !l.is_empty())
+    }
+
+    /// The nodes `id` polls: its children and its links.
+    pub fn polls(&self, id: usize) -> impl Iterator<Item = usize> + '_ {
+        self.nodes[id]
+            .children
+            .iter()
+            .chain(&self.links[id])
+            .copied()
+    }
+
+    /// The nodes that poll `id`: its parents and the hubs linked to it.
+    pub fn pollers(&self, id: usize) -> Vec<usize> {
+        let mut out = self.nodes[id].parents.clone();
+        out.extend((0..self.nodes.len()).filter(|&x| self.links[x].contains(&id)));
+        out
+    }
+
+    /// Every node `id` reaches by polling, itself left out.
+    pub fn reachable(&self, id: usize) -> std::collections::BTreeSet<usize> {
+        let mut seen = std::collections::BTreeSet::from([id]);
+        let mut todo = vec![id];
+        while let Some(x) = todo.pop() {
+            for y in self.polls(x) {
+                if seen.insert(y) {
+                    todo.push(y);
+                }
+            }
+        }
+        seen.remove(&id);
+        seen
     }
 
     /// The first parent (the tree's), none for the root.
@@ -184,6 +244,21 @@ pub fn threshold_of(thresholds: &[u64], level: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn linked_hubs_reach_every_node_and_poll_in_cycles() {
+        let mut t = Tree::new(3, 2, 1);
+        t.link_hubs(false);
+        assert_eq!(t.links[1], [2]);
+        assert_eq!(t.links[3], [1]);
+        assert!(t.cyclic());
+        // A hub reaches every other hub and every leaf, not the root.
+        assert_eq!(t.reachable(1).len(), 2 + 9);
+        assert_eq!(t.pollers(1), [0, 3]);
+        t.link_hubs(true);
+        assert_eq!(t.links[2], [1, 3]);
+        assert_eq!(t.reachable(0).len(), 12);
+    }
 
     #[test]
     fn tree_sizes() {

@@ -39,7 +39,7 @@ use hints::hint::AttrSpec;
 use data::Counts;
 use net::{SimNet, Traffic};
 use plan::{Addressing, NodeFigures, PORT, Plan, dsi_of, name_of};
-pub use spec::{Churn, ChurnOutcome, Fault, LevelFigures, SimSpec};
+pub use spec::{Churn, ChurnOutcome, Fault, Hubs, LevelFigures, SimSpec};
 
 /// How long a mesh must open no connection to count as settled after its cold start,
 /// before its figures are taken and its changes timed.
@@ -80,6 +80,9 @@ pub struct Report {
     pub change_traffic: Vec<(u64, u64)>,
     /// The faults.
     pub faults: Vec<FaultOutcome>,
+    /// Connections opened in a window once the last change had settled, and the window
+    /// (none: not watched).
+    pub quiet: Option<(Duration, u64)>,
     /// The churn, when asked for (simulation only).
     pub churn: Option<ChurnOutcome>,
     /// Values the root's children report, in all (brute force), and how many of them the
@@ -178,6 +181,13 @@ impl Report {
                 f.fault,
                 f.node,
                 fmt_opt(f.recovered_after)
+            );
+        }
+        if let Some((window, opened)) = self.quiet {
+            let _ = writeln!(
+                s,
+                "quiet: {opened} connections opened in the {} s after the last change settled",
+                window.as_secs()
             );
         }
         if let Some(c) = &self.churn {
@@ -351,6 +361,8 @@ pub trait MeshUnderTest {
     fn apply(&mut self, fault: Fault, k: usize) -> Result<FaultOutcome, Self::Error>;
     /// Peak resident memory (KiB).
     fn rss_kib(&mut self) -> u64;
+    /// Lets `d` pass, doing nothing.
+    fn idle(&mut self, d: Duration) -> Result<(), Self::Error>;
 }
 
 /// Measures a started mesh: convergence from cold, exactness, figures per level once
@@ -385,6 +397,18 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
     for (k, fault) in spec.faults.iter().enumerate() {
         faults.push(mesh.apply(*fault, k)?);
     }
+    // Quiet: once the last change has settled, every exchange in the window is one beyond
+    // the peers' regular polls (none, with a poll interval longer than the window).
+    let quiet = if spec.quiet_window.is_zero() {
+        None
+    } else {
+        mesh.settle()?;
+        let before = mesh.levels()?;
+        mesh.idle(spec.quiet_window)?;
+        let after = mesh.levels()?;
+        let opened: u64 = traffic_between(&before, &after).iter().map(|t| t.1).sum();
+        Some((spec.quiet_window, opened))
+    };
     Ok(Report {
         nodes: mesh.plan().len(),
         leaves: mesh.plan().leaves.len(),
@@ -394,6 +418,7 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
         changes,
         change_traffic,
         faults,
+        quiet,
         churn: None,
         root_expected,
         root_matched,
@@ -538,22 +563,37 @@ impl Mesh<'_> {
             .collect()
     }
 
-    /// Whether node `id`'s table holds exactly its children's expected hints.
+    /// Whether node `id`'s table holds exactly its children's expected hints (with links
+    /// among the hubs: every leaf it reaches, once, summed over its entries).
     fn exact_at(&self, id: usize) -> bool {
         let Some(node) = self.node(id) else {
             return false;
         };
+        if self.plan.tree.cyclic() {
+            let total: Counts = node
+                .table()
+                .entries(Some(&self.author), None, None, usize::MAX)
+                .into_iter()
+                .map(|r| (String::from_utf8_lossy(&r.value).into_owned(), r.total))
+                .collect();
+            return self.plan.exact_sum_at(id, Some(total));
+        }
         self.plan.exact_at(id, node.table().peers().len(), |c| {
             Some(self.held(&node, c))
         })
     }
 
+    /// The root exact; in a mesh with cycles, every table (each hub must settle).
     fn root_exact(&self) -> bool {
+        if self.plan.tree.cyclic() {
+            return self.tables_exact();
+        }
         self.exact_at(0)
     }
 
     fn tables_exact(&self) -> bool {
-        (0..self.plan.len()).all(|id| self.plan.tree.is_leaf(id) || self.exact_at(id))
+        (0..self.plan.len())
+            .all(|id| self.plan.tree.polls(id).next().is_none() || self.exact_at(id))
     }
 
     fn figures(&self) -> Vec<LevelFigures> {
@@ -588,6 +628,10 @@ impl Mesh<'_> {
     /// Changes `leaf` and waits until the root holds the new value under the right child.
     fn change_then_wait(&mut self, leaf: usize, value: &str) -> Result<Option<Duration>, SimError> {
         self.change(leaf, value)?;
+        if self.plan.tree.cyclic() {
+            // Every hub must have it, exactly.
+            return self.wait(|m| m.tables_exact());
+        }
         let child = self.plan.ancestor_at(leaf, 1);
         let want = self.plan.expected[child].get(value).copied();
         self.wait(|m| {
@@ -856,5 +900,9 @@ impl MeshUnderTest for Mesh<'_> {
 
     fn rss_kib(&mut self) -> u64 {
         peak_rss_kib()
+    }
+
+    fn idle(&mut self, d: Duration) -> Result<(), SimError> {
+        self.run_for(d)
     }
 }

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use super::data::{self, Counts, Tree};
-use super::spec::{LevelFigures, SimSpec};
+use super::spec::{Hubs, LevelFigures, SimSpec};
 
 /// DSI of node `id`.
 pub fn dsi_of(id: usize) -> String {
@@ -68,7 +68,10 @@ pub struct Plan {
 impl Plan {
     /// The plan of `spec`: the tree and every leaf's collection, drawn from its seed.
     pub fn new(spec: &SimSpec) -> Self {
-        let tree = Tree::new(spec.fan_in, spec.depth, spec.parents);
+        let mut tree = Tree::new(spec.fan_in, spec.depth, spec.parents);
+        if spec.hubs != Hubs::None {
+            tree.link_hubs(spec.hubs == Hubs::Full);
+        }
         let cdf = data::zipf_cdf(spec.data.vocabulary, spec.data.zipf);
         let leaves: BTreeMap<usize, Counts> = (0..tree.nodes.len())
             .filter(|&id| tree.is_leaf(id))
@@ -124,22 +127,27 @@ impl Plan {
             self.spec.stall_timeout.as_millis() * 5,
             self.spec.stall_timeout.as_millis() * 2,
         );
-        let mut peer = |other: usize, role: &str| {
+        // One entry per peer, with every role it has (two hubs of a full mesh poll each
+        // other).
+        let mut roles: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        for p in self.tree.pollers(id) {
+            roles.entry(p).or_default().push("poller");
+        }
+        for c in self.tree.polls(id) {
+            roles.entry(c).or_default().push("poll");
+        }
+        for (other, roles) in roles {
+            let roles: Vec<String> = roles.iter().map(|r| format!("{r:?}")).collect();
             let _ = write!(
                 t,
-                "[[peer]]\nname = \"{}\"\nhost = \"{}\"\nport = {PORT}\nrole = [\"{role}\"]\n\
+                "[[peer]]\nname = \"{}\"\nhost = \"{}\"\nport = {PORT}\nrole = [{}]\n\
                  poll_interval = \"{}ms\"\ndsi = \"{}\"\n",
                 name_of(other),
                 net.peers[other],
+                roles.join(", "),
                 self.spec.poll_interval.as_millis(),
                 dsi_of(other)
             );
-        };
-        for &p in &node.parents {
-            peer(p, "poller");
-        }
-        for &c in &node.children {
-            peer(c, "poll");
         }
         t
     }
@@ -238,6 +246,28 @@ impl Plan {
             && children
                 .iter()
                 .all(|&c| held(c).is_some_and(|h| h == self.expected[c]))
+    }
+
+    /// In a mesh with cycles: whether node `id`'s table, summed over every entry
+    /// (`total`: value to count), holds every leaf it reaches once, with its true count;
+    /// nothing twice, nothing missing, nothing of its own.
+    pub fn exact_sum_at(&self, id: usize, total: Option<Counts>) -> bool {
+        total.is_some_and(|t| t == self.reachable_sum(id))
+    }
+
+    /// Brute force over the whole mesh: per value, the objects of every present leaf node
+    /// `id` reaches by polling.
+    pub fn reachable_sum(&self, id: usize) -> Counts {
+        let mut sum = Counts::new();
+        for leaf in self.tree.reachable(id) {
+            if self.absent.contains(&leaf) {
+                continue;
+            }
+            for (v, n) in self.leaves.get(&leaf).into_iter().flatten() {
+                *sum.entry(v.clone()).or_default() += n;
+            }
+        }
+        sum
     }
 
     /// (expected entries, matched with the right count, extra) at the root, given what it

@@ -66,6 +66,42 @@ impl std::str::FromStr for Fault {
     }
 }
 
+/// Links among the level-1 hubs, beside the tree: cycles for the mesh to settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hubs {
+    /// None: a tree (or a DAG).
+    #[default]
+    None,
+    /// Each level-1 hub also polls the next one (the last polls the first): a ring.
+    Ring,
+    /// Every level-1 hub polls every other: a full mesh.
+    Full,
+}
+
+impl std::fmt::Display for Hubs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Ring => "ring",
+            Self::Full => "full",
+        })
+    }
+}
+
+impl std::str::FromStr for Hubs {
+    type Err = String;
+
+    /// `none`, `ring` or `full`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Self::None),
+            "ring" => Ok(Self::Ring),
+            "full" => Ok(Self::Full),
+            _ => Err(format!("hubs {s:?}: expected none, ring or full")),
+        }
+    }
+}
+
 /// What to simulate.
 #[derive(Debug, Clone)]
 pub struct SimSpec {
@@ -75,6 +111,11 @@ pub struct SimSpec {
     pub depth: usize,
     /// Parents of each node below level 1 (1: a tree; more: a DAG, see [`Tree::new`]).
     pub parents: usize,
+    /// Links among the level-1 hubs (a ring, a full mesh), beside the tree.
+    pub hubs: Hubs,
+    /// How long the mesh is watched for exchanges once it has settled after the last
+    /// change (zero: not watched).
+    pub quiet_window: Duration,
     /// Seeds the data, the network and the daemons' jitter.
     pub seed: u64,
     /// The leaves' collections.
@@ -162,6 +203,8 @@ impl Default for SimSpec {
             fan_in: 4,
             depth: 2,
             parents: 1,
+            hubs: Hubs::None,
+            quiet_window: Duration::ZERO,
             seed: 1,
             // The head calibrated on Debian bookworm main's `Maintainer` field (63,440
             // package records, 2,248 distinct values, Zipf exponent 1.12 over the top 100
