@@ -676,8 +676,9 @@ async fn notify_if_changed(node: &Node, peer: &PeerConfig, generation: u64) {
     if let Some(dsi) = &dsi {
         let view = node.routes().view(dsi);
         if let Some(sent) = view.sent {
-            let asked = view.separate.union(&view.apart).cloned().collect();
-            let (_, version) = node.poll_answer(Some(dsi), &asked).await;
+            let (_, version) = node
+                .poll_answer(Some(dsi), &view.separate, &view.apart)
+                .await;
             if version == sent {
                 tracing::debug!(peer = %peer.name, "out-bound change leaves this poller's answer as it was");
                 node.update_status(|s| s.datachanged_skipped += 1);

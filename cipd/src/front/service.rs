@@ -139,9 +139,7 @@ impl RequestHandler for CipService {
                         node.note_separate(p, separate.clone(), apart.clone());
                     }
                 }
-                let asked: std::collections::BTreeSet<Dsi> =
-                    separate.union(&apart).cloned().collect();
-                let (objects, version) = node.poll_answer(poller.as_ref(), &asked).await;
+                let (objects, version) = node.poll_answer(poller.as_ref(), &separate, &apart).await;
                 if let Some(p) = &poller {
                     node.routes().note_sent(p, version);
                 }

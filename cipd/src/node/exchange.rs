@@ -106,13 +106,21 @@ impl Node {
         self.routes.wanted_apart(&self.identity().dsi)
     }
 
-    /// The peers this node polls, by DSI where known: asked apart for this node alone.
+    /// The peers this node polls and reaches, by DSI where known: asked `apart` (left out
+    /// of our peers' answers, which need not carry what we take directly). A peer gone
+    /// (unreachable past `limits.peer_gone_after`) is not: its data may then come round
+    /// through the others.
     pub fn direct_peers(&self) -> BTreeSet<Dsi> {
         let config = self.config();
+        let gone: std::collections::HashSet<String> = lock(&self.peers)
+            .iter()
+            .filter(|(_, s)| s.gone)
+            .map(|(n, _)| n.clone())
+            .collect();
         config
             .peers
             .iter()
-            .filter(|p| p.has_role(PeerRole::Poll))
+            .filter(|p| p.has_role(PeerRole::Poll) && !gone.contains(&p.name))
             .filter_map(|p| p.dsi.clone().or_else(|| self.peer_dsi(&p.name)))
             .collect()
     }
@@ -134,15 +142,17 @@ impl Node {
         }
     }
 
-    /// The answer to a poll from `poller` that asked `separate` apart: this node's
-    /// aggregate without the poller's data and those datasets, then each of them the table
-    /// holds as an object of its own (with its `Path`), except what came from or through
-    /// the poller. Returns the objects and the answer's version (a digest of their
-    /// contents, the `Date` left out).
+    /// The answer to a poll from `poller` that asked `separate` and `apart` apart: this
+    /// node's aggregate without the poller's data and those datasets, then each dataset
+    /// of `separate` the table holds as an object of its own (with its `Path`), except
+    /// what came from or through the poller and what it takes directly (`apart`). Returns
+    /// the objects and the answer's version (a digest of their contents, the `Date` left
+    /// out).
     pub async fn poll_answer(
         &self,
         poller: Option<&Dsi>,
         separate: &BTreeSet<Dsi>,
+        apart: &BTreeSet<Dsi>,
     ) -> (Vec<IndexObject>, u64) {
         let out = self.outbound.fresh(self.config().outbound.max_wait).await;
         let own = self.identity().dsi.clone();
@@ -151,7 +161,7 @@ impl Node {
         let mut objects = Vec::new();
         let filter = Filter {
             exclude: poller.cloned(),
-            separate: separate.clone(),
+            separate: separate.union(apart).cloned().collect(),
             only: None,
         };
         let identity = self.identity.load_full();
@@ -166,7 +176,7 @@ impl Node {
             });
         }
         for origin in separate {
-            if *origin == own || Some(origin) == poller {
+            if *origin == own || Some(origin) == poller || apart.contains(origin) {
                 continue;
             }
             let Some(meta) = self.table.peer_meta(origin) else {

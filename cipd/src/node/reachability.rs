@@ -12,10 +12,12 @@ impl Node {
     pub fn note_reachable(&self, name: &str, answered: bool) -> (Duration, bool) {
         let now = SystemTime::now();
         let mut changed = false;
+        let mut back = false;
         let (mut since, mut gone) = (None, false);
         self.update_peer(name, |s| {
             if answered {
                 changed = s.unreachable_since.take().is_some() || s.gone;
+                back = s.gone;
                 s.gone = false;
             } else {
                 changed = s.unreachable_since.is_none();
@@ -25,6 +27,10 @@ impl Node {
         });
         if changed {
             self.refresh_unreachable();
+        }
+        if back {
+            // We reach it directly again: our peers may leave it out of their answers.
+            self.wake_polls();
         }
         let down_for = since.map_or(Duration::ZERO, |t| {
             now.duration_since(t).unwrap_or_default()
@@ -46,6 +52,9 @@ impl Node {
             self.table.remove(&dsi)
         };
         self.update_peer(name, |s| s.gone = true);
+        // Gone, it is no longer asked apart for our own sake: our other peers may bring
+        // its data (a route round the gap).
+        self.wake_polls();
         if removed {
             tracing::warn!(peer = %name, %dsi, "peer unreachable for limits.peer_gone_after: its hint leaves the table until it answers");
             self.forget_hints(std::slice::from_ref(&dsi));

@@ -28,7 +28,8 @@ pub struct PollerView {
     /// The datasets it asked for apart for its own pollers' sake: this node asks its
     /// peers for them too.
     pub separate: BTreeSet<Dsi>,
-    /// The datasets it asked apart for itself (the peers it polls): this hop only.
+    /// The datasets it takes directly (the peers it polls): left out of its answer
+    /// altogether; this hop only.
     pub apart: BTreeSet<Dsi>,
     /// The version (content digest) of the answer it last received, when known.
     pub sent: Option<u64>,

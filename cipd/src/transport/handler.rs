@@ -256,8 +256,9 @@ pub const POLLER_DSI_PARAM: &str = "poller-dsi";
 /// version in its `201` comment.
 pub const SEPARATE_PARAM: &str = "separate";
 
-/// Poll parameter naming the datasets the poller wants apart for itself alone (the peers
-/// it polls), DSIs separated by spaces: treated as `separate` in the answer, not passed on.
+/// Poll parameter naming the datasets the poller takes directly (the peers it polls and
+/// reaches), DSIs separated by spaces: left out of the answer altogether, and not passed
+/// on.
 pub const APART_PARAM: &str = "apart";
 
 /// Poll parameter naming the version of the answer the poller holds (16 hex digits, as

@@ -409,3 +409,60 @@ async fn routes_through_us_repeating_a_node_or_too_long_are_refused() {
     assert!(err.contains("path"), "{err}");
     node.stop().await;
 }
+
+/// Three hubs that poll each other; hub 0 reaches hub 2 through a link that is cut. Hub 2
+/// gone (past `limits.peer_gone_after`), hub 0 no longer takes it directly and hub 1
+/// passes it on: hub 0 refers hub 2's values again, by the path through hub 1, counted
+/// once. The link back, the direct route wins again and the passed-on one is withdrawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_cut_off_from_another_reaches_it_round_the_gap() {
+    use crate::proxy::Proxy;
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let mut s = spec(i, i as u64 + 1);
+        s.poll_interval = "300ms";
+        s.extra_limits = "peer_gone_after = \"1s\"\nmax_backoff = \"300ms\"\n".into();
+        nodes.push(TestNode::start(s).await);
+    }
+    let proxy = Proxy::start(nodes[2].cip_addr()).await;
+    let dsi2 = nodes[2].spec.dsi.clone();
+    for i in 0..3 {
+        let mut sp = nodes[i].spec.clone();
+        for j in (0..3).filter(|&j| j != i) {
+            sp = if (i, j) == (0, 2) {
+                sp.peer_at("n2", proxy.addr(), &["poll", "poller"], Some(&dsi2))
+            } else {
+                sp.peer(&format!("n{j}"), &nodes[j], &["poll", "poller"])
+            };
+        }
+        nodes[i].reconfigure(sp).await;
+    }
+    let hub0 = nodes[0].daemon.node().clone();
+    let route = |want_path: usize| {
+        let hub0 = hub0.clone();
+        let dsi2 = dsi2.clone();
+        move || {
+            hub0.table()
+                .peers()
+                .iter()
+                .any(|p| p.dsi.as_str() == dsi2 && p.path.len() == want_path)
+        }
+    };
+    eventually("hub 2 directly", route(0)).await;
+    proxy.cut();
+    eventually("hub 2 by the path through hub 1", route(2)).await;
+    let a = nodes[0].query("Author=Only2").await;
+    assert_eq!(a.referrals.len(), 1, "{a:?}");
+    assert_eq!(a.referrals[0].count, 1);
+    let a = nodes[0].query("Author=Shared").await;
+    let counts: u64 = a.referrals.iter().map(|r| r.count).sum();
+    assert_eq!(counts, 2 + 3, "hubs 1 and 2, once each: {a:?}");
+    proxy.restore();
+    eventually("hub 2 directly again", route(0)).await;
+    let a = nodes[0].query("Author=Shared").await;
+    let counts: u64 = a.referrals.iter().map(|r| r.count).sum();
+    assert_eq!(counts, 5, "{a:?}");
+    for n in nodes {
+        n.stop().await;
+    }
+}
