@@ -677,7 +677,7 @@ async fn notify_if_changed(node: &Node, peer: &PeerConfig, generation: u64) {
         let view = node.routes().view(dsi);
         if let Some(sent) = view.sent {
             let (_, version) = node
-                .poll_answer(Some(dsi), &view.separate, &view.apart)
+                .poll_answer(Some(dsi), &view.separate, &view.apart, false)
                 .await;
             if version == sent {
                 tracing::debug!(peer = %peer.name, "out-bound change leaves this poller's answer as it was");

@@ -139,7 +139,9 @@ impl RequestHandler for CipService {
                         node.note_separate(p, separate.clone(), apart.clone());
                     }
                 }
-                let (objects, version) = node.poll_answer(poller.as_ref(), &separate, &apart).await;
+                let (objects, version) = node
+                    .poll_answer(poller.as_ref(), &separate, &apart, true)
+                    .await;
                 if let Some(p) = &poller {
                     node.routes().note_sent(p, version);
                 }

@@ -147,21 +147,35 @@ impl Node {
     /// of `separate` the table holds as an object of its own (with its `Path`), except
     /// what came from or through the poller and what it takes directly (`apart`). Returns
     /// the objects and the answer's version (a digest of their contents, the `Date` left
-    /// out).
+    /// out). With `fresh`, from a build covering every change made before the call (as a
+    /// poll is answered); without, from the stored hint as it is (a notifier's look, which
+    /// must not wait for the next build).
     pub async fn poll_answer(
         &self,
         poller: Option<&Dsi>,
         separate: &BTreeSet<Dsi>,
         apart: &BTreeSet<Dsi>,
+        fresh: bool,
     ) -> (Vec<IndexObject>, u64) {
-        let out = self.outbound.fresh(self.config().outbound.max_wait).await;
+        let out = if fresh {
+            self.outbound.fresh(self.config().outbound.max_wait).await
+        } else {
+            self.outbound.current()
+        };
         let own = self.identity().dsi.clone();
         let input = || (self.outbound_input(), self.table.clone());
         let mut hasher = std::hash::DefaultHasher::new();
         let mut objects = Vec::new();
+        // Our own DSI names our local data, which is always ours to send (a poller's
+        // `apart` lists us among the peers it polls): left out of the filter, so that a
+        // poller asking nothing else apart gets the shared payload.
         let filter = Filter {
             exclude: poller.cloned(),
-            separate: separate.union(apart).cloned().collect(),
+            separate: separate
+                .union(apart)
+                .filter(|d| **d != own)
+                .cloned()
+                .collect(),
             only: None,
         };
         let identity = self.identity.load_full();

@@ -57,13 +57,15 @@ pub struct RawLimits {
     /// How long a stopping node spends telling its pollers it goes (a last `datachanged`,
     /// retried), after its listeners close (default `"2s"`); `"0s"`: it does not tell them.
     pub farewell_timeout: Option<String>,
-    /// Half-life of a polled peer's damping penalty (RFC 2439; default `"1m"`): each
+    /// Half-life of a polled peer's damping penalty (RFC 2439; default `"15s"`): each
     /// changed answer adds 1, halving every half-life; `"0s"`: no damping.
     pub damping_half_life: Option<String>,
     /// Penalty above which a peer is damped: its `datachanged` no longer makes us poll it
-    /// at once, and its changes are taken together later (default 8).
+    /// at once, and its changes are taken together later (default 30: a peer whose answer
+    /// changes more than about once every 1.5 s for a minute, not a burst while a mesh
+    /// converges).
     pub damping_suppress: Option<u64>,
-    /// Penalty below which a damped peer is released (default 2).
+    /// Penalty below which a damped peer is released (default 10).
     pub damping_reuse: Option<u64>,
     /// Longest a damped peer's changes are held (default `"10m"`).
     pub damping_max_hold: Option<String>,
@@ -254,9 +256,9 @@ impl Default for Limits {
             tcp_keepalive: DEFAULT_TCP_KEEPALIVE,
             peer_gone_after: Duration::from_secs(600),
             farewell_timeout: Duration::from_secs(2),
-            damping_half_life: Duration::from_secs(60),
-            damping_suppress: 8,
-            damping_reuse: 2,
+            damping_half_life: Duration::from_secs(15),
+            damping_suppress: 30,
+            damping_reuse: 10,
             damping_max_hold: Duration::from_secs(600),
             transient_backoff: Duration::from_millis(250),
             max_transient_backoff: Duration::from_secs(60),
