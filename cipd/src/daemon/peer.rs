@@ -341,7 +341,7 @@ pub async fn poll_once(node: &Arc<Node>, peer: &PeerConfig) -> Result<usize, Pee
     match reply.code {
         // 201: an answer; 200: "unchanged since version ..." or no index of that type (yet).
         ResponseCode::OkOutputFollows | ResponseCode::Ok => {
-            let answer = crate::node::Answer {
+            let answer = crate::node::exchange::Answer {
                 output: reply.code == ResponseCode::OkOutputFollows,
                 comment: reply.comment,
                 objects: reply.result.map(|r| r.objects).unwrap_or_default(),

@@ -56,8 +56,7 @@ use crate::pipeline::index_types::Rejection;
 use crate::store::local::QueryError;
 
 mod accept;
-mod exchange;
-pub use exchange::{Answer, Refused};
+pub mod exchange;
 mod hosts;
 mod queries;
 mod reachability;
