@@ -819,9 +819,11 @@ fn note_phase(node: &Node, peer: &str, phase: &str) {
 /// the peer's last answer we hold.
 fn poll_params(node: &Node, own: &Dsi, peer: &str) -> Vec<(String, String)> {
     let mut params = vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())];
-    let wanted = node.wanted_apart();
-    node.routes().note_asked(peer, &wanted);
-    let apart: Vec<String> = wanted.iter().map(ToString::to_string).collect();
+    let apart: Vec<String> = node
+        .wanted_apart()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     params.push((SEPARATE_PARAM.to_owned(), apart.join(" ")));
     let direct: Vec<String> = node
         .direct_peers()

@@ -65,15 +65,6 @@ impl Node {
             // A changed answer: too many too often and the peer is damped.
             self.note_peer_change(peer);
         }
-        // Asked with an older request than ours now (a poller asked more apart meanwhile):
-        // ask again.
-        if self
-            .routes
-            .asked(peer)
-            .is_some_and(|a| a != self.wanted_apart())
-        {
-            self.poll_notifier(peer).notify_one();
-        }
         let total = answer.objects.len();
         let mut refused = Vec::new();
         let mut offered = BTreeSet::new();
@@ -143,36 +134,11 @@ impl Node {
 
     /// Notes what `poller` asked apart; when that changes what this node asks of its own
     /// peers, polls them now so the request travels on.
-    ///
-    /// Only the peers whose hint holds one of the datasets newly asked apart are polled: the
-    /// others' answers cannot change (in a tree, nothing below holds what is asked apart
-    /// above, and nothing is polled again). A poll under way with the older request is
-    /// followed by another ([`Node::take_answer`]).
     pub fn note_separate(&self, poller: &Dsi, separate: BTreeSet<Dsi>, apart: BTreeSet<Dsi>) {
         let before = self.wanted_apart();
-        if !self.routes.note_poll(poller, separate, apart) {
-            return;
-        }
-        let added: BTreeSet<Dsi> = self.wanted_apart().difference(&before).cloned().collect();
-        if added.is_empty() {
-            return;
-        }
-        let holders: BTreeSet<String> = self
-            .table
-            .peers()
-            .into_iter()
-            .filter(|p| {
-                added.contains(&p.dsi)
-                    || p.provenance
-                        .iter()
-                        .chain(&p.path)
-                        .any(|d| added.contains(d))
-            })
-            .filter_map(|p| p.via)
-            .collect();
-        for peer in holders {
-            tracing::debug!(%poller, %peer, "datasets asked apart changed; polling the peer holding them");
-            self.poll_notifier(&peer).notify_one();
+        if self.routes.note_poll(poller, separate, apart) && self.wanted_apart() != before {
+            tracing::debug!(%poller, "datasets asked apart changed; polling peers");
+            self.wake_polls();
         }
     }
 

@@ -129,8 +129,6 @@ struct Inner {
     chosen: HashMap<Dsi, String>,
     /// Per polled peer, the version of the last answer it sent us.
     received: HashMap<String, u64>,
-    /// Per polled peer, what our last poll asked apart for our pollers' sake.
-    asked: HashMap<String, BTreeSet<Dsi>>,
     /// Per polled peer, its damping penalty.
     penalties: HashMap<String, Penalty>,
 }
@@ -197,18 +195,6 @@ impl Routes {
         }
         out.remove(own);
         out
-    }
-
-    /// Records what a poll of `peer` asks apart for our pollers' sake.
-    pub fn note_asked(&self, peer: &str, separate: &BTreeSet<Dsi>) {
-        lock(&self.inner)
-            .asked
-            .insert(peer.to_owned(), separate.clone());
-    }
-
-    /// What our last poll of `peer` asked apart for our pollers' sake.
-    pub fn asked(&self, peer: &str) -> Option<BTreeSet<Dsi>> {
-        lock(&self.inner).asked.get(peer).cloned()
     }
 
     /// Records the version of the answer `peer` sent us last.
