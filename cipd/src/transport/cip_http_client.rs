@@ -195,7 +195,7 @@ impl CipHttpClient {
     }
 }
 
-/// The CIP reply an HTTP answer stands for (the inverse of [`reply_response`]).
+/// The CIP reply an HTTP answer stands for (the inverse of `reply_response` in `front::cip_http`).
 fn interpret(
     url: &str,
     status: StatusCode,

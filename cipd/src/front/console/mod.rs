@@ -8,7 +8,7 @@
 //! `<path>/console/` and every route is a literal path, so the console shadows nothing.
 //!
 //! `/v1/node`, `/v1/peers`, `/v1/table` and `/v1/explain` are the admin socket's `status`,
-//! `peers`, `table` and `explain`: each calls [`NodeAdmin`], the backend the socket uses, so
+//! `peers`, `table` and `explain`: each calls `NodeAdmin`, the backend the socket uses, so
 //! both answer the same. `/v1/mesh` (the picture's data: roles, backoff, provenance) and
 //! `/v1/counters` (cumulative counters the page turns into rates) are the console's own.
 //!
