@@ -63,6 +63,24 @@ fn rings_and_full_meshes_of_hubs_converge_exact_and_go_quiet() {
     }
 }
 
+/// Cross-links between subtrees (a hub also polls a node of the next hub's subtree): a
+/// diamond under the root, counted once per path as in a DAG; exact, and again after a
+/// partition.
+#[test]
+fn cross_links_between_subtrees_converge_exact() {
+    let mut spec = small(7);
+    spec.hubs = Hubs::Cross;
+    spec.faults = vec![Fault::Partition(Duration::from_millis(1500))];
+    let r = run(&spec).expect("the simulation runs");
+    assert!(r.all_exact, "{}", r.render());
+    assert!(r.changes.iter().all(Option::is_some), "{}", r.render());
+    assert!(
+        r.faults.iter().all(|f| f.recovered_after.is_some()),
+        "{}",
+        r.render()
+    );
+}
+
 #[test]
 fn thresholds_keep_rare_values_from_the_root_and_the_rest_exact() {
     let mut spec = small(3);

@@ -29,9 +29,11 @@ struct Args {
     /// reports to the nodes after its parent on the parent's level).
     #[arg(long, default_value_t = 1)]
     parents: usize,
-    /// Links among the level-1 hubs beside the tree: none, ring (each polls the next) or
-    /// full (every hub polls every other). Cycles need a tree below (--parents 1) and no
-    /// thresholds (each table is checked against every leaf it reaches, summed).
+    /// Links among the level-1 hubs beside the tree: none, ring (each polls the next), full
+    /// (every hub polls every other) or cross (each hub also polls a node of the next hub's
+    /// subtree). Ring and full need a tree below (--parents 1) and no thresholds (each table
+    /// is checked against every leaf it reaches, summed); cross is checked per path, as a
+    /// DAG.
     #[arg(long, default_value = "none")]
     hubs: Hubs,
     /// Once the last change has settled, watch the mesh this many seconds and report the
@@ -148,7 +150,9 @@ fn main() -> ExitCode {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .init();
     }
-    if a.hubs != Hubs::None && (a.parents > 1 || a.thresholds.iter().any(|&t| t > 1)) {
+    if matches!(a.hubs, Hubs::Ring | Hubs::Full)
+        && (a.parents > 1 || a.thresholds.iter().any(|&t| t > 1))
+    {
         eprintln!(
             "cipd-sim: --hubs {} needs a tree below the hubs (--parents 1) and no thresholds \
              (--thresholds 1): each table is checked against every leaf it reaches, summed",

@@ -91,6 +91,26 @@ impl Tree {
         }
     }
 
+    /// Cross-links between subtrees: each level-1 hub also polls the first level-2 node of
+    /// the next hub's subtree (the last hub the first's), which then reports to two hubs
+    /// in different subtrees. No cycle: a diamond under the root, counted once per path.
+    pub fn cross_link(&mut self) {
+        let level1: Vec<usize> = self.level(1).collect();
+        let k = level1.len();
+        if k < 2 {
+            return;
+        }
+        for (i, &h) in level1.iter().enumerate() {
+            let next = level1[(i + 1) % k];
+            if let Some(&m) = self.nodes[next].children.first()
+                && !self.nodes[m].parents.contains(&h)
+            {
+                self.nodes[m].parents.push(h);
+                self.nodes[h].children.push(m);
+            }
+        }
+    }
+
     /// Whether links among the hubs make cycles.
     pub fn cyclic(&self) -> bool {
         self.links.iter().any(|l| !l.is_empty())
@@ -258,6 +278,12 @@ mod tests {
         t.link_hubs(true);
         assert_eq!(t.links[2], [1, 3]);
         assert_eq!(t.reachable(0).len(), 12);
+        // Cross-links: hub 1 also polls node 7, the first child of hub 2.
+        let mut t = Tree::new(3, 2, 1);
+        t.cross_link();
+        assert_eq!(t.nodes[7].parents, [2, 1]);
+        assert!(t.nodes[1].children.contains(&7));
+        assert!(!t.cyclic());
     }
 
     #[test]

@@ -69,8 +69,10 @@ impl Plan {
     /// The plan of `spec`: the tree and every leaf's collection, drawn from its seed.
     pub fn new(spec: &SimSpec) -> Self {
         let mut tree = Tree::new(spec.fan_in, spec.depth, spec.parents);
-        if spec.hubs != Hubs::None {
-            tree.link_hubs(spec.hubs == Hubs::Full);
+        match spec.hubs {
+            Hubs::None => {}
+            Hubs::Cross => tree.cross_link(),
+            Hubs::Ring | Hubs::Full => tree.link_hubs(spec.hubs == Hubs::Full),
         }
         let cdf = data::zipf_cdf(spec.data.vocabulary, spec.data.zipf);
         let leaves: BTreeMap<usize, Counts> = (0..tree.nodes.len())

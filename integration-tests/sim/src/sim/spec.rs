@@ -76,6 +76,9 @@ pub enum Hubs {
     Ring,
     /// Every level-1 hub polls every other: a full mesh.
     Full,
+    /// Each level-1 hub also polls a node of the next hub's subtree: cross-links between
+    /// subtrees (diamonds, no cycle).
+    Cross,
 }
 
 impl std::fmt::Display for Hubs {
@@ -84,6 +87,7 @@ impl std::fmt::Display for Hubs {
             Self::None => "none",
             Self::Ring => "ring",
             Self::Full => "full",
+            Self::Cross => "cross",
         })
     }
 }
@@ -91,13 +95,14 @@ impl std::fmt::Display for Hubs {
 impl std::str::FromStr for Hubs {
     type Err = String;
 
-    /// `none`, `ring` or `full`.
+    /// `none`, `ring`, `full` or `cross`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "none" => Ok(Self::None),
             "ring" => Ok(Self::Ring),
             "full" => Ok(Self::Full),
-            _ => Err(format!("hubs {s:?}: expected none, ring or full")),
+            "cross" => Ok(Self::Cross),
+            _ => Err(format!("hubs {s:?}: expected none, ring, full or cross")),
         }
     }
 }
