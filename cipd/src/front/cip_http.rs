@@ -50,6 +50,11 @@ pub const RETRY_AFTER_SECS: u64 = 60;
 /// `CIP-Version` (RFC 2653 §2.2, the mail transport's version header).
 const CIP_VERSION_HEADER: HeaderName = HeaderName::from_static("cip-version");
 
+/// The comment of a `201` answer (an HTTP `200` carrying the result), which carries the
+/// answer's version for the poller's next `have` (PROTOCOL.md, "Routes in a mesh with
+/// cycles").
+pub const CIP_COMMENT_HEADER: &str = "cip-comment";
+
 /// The remote address used when the server was not built with one (tests that call the
 /// router directly). Such requests never match a configured peer.
 const UNKNOWN_REMOTE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
@@ -182,7 +187,19 @@ pub fn reply_response(reply: Reply, limits: &Limits) -> Response {
             }
         });
         return match encoded {
-            Ok(message) => mime_response(StatusCode::OK, &message),
+            Ok(message) => {
+                let mut response = mime_response(StatusCode::OK, &message);
+                if let Some(v) = reply
+                    .comment
+                    .as_deref()
+                    .and_then(|c| HeaderValue::from_str(c).ok())
+                {
+                    response
+                        .headers_mut()
+                        .insert(HeaderName::from_static(CIP_COMMENT_HEADER), v);
+                }
+                response
+            }
             Err(reason) => {
                 warn!(%reason, "cannot send poll result");
                 reply_response(

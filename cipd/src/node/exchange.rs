@@ -125,6 +125,12 @@ impl Node {
             .collect()
     }
 
+    /// Polls `peer` now, as its `datachanged` does: the answer comes whole only if it
+    /// changed (`cipctl poll` asks for it whole: [`Node::poll_now`]).
+    pub fn poll_soon(&self, peer: &str) {
+        self.poll_notifier(peer).notify_one();
+    }
+
     /// Polls every peer now: what this node asks of them changed.
     pub fn wake_polls(&self) {
         for n in lock(&self.poll_now).values() {

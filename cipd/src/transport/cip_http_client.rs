@@ -247,9 +247,17 @@ fn interpret(
                     None
                 }
             };
+            // The `201`'s comment travels in a header of its own (its version, for `have`).
+            let comment = headers
+                .get("cip-comment")
+                .and_then(|v| v.to_str().ok())
+                .map_or_else(
+                    || ResponseCode::OkOutputFollows.text().to_owned(),
+                    str::to_owned,
+                );
             Ok(ClientReply {
                 code: ResponseCode::OkOutputFollows,
-                comment: ResponseCode::OkOutputFollows.text().to_owned(),
+                comment,
                 result,
                 explanation: None,
             })

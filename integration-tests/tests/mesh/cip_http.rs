@@ -74,6 +74,15 @@ async fn a_hub_polls_a_leaf_over_http() {
     let peer = states.iter().find(|p| p.name == "leaf").unwrap();
     assert_eq!(peer.address, format!("{}/cip", leaf.http_url()));
     assert_eq!(peer.last_error, None);
+    // The answer's version came over HTTP too (a `cip-comment` header): the next poll
+    // names it and is answered "unchanged", nothing taken again.
+    let node = hub.daemon.node().clone();
+    assert!(node.routes().received("leaf").is_some());
+    let taken = node.status_snapshot().hints_accepted;
+    let polls = node.status_snapshot().polls_ok;
+    node.poll_soon("leaf");
+    hub.wait_for("another poll", |s| s.polls_ok > polls).await;
+    assert_eq!(node.status_snapshot().hints_accepted, taken);
     hub.stop().await;
     leaf.stop().await;
 }
