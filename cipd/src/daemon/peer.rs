@@ -819,18 +819,11 @@ fn note_phase(node: &Node, peer: &str, phase: &str) {
 /// the peer's last answer we hold.
 fn poll_params(node: &Node, own: &Dsi, peer: &str) -> Vec<(String, String)> {
     let mut params = vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())];
-    let apart: Vec<String> = node
-        .wanted_apart()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    params.push((SEPARATE_PARAM.to_owned(), apart.join(" ")));
-    let direct: Vec<String> = node
-        .direct_peers()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-    params.push((APART_PARAM.to_owned(), direct.join(" ")));
+    let listed = |set: std::collections::BTreeSet<Dsi>| {
+        set.iter().map(Dsi::as_str).collect::<Vec<_>>().join(" ")
+    };
+    params.push((SEPARATE_PARAM.to_owned(), listed(node.wanted_apart())));
+    params.push((APART_PARAM.to_owned(), listed(node.direct_peers())));
     if let Some(v) = node.have_for(peer) {
         params.push((HAVE_PARAM.to_owned(), crate::store::routes::version_text(v)));
     }
