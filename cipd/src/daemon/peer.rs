@@ -25,6 +25,7 @@ use crate::model::config::{Config, PeerConfig, PeerRole, PeerTransport};
 use crate::model::index_kind::IndexKind;
 use crate::model::status::Exchange;
 use crate::node::{Node, hint_type};
+use crate::pipeline::outbound::Touched;
 use crate::sys::tls;
 use crate::transport::cip_http_client::{CipHttpClient, HttpError};
 use crate::transport::{
@@ -645,36 +646,100 @@ pub async fn push_once(node: &Node, peer: &PeerConfig) -> Result<(), PeerError> 
 async fn notify_loop(node: Arc<Node>, token: CancellationToken) {
     // Revisions, not changes of the shared hint: a poller's own answer may change alone
     // (a dataset's route or provenance moved); each poller is told only when its answer
-    // did (`notify_if_changed`).
+    // did (`notify_if_changed`). Requests come before their build: a poller whose answer
+    // carries the changed datasets is told at once (`notify_ahead`), and its poll waits
+    // for the build instead of the notice waiting for it.
     let mut changes = node.outbound_revisions();
+    let mut requests = node.outbound_requests();
     // Tell pollers at start too: our data may have changed while we were down.
     changes.mark_changed();
     loop {
         tokio::select! {
-            r = changes.changed() => if r.is_err() { return },
-            () = token.cancelled() => return,
-        }
-        let generation = *changes.borrow_and_update();
-        let config = node.config();
-        for peer in config.peers.iter().filter(|p| p.has_role(PeerRole::Poller)) {
-            let (n, p, t) = (node.clone(), peer.clone(), token.clone());
-            node.tracker.spawn(async move {
-                tokio::select! {
-                    () = notify_if_changed(&n, &p, generation) => {}
-                    () = t.cancelled() => {}
+            r = changes.changed() => {
+                if r.is_err() {
+                    return;
                 }
-            });
+                let generation = *changes.borrow_and_update();
+                for_each_poller(&node, &token, move |n, p| async move {
+                    notify_if_changed(&n, &p, generation).await;
+                });
+            }
+            r = requests.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                requests.borrow_and_update();
+                let touched = node.take_touched();
+                if touched.is_empty() {
+                    continue;
+                }
+                let generation = *changes.borrow();
+                let touched = Arc::new(touched);
+                for_each_poller(&node, &token, move |n, p| {
+                    let touched = touched.clone();
+                    async move { notify_ahead(&n, &p, &touched, generation).await }
+                });
+            }
+            () = token.cancelled() => return,
         }
     }
 }
 
+/// Runs `notify(node, peer)` as a task for each `poller` peer, until `token` is cancelled.
+fn for_each_poller<F, Fut>(node: &Arc<Node>, token: &CancellationToken, notify: F)
+where
+    F: Fn(Arc<Node>, PeerConfig) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let config = node.config();
+    for peer in config.peers.iter().filter(|p| p.has_role(PeerRole::Poller)) {
+        let job = notify(node.clone(), peer.clone());
+        let t = token.clone();
+        node.tracker.spawn(async move {
+            tokio::select! {
+                () = job => {}
+                () = t.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// Tells `peer` that our data is changing, ahead of the build, when `touched` may change
+/// its answer: some touched dataset is neither the poller nor one it takes directly
+/// (`apart`). Its poll then waits for the build (`outbound.max_wait` at most), so the
+/// change travels a hop in one exchange and not in a build plus an exchange. A poller we
+/// cannot tell apart (no DSI known) or already told is left to [`notify_if_changed`].
+async fn notify_ahead(node: &Node, peer: &PeerConfig, touched: &Touched, generation: u64) {
+    let Some(dsi) = peer.dsi.clone().or_else(|| node.peer_dsi(&peer.name)) else {
+        return;
+    };
+    let view = node.routes().view(&dsi);
+    if view.told || !touched.reaches(|d| *d == dsi || view.apart.contains(d)) {
+        return;
+    }
+    // One notice at a time: the poll that follows it takes this change too.
+    let Some(_telling) = node.routes().telling(&dsi) else {
+        return;
+    };
+    notify_until_delivered(node, peer, Some((&dsi, view.answers)), generation).await;
+}
+
 /// Tells `peer` that our data changed, unless what it would receive is what it last
 /// received (BGP's adj-rib-out: a change elsewhere in our hint is no news to a poller whose
-/// answer leaves it out). A poller whose DSI or last answer we do not know is told.
+/// answer leaves it out) or it was told already and has not polled since. A poller whose
+/// DSI or last answer we do not know is told.
 async fn notify_if_changed(node: &Node, peer: &PeerConfig, generation: u64) {
     let dsi = peer.dsi.clone().or_else(|| node.peer_dsi(&peer.name));
+    let mut epoch = None;
     if let Some(dsi) = &dsi {
-        let view = node.routes().view(dsi);
+        // An answer being made now may carry this build: wait for its version.
+        let routes = node.routes();
+        routes.settled(dsi, node.config().outbound.max_wait).await;
+        let view = routes.view(dsi);
+        if view.told {
+            tracing::debug!(peer = %peer.name, "poller told already; its next poll takes this change");
+            return;
+        }
         if let Some(sent) = view.sent {
             let (_, version) = node
                 .poll_answer(Some(dsi), &view.separate, &view.apart, false)
@@ -686,8 +751,12 @@ async fn notify_if_changed(node: &Node, peer: &PeerConfig, generation: u64) {
                 return;
             }
         }
+        epoch = Some(view.answers);
     }
-    notify_until_delivered(node, peer, generation).await;
+    let told = dsi.as_ref().zip(epoch);
+    // Marked on its way, so that no notice ahead of a build is sent beside it.
+    let _telling = dsi.as_ref().and_then(|d| node.routes().telling(d));
+    notify_until_delivered(node, peer, told, generation).await;
 }
 
 /// Tells every `poller` peer, once, that our data changed as we stop, after our listeners
@@ -719,11 +788,17 @@ pub async fn farewell(node: &Arc<Node>) {
     let _ = tokio::time::timeout(deadline, notices.join_all()).await;
 }
 
-/// Sends `datachanged` for out-bound generation `generation` to `peer` until it is
-/// delivered, retrying with the poll back-off (a notice lost to a partition or a peer's
+/// Sends `datachanged` for out-bound revision `generation` to `peer` until it is
+/// delivered (then, with `told`, records that the poller of that DSI was told when it had
+/// received that many answers: `Routes::note_told`), retrying with the poll back-off (a notice lost to a partition or a peer's
 /// restart would otherwise leave the peer stale until its next scheduled poll), until a
 /// newer change's notice takes over.
-async fn notify_until_delivered(node: &Node, peer: &PeerConfig, generation: u64) {
+async fn notify_until_delivered(
+    node: &Node,
+    peer: &PeerConfig,
+    told: Option<(&Dsi, u64)>,
+    generation: u64,
+) {
     let changes = node.outbound_revisions();
     let policy = RetryPolicy::of(&node.config(), peer);
     let mut failures = 0u32;
@@ -731,6 +806,9 @@ async fn notify_until_delivered(node: &Node, peer: &PeerConfig, generation: u64)
         let last_transient = match send_datachanged(node, peer).await {
             Ok(()) => {
                 node.update_status(|s| s.datachanged_sent += 1);
+                if let Some((dsi, epoch)) = told {
+                    node.routes().note_told(dsi, epoch);
+                }
                 return;
             }
             Err(e) => {

@@ -139,12 +139,16 @@ impl RequestHandler for CipService {
                         node.note_separate(p, separate.clone(), apart.clone());
                     }
                 }
+                // Marked in progress until its version is noted: the notifier waits for
+                // it before deciding whether this poller needs a `datachanged`.
+                let answering = poller.as_ref().map(|p| node.routes().answering(p));
                 let (objects, version) = node
                     .poll_answer(poller.as_ref(), &separate, &apart, true)
                     .await;
                 if let Some(p) = &poller {
                     node.routes().note_sent(p, version);
                 }
+                drop(answering);
                 let have = params
                     .iter()
                     .find(|(n, _)| n == HAVE_PARAM)

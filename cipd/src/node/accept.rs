@@ -513,7 +513,7 @@ impl Node {
         let n = gone.len();
         self.update_status(|s| s.expired += n as u64);
         self.note_table_change();
-        self.outbound.request();
+        self.outbound.request_for(&gone);
         n
     }
 
@@ -568,7 +568,7 @@ impl Node {
         }
         if removed {
             self.note_table_change();
-            self.outbound.request();
+            self.outbound.request_for([dsi]);
         }
         removed
     }

@@ -510,7 +510,7 @@ impl Node {
             tracing::info!(%peer, datasets = removed.len(), "passed-on routes withdrawn");
             self.forget_hints(&removed);
             self.note_table_change();
-            self.outbound.request();
+            self.outbound.request_for(&removed);
         }
         for w in withdrawn {
             if let Some(next) = w.next {

@@ -517,6 +517,16 @@ impl Node {
         self.outbound.revisions()
     }
 
+    /// Out-bound requests (changes not built yet), for the notifier's look ahead.
+    pub(crate) fn outbound_requests(&self) -> watch::Receiver<u64> {
+        self.outbound.requests()
+    }
+
+    /// What changed since the notifier last looked ([`Pipeline::take_touched`]).
+    pub(crate) fn take_touched(&self) -> crate::pipeline::outbound::Touched {
+        self.outbound.take_touched()
+    }
+
     /// Every configured peer's state.
     pub fn peer_states(&self) -> Vec<PeerState> {
         lock(&self.peers).values().cloned().collect()

@@ -59,7 +59,7 @@ impl Node {
             tracing::warn!(peer = %name, %dsi, "peer unreachable for limits.peer_gone_after: its hint leaves the table until it answers");
             self.forget_hints(std::slice::from_ref(&dsi));
             self.note_table_change();
-            self.outbound.request();
+            self.outbound.request_for([&dsi]);
         }
         removed
     }

@@ -193,11 +193,13 @@ fn write_batch(
                 .iter()
                 .map(|_| Err(QueueError::Internal(why.clone())))
                 .collect();
-            (failed, false)
+            // Nothing is known of what the failed write left: every poller is told.
+            outbound.request();
+            (failed, Vec::new())
         }
     };
-    if changed {
-        outbound.request();
+    if !changed.is_empty() {
+        outbound.request_for(&changed);
     }
     tracing::debug!(hints = batch.len(), entries, "imported a batch");
     for (job, result) in batch.drain(..).zip(results) {
@@ -206,13 +208,13 @@ fn write_batch(
     }
 }
 
-/// Imports `batch` in one table write; returns each outcome and whether anything changed.
+/// Imports `batch` in one table write; returns each outcome and the datasets it changed.
 /// A hint whose payload the table already holds only has its expiry refreshed.
 fn import_batch(
     table: &RoutingTable,
     digests: &Digests,
     batch: &mut [Job],
-) -> (Vec<Result<Imported, QueueError>>, bool) {
+) -> (Vec<Result<Imported, QueueError>>, Vec<Dsi>) {
     let mut held = lock(digests);
     // Asked under the lock: a binding ended before this point vetoes the job; one ended
     // after it finds the dataset in the table when it drops it.
@@ -268,7 +270,7 @@ fn import_batch(
             .map(|(j, _)| j.meta.clone()),
     );
     let generation = table.generation();
-    let mut any = false;
+    let mut changed = Vec::new();
     let results = batch
         .iter()
         .zip(steps)
@@ -289,14 +291,14 @@ fn import_batch(
                 .map_err(QueueError::Refused)?;
             // Indexed anew: the table's contents changed.
             held.insert(job.meta.dsi.clone(), job.digest);
-            any = true;
+            changed.push(job.meta.dsi.clone());
             Ok(Imported {
                 changed: true,
                 generation,
             })
         })
         .collect();
-    (results, any)
+    (results, changed)
 }
 
 fn entries_of(hint: &CipHint) -> usize {

@@ -25,7 +25,7 @@
 //! data is in the hint must not get it back, digest A21) are built on demand on the blocking
 //! pool, one at a time, and cached with the hint they derive from.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -255,6 +255,40 @@ pub struct Pipeline {
     /// One per-poller build at a time.
     exclusive: Semaphore,
     hook: Mutex<Option<BuildHook>>,
+    /// The datasets changed since the notifier last looked ([`Pipeline::take_touched`]).
+    touched: Mutex<Touched>,
+}
+
+/// What changed since the notifier last looked: some datasets of the routing table, or
+/// something not tied to one dataset (the local collections, a restored spool).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touched {
+    /// These datasets' entries changed.
+    Datasets(BTreeSet<Dsi>),
+    /// Anything may have changed.
+    All,
+}
+
+impl Default for Touched {
+    fn default() -> Self {
+        Self::Datasets(BTreeSet::new())
+    }
+}
+
+impl Touched {
+    /// True when nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Self::Datasets(d) if d.is_empty())
+    }
+
+    /// True when a change may reach a poller that takes `skip` directly (or is one of
+    /// them): some touched dataset is not in it.
+    pub fn reaches(&self, skip: impl Fn(&Dsi) -> bool) -> bool {
+        match self {
+            Self::All => true,
+            Self::Datasets(d) => d.iter().any(|d| !skip(d)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -287,13 +321,37 @@ impl Pipeline {
             lagging_since: Mutex::new(None),
             exclusive: Semaphore::new(1),
             hook: Mutex::new(None),
+            touched: Mutex::new(Touched::default()),
         }
     }
 
     /// Records that something the hint depends on changed. Call after the change is
     /// visible to readers.
     pub fn request(&self) {
+        *lock(&self.touched) = Touched::All;
         self.requested.send_modify(|n| *n += 1);
+    }
+
+    /// [`Pipeline::request`] for a change of `datasets`' entries only: the notifier
+    /// tells ahead of the build only the pollers whose answer may carry them.
+    pub fn request_for<'a>(&self, datasets: impl IntoIterator<Item = &'a Dsi>) {
+        {
+            let mut t = lock(&self.touched);
+            if let Touched::Datasets(set) = &mut *t {
+                set.extend(datasets.into_iter().cloned());
+            }
+        }
+        self.requested.send_modify(|n| *n += 1);
+    }
+
+    /// A receiver of the request counter: bumped by every change, before it is built.
+    pub fn requests(&self) -> watch::Receiver<u64> {
+        self.requested.subscribe()
+    }
+
+    /// What changed since the last call (the notifier's look ahead of the build).
+    pub fn take_touched(&self) -> Touched {
+        std::mem::take(&mut *lock(&self.touched))
     }
 
     /// The stored hint.
@@ -660,6 +718,29 @@ mod tests {
             contributors: Vec::new(),
             took: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn requests_record_what_they_touched_until_taken() {
+        let p = Pipeline::new();
+        let requests = p.requests();
+        assert!(p.take_touched().is_empty());
+        let (a, b) = (Dsi::new("1.1").unwrap(), Dsi::new("1.2").unwrap());
+        p.request_for([&a]);
+        p.request_for([&b]);
+        assert!(requests.has_changed().unwrap());
+        let t = p.take_touched();
+        assert_eq!(t, Touched::Datasets([a.clone(), b.clone()].into()));
+        // A poller that takes `a` directly still sees `b`; one that takes both does not.
+        assert!(t.reaches(|d| *d == a));
+        assert!(!t.reaches(|d| *d == a || *d == b));
+        assert!(p.take_touched().is_empty());
+        // A change not tied to a dataset reaches everyone, and stays so until taken.
+        p.request();
+        p.request_for([&a]);
+        let t = p.take_touched();
+        assert_eq!(t, Touched::All);
+        assert!(t.reaches(|_| true));
     }
 
     #[test]

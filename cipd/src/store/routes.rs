@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use cip_proto::Dsi;
@@ -33,6 +34,11 @@ pub struct PollerView {
     pub apart: BTreeSet<Dsi>,
     /// The version (content digest) of the answer it last received, when known.
     pub sent: Option<u64>,
+    /// A `datachanged` reached it after its last answer: it polls next, and that poll
+    /// takes every change made until then (no further notice is needed).
+    pub told: bool,
+    /// Answers it received, counted (a notice's epoch: see [`Routes::note_told`]).
+    pub answers: u64,
 }
 
 /// The answer to a passed-on dataset offered by a peer.
@@ -131,12 +137,53 @@ struct Inner {
     received: HashMap<String, u64>,
     /// Per polled peer, its damping penalty.
     penalties: HashMap<String, Penalty>,
+    /// Per poller, the answers being made for it now.
+    answering: HashMap<Dsi, usize>,
+    /// The pollers a `datachanged` is on its way to.
+    telling: BTreeSet<Dsi>,
 }
 
 /// The routes' exchange state; one per node, shared by the poll answers and the pollers.
 #[derive(Debug, Default)]
 pub struct Routes {
     inner: Mutex<Inner>,
+    /// Woken whenever an answer is finished ([`Routes::settled`] waits on it).
+    finished: Notify,
+}
+
+/// A `datachanged` on its way to a poller ([`Routes::telling`]); dropped when it ends.
+#[derive(Debug)]
+pub struct Telling<'a> {
+    routes: &'a Routes,
+    poller: Dsi,
+}
+
+impl Drop for Telling<'_> {
+    fn drop(&mut self) {
+        lock(&self.routes.inner).telling.remove(&self.poller);
+    }
+}
+
+/// An answer to a poller in progress ([`Routes::answering`]); it ends when dropped.
+#[derive(Debug)]
+pub struct Answering<'a> {
+    routes: &'a Routes,
+    poller: Dsi,
+}
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        {
+            let mut g = lock(&self.routes.inner);
+            if let Some(n) = g.answering.get_mut(&self.poller) {
+                *n -= 1;
+                if *n == 0 {
+                    g.answering.remove(&self.poller);
+                }
+            }
+        }
+        self.routes.finished.notify_waiters();
+    }
 }
 
 fn best(offers: &BTreeMap<String, usize>) -> Option<(&String, usize)> {
@@ -173,11 +220,64 @@ impl Routes {
 
     /// Records the version of the answer `poller` received.
     pub fn note_sent(&self, poller: &Dsi, version: u64) {
+        let mut g = lock(&self.inner);
+        let view = g.pollers.entry(poller.clone()).or_default();
+        view.sent = Some(version);
+        view.told = false;
+        view.answers += 1;
+    }
+
+    /// Records that a `datachanged` sent when `poller` had received `epoch` answers
+    /// ([`PollerView::answers`]) reached it. When an answer was made meanwhile it may
+    /// have been asked before the notice arrived, so nothing is recorded.
+    pub fn note_told(&self, poller: &Dsi, epoch: u64) {
+        let mut g = lock(&self.inner);
+        let view = g.pollers.entry(poller.clone()).or_default();
+        if view.answers == epoch {
+            view.told = true;
+        }
+    }
+
+    /// Marks a `datachanged` on its way to `poller` until the returned guard drops; `None`
+    /// when one is already (a notice ahead of a build then adds nothing: the poll that
+    /// follows the first takes every change made before it).
+    pub fn telling(&self, poller: &Dsi) -> Option<Telling<'_>> {
         lock(&self.inner)
-            .pollers
+            .telling
+            .insert(poller.clone())
+            .then(|| Telling {
+                routes: self,
+                poller: poller.clone(),
+            })
+    }
+
+    /// Marks an answer to `poller` in progress until the returned guard drops.
+    pub fn answering(&self, poller: &Dsi) -> Answering<'_> {
+        *lock(&self.inner)
+            .answering
             .entry(poller.clone())
-            .or_default()
-            .sent = Some(version);
+            .or_default() += 1;
+        Answering {
+            routes: self,
+            poller: poller.clone(),
+        }
+    }
+
+    /// Waits (at most `within`) until no answer to `poller` is in progress: what it was
+    /// last sent is then what [`Routes::view`] says.
+    pub async fn settled(&self, poller: &Dsi, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let finished = self.finished.notified();
+            tokio::pin!(finished);
+            finished.as_mut().enable();
+            if !lock(&self.inner).answering.contains_key(poller) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, finished).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The datasets to ask every peer to keep apart for our pollers' sake (and so to be
@@ -366,6 +466,64 @@ mod tests {
 
     fn d(s: &str) -> Dsi {
         Dsi::new(s).unwrap()
+    }
+
+    #[test]
+    fn a_notice_counts_as_told_only_when_no_answer_was_made_meanwhile() {
+        let r = Routes::default();
+        let p = d("1.2");
+        assert!(!r.view(&p).told);
+        // Told while it had no answer: recorded.
+        r.note_told(&p, 0);
+        assert!(r.view(&p).told);
+        // Its poll's answer clears it and counts.
+        r.note_sent(&p, 7);
+        let v = r.view(&p);
+        assert!(!v.told);
+        assert_eq!(v.answers, 1);
+        // A notice sent at epoch 1, while an answer was made: that answer may have been
+        // asked before the notice arrived, so nothing is recorded.
+        r.note_sent(&p, 8);
+        r.note_told(&p, 1);
+        assert!(!r.view(&p).told);
+    }
+
+    #[test]
+    fn one_notice_at_a_time_per_poller() {
+        let r = Routes::default();
+        let (p, q) = (d("1.2"), d("1.3"));
+        let first = r.telling(&p).expect("nothing on its way");
+        assert!(r.telling(&p).is_none());
+        assert!(r.telling(&q).is_some(), "another poller is apart");
+        drop(first);
+        assert!(r.telling(&p).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settled_waits_for_answers_in_progress_and_no_longer_than_asked() {
+        let r = std::sync::Arc::new(Routes::default());
+        let p = d("1.2");
+        // Nothing in progress: at once.
+        let t0 = Instant::now();
+        r.settled(&p, Duration::from_secs(5)).await;
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        // An answer finished after 2 s: waited for.
+        let (r2, p2) = (r.clone(), p.clone());
+        let answer = tokio::spawn(async move {
+            let _g = r2.answering(&p2);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            r2.note_sent(&p2, 9);
+        });
+        tokio::task::yield_now().await;
+        r.settled(&p, Duration::from_secs(5)).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(2));
+        assert_eq!(r.view(&p).sent, Some(9));
+        answer.await.unwrap();
+        // One that never ends: at most `within`.
+        let g = r.answering(&p);
+        r.settled(&p, Duration::from_secs(1)).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(3));
+        drop(g);
     }
 
     #[test]

@@ -250,6 +250,29 @@ async fn a_change_at_a_leaf_reaches_every_hub_then_the_mesh_is_quiet_again() {
     mesh.stop().await;
 }
 
+/// A chain (a root, two hubs, a leaf): a change at the leaf costs one `datachanged` and
+/// one poll per hop. Each node tells its poller as the change comes in, ahead of its
+/// build, and the poll waits for the build; the notice after the build is not sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_travels_one_notice_and_one_poll_per_hop() {
+    let mut mesh = Mesh::start(4, vec![vec![1], vec![2], vec![3], vec![]]).await;
+    mesh.converges_and_goes_quiet().await;
+    let (polls, notices) = mesh.exchanges();
+    mesh.shared[3] += 1;
+    let mut authors: Vec<String> = (0..mesh.shared[3]).map(|_| "Shared".to_owned()).collect();
+    authors.push("Only3".to_owned());
+    let refs: Vec<&str> = authors.iter().map(String::as_str).collect();
+    mesh.nodes[3].set_authors(&refs).await;
+    mesh.converges_and_goes_quiet().await;
+    let (after_polls, after_notices) = mesh.exchanges();
+    assert_eq!(
+        (after_polls - polls, after_notices - notices),
+        (3, 3),
+        "polls and notices for one change through three hops"
+    );
+    mesh.stop().await;
+}
+
 /// A leaf whose data changes again and again: its poller damps it (RFC 2439), holds its
 /// changes instead of polling on each `datachanged`, says so in its peer state and
 /// metrics, and takes the held changes together once the damping ends.

@@ -143,11 +143,25 @@ struct Args {
     proxy: Option<std::path::PathBuf>,
 }
 
+/// Log lines stamped with simulated time (milliseconds since the simulation began), so
+/// that a trace reads as the mesh saw it.
+struct SimClock;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimClock {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(t) => write!(w, "{:>9.3}ms", t.as_secs_f64() * 1e3),
+            None => write!(w, "{:>11}", "-"),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_timer(SimClock)
             .init();
     }
     if matches!(a.hubs, Hubs::Ring | Hubs::Full)
