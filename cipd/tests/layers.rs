@@ -35,7 +35,7 @@ const HINTS_LAYERS: &[Layer] = &[
     ("index", &["index"]),
     ("substring", &["substring"]),
     ("table", &["table"]),
-    ("make", &["builder", "aggregate"]),
+    ("make", &["builder", "aggregate", "delta"]),
 ];
 
 /// A layer: its name and the top-level modules in it.

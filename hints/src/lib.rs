@@ -42,10 +42,12 @@
 //! and loop prevention; [`answer`] (re-exported from it): an answer's referrals, borrowed
 //! from its snapshot.
 //!
-//! **make**: the two ways the node makes a CIP-HINT.
+//! **make**: the ways the node makes a CIP-HINT.
 //! * [`builder`]: from SOIF collections: the hint of the local data.
 //! * [`aggregate`]: from the local hint and the peers' in the table (RFC 2651 §3.2.3): the
 //!   hint the node hands its own pollers.
+//! * [`delta`]: from another hint and the change between them (`CIP-HINT-DELTA`), in
+//!   cipd's aggregation order, so that a change travels at its own size.
 //!
 //! `summary` is the old name of [`substring`], which the daemon's configuration uses.
 
@@ -56,6 +58,7 @@ mod hasher;
 mod pages;
 mod threads;
 
+pub mod delta;
 pub mod hint;
 mod peer;
 pub mod query;

@@ -1,0 +1,538 @@
+//! Hint deltas: the change from one CIP-HINT to another, so that a poller holding the first
+//! takes only what changed (PROTOCOL.md, "Hint deltas").
+//!
+//! A delta is a SOIF object of template `CIP-HINT-DELTA` whose URL is the resulting hint's:
+//!
+//! * `Delta-Base` and `Delta-Result`: the [`digest`]s of the hint it applies to and of the
+//!   hint it makes (16 hex digits each). A receiver applies it only to a hint whose digest
+//!   is the base, and keeps the result only if its digest is the result: a missed, repeated
+//!   or corrupt delta is refused, never half applied.
+//! * `Weightlist-Delta-[T:A]`: per weightlist, the values added or whose count changed, with
+//!   their new count, and the values removed, with count 0, in the weightlist syntax
+//!   (`Garcia;3, Smith;0`). A weightlist the base does not hold is made.
+//! * `Set-<Name>`: every header attribute (anything but a weightlist) whose values changed,
+//!   with all of its new values (`Set-Total-Object-Count`, `Set-Provenance`, `Set-Date`...).
+//! * `Removed-Attributes`: the names of the header attributes and weightlists
+//!   (`Weightlist-[T:A]`) the result no longer has, separated by spaces.
+//!
+//! A weightlist's order carries no meaning here (RFC 2655 gives it none): the digest does not
+//! see it, and a hint a delta made lists each weightlist as cipd's aggregation does (by
+//! count, highest first, then by value folded to lowercase, then by value bytes). A sender
+//! offers a delta only when applying it makes its hint byte for byte
+//! ([`HintDelta::for_wire`]), so that a signature over the hint still holds.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use cip_proto::soif::{Attribute, SoifObject};
+
+use crate::hint::{AttrSpec, CipHint, HintError, WeightEntry, Weightlist};
+
+/// The template type of a delta object.
+pub const DELTA_TEMPLATE: &str = "CIP-HINT-DELTA";
+/// The base's digest.
+pub const BASE_ATTRIBUTE: &str = "Delta-Base";
+/// The result's digest.
+pub const RESULT_ATTRIBUTE: &str = "Delta-Result";
+/// Names removed from the header or weightlists dropped.
+pub const REMOVED_ATTRIBUTE: &str = "Removed-Attributes";
+/// Prefix of a header attribute's new values.
+pub const SET_PREFIX: &str = "Set-";
+/// Prefix of a weightlist's changes (`Weightlist-Delta-[T:A]`).
+pub const LIST_DELTA_PREFIX: &str = "Weightlist-Delta-";
+
+const LIST_PREFIX: &str = "Weightlist-";
+const DATE: &str = "Date";
+
+/// A delta that cannot be read or applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeltaError {
+    /// The object is not a `CIP-HINT-DELTA`.
+    #[error("template {template:?} is not {DELTA_TEMPLATE}")]
+    WrongTemplate {
+        /// The template found.
+        template: String,
+    },
+    /// `Delta-Base` or `Delta-Result` is missing.
+    #[error("{attribute} is missing")]
+    Missing {
+        /// The attribute.
+        attribute: &'static str,
+    },
+    /// A value cannot be read; `offset` is a byte offset within it.
+    #[error("{attribute}: byte {offset}: {reason}")]
+    BadValue {
+        /// The attribute's name.
+        attribute: String,
+        /// Where in its value.
+        offset: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The hint held is not the one the delta applies to (a delta missed or repeated).
+    #[error("the delta applies to {expected:016x}, the hint held is {found:016x}")]
+    WrongBase {
+        /// The delta's base.
+        expected: u64,
+        /// The held hint's digest.
+        found: u64,
+    },
+    /// Applied, it does not make the hint it says (corrupt or inconsistent).
+    #[error("applied, the delta makes {found:016x}, not {expected:016x}")]
+    WrongResult {
+        /// The delta's result.
+        expected: u64,
+        /// What applying it made.
+        found: u64,
+    },
+    /// The result is not a hint that can be read.
+    #[error("the result is not a hint: {0}")]
+    BadResult(#[from] HintError),
+}
+
+/// The change from one hint to another ([`HintDelta::between`], [`HintDelta::apply`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HintDelta {
+    /// The [`digest`] of the hint it applies to.
+    pub base: u64,
+    /// The [`digest`] of the hint it makes.
+    pub result: u64,
+    /// The resulting hint's SOIF URL.
+    pub url: Bytes,
+    /// Header attributes with all their new values, per name, in order.
+    pub set: Vec<(String, Vec<Bytes>)>,
+    /// Names of header attributes and weightlists (`Weightlist-[T:A]`) removed.
+    pub removed: Vec<String>,
+    /// Per weightlist, values with their new count (0: removed).
+    pub lists: Vec<(AttrSpec, Vec<WeightEntry>)>,
+}
+
+/// A hint as a delta sees it: its URL, its header attributes grouped by name (in order of
+/// first appearance) and its weightlists as maps.
+struct Parts {
+    url: Bytes,
+    header: Vec<(String, Vec<Bytes>)>,
+    lists: Vec<(AttrSpec, BTreeMap<Bytes, u64>)>,
+}
+
+fn list_name(spec: &AttrSpec) -> String {
+    format!("{LIST_PREFIX}[{spec}]")
+}
+
+/// `Weightlist-[T:A]` → `T:A`, prefix compared ignoring case; `None` for anything else
+/// (`Weightlist-Delta-[..]` included).
+fn bracketed<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = name.get(..prefix.len())?;
+    if !head.eq_ignore_ascii_case(prefix) {
+        return None;
+    }
+    name[prefix.len()..].strip_prefix('[')?.strip_suffix(']')
+}
+
+/// Splits `hint` into [`Parts`]; `None` when a weightlist names a value twice or two
+/// weightlists have one name (no delta can say which is meant).
+fn parts(hint: &CipHint) -> Option<Parts> {
+    let obj = hint.try_to_soif().ok()?;
+    let mut header: Vec<(String, Vec<Bytes>)> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for a in &obj.attributes {
+        let name = a.name.as_str();
+        if bracketed(name, LIST_PREFIX).is_some() {
+            continue;
+        }
+        match at.get(name) {
+            Some(&i) => header[i].1.push(a.value.clone()),
+            None => {
+                at.insert(name.to_owned(), header.len());
+                header.push((name.to_owned(), vec![a.value.clone()]));
+            }
+        }
+    }
+    let mut lists: Vec<(AttrSpec, BTreeMap<Bytes, u64>)> = Vec::new();
+    for (spec, list) in &hint.weightlists {
+        if lists.iter().any(|(s, _)| s == spec) {
+            return None;
+        }
+        let mut map = BTreeMap::new();
+        for e in list.entries() {
+            if map.insert(e.value, e.count).is_some() {
+                return None;
+            }
+        }
+        lists.push((spec.clone(), map));
+    }
+    Some(Parts {
+        url: obj.url().clone(),
+        header,
+        lists,
+    })
+}
+
+/// The content digest of a hint, which deltas name their base and result by: it sees every
+/// header attribute but `Date` (names and values, in no order) and every weightlist entry
+/// (in no order), so that two hints with the same content have the same digest whatever
+/// order they list things in. 64 bits of XXH3, stable across builds and platforms.
+pub fn digest(hint: &CipHint) -> u64 {
+    match parts(hint) {
+        Some(p) => digest_parts(&p),
+        // A hint no delta can describe still has a digest: of its SOIF text.
+        None => xxhash_rust::xxh3::xxh3_64(&hint.to_soif().to_bytes()),
+    }
+}
+
+fn digest_parts(p: &Parts) -> u64 {
+    use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+    let mut header: Vec<(&str, &Bytes)> = p
+        .header
+        .iter()
+        .filter(|(n, _)| !n.eq_ignore_ascii_case(DATE))
+        .flat_map(|(n, vs)| vs.iter().map(move |v| (n.as_str(), v)))
+        .collect();
+    header.sort();
+    let mut h = Xxh3::new();
+    h.update(&p.url);
+    h.update(&[0]);
+    for (n, v) in header {
+        h.update(n.as_bytes());
+        h.update(&[0]);
+        h.update(&(v.len() as u64).to_le_bytes());
+        h.update(v);
+    }
+    let mut sum = h.digest();
+    for (spec, map) in &p.lists {
+        let name = spec.to_string().to_ascii_lowercase();
+        for (value, count) in map {
+            let mut buf = Vec::with_capacity(name.len() + value.len() + 10);
+            buf.extend_from_slice(name.as_bytes());
+            buf.push(0);
+            buf.extend_from_slice(value);
+            buf.push(0);
+            buf.extend_from_slice(&count.to_le_bytes());
+            sum = sum.wrapping_add(xxh3_64(&buf));
+        }
+    }
+    sum
+}
+
+impl HintDelta {
+    /// The delta that makes `to` from `from`; `None` when a hint names a value twice in one
+    /// weightlist or one weightlist twice (send `to` whole then).
+    pub fn between(from: &CipHint, to: &CipHint) -> Option<Self> {
+        let (a, b) = (parts(from)?, parts(to)?);
+        let mut set = Vec::new();
+        let mut removed = Vec::new();
+        let old: HashMap<&str, &Vec<Bytes>> =
+            a.header.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        let new: HashMap<&str, &Vec<Bytes>> =
+            b.header.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        for (name, values) in &b.header {
+            if old.get(name.as_str()) != Some(&values) {
+                set.push((name.clone(), values.clone()));
+            }
+        }
+        for (name, _) in &a.header {
+            if !new.contains_key(name.as_str()) {
+                removed.push(name.clone());
+            }
+        }
+        let mut lists = Vec::new();
+        let empty = BTreeMap::new();
+        for (spec, map) in &b.lists {
+            let before = a
+                .lists
+                .iter()
+                .find(|(s, _)| s == spec)
+                .map_or(&empty, |(_, m)| m);
+            let mut changes: Vec<WeightEntry> = map
+                .iter()
+                .filter(|(v, c)| before.get(*v) != Some(c))
+                .map(|(v, c)| WeightEntry {
+                    value: v.clone(),
+                    count: *c,
+                })
+                .collect();
+            changes.extend(
+                before
+                    .keys()
+                    .filter(|v| !map.contains_key(*v))
+                    .map(|v| WeightEntry {
+                        value: v.clone(),
+                        count: 0,
+                    }),
+            );
+            let is_new = !a.lists.iter().any(|(s, _)| s == spec);
+            if !changes.is_empty() || is_new {
+                lists.push((spec.clone(), changes));
+            }
+        }
+        for (spec, _) in &a.lists {
+            if !b.lists.iter().any(|(s, _)| s == spec) {
+                removed.push(list_name(spec));
+            }
+        }
+        Some(Self {
+            base: digest_parts(&a),
+            result: digest_parts(&b),
+            url: b.url,
+            set,
+            removed,
+            lists,
+        })
+    }
+
+    /// The delta to send instead of `to` to a receiver holding `from`: only when applying it
+    /// makes `to` byte for byte (its weightlists in the order a delta makes, so that its
+    /// signature, if any, holds) and its SOIF is smaller than `to`'s. Returns the delta and
+    /// its SOIF bytes.
+    pub fn for_wire(from: &CipHint, to: &CipHint) -> Option<(Self, Vec<u8>)> {
+        let delta = Self::between(from, to)?;
+        let whole = to.try_to_soif().ok()?.to_bytes();
+        let wire = delta.to_soif().to_bytes();
+        if wire.len() >= whole.len() {
+            return None;
+        }
+        let made = delta.apply(from).ok()?;
+        (made.try_to_soif().ok()?.to_bytes() == whole).then_some((delta, wire))
+    }
+
+    /// True when it changes nothing but, at most, the `Date`.
+    pub fn is_empty(&self) -> bool {
+        self.base == self.result
+            && self.removed.is_empty()
+            && self.lists.iter().all(|(_, c)| c.is_empty())
+            && self.set.iter().all(|(n, _)| n.eq_ignore_ascii_case(DATE))
+    }
+
+    /// Weightlist entries it adds, changes or removes.
+    pub fn changed_entries(&self) -> usize {
+        self.lists.iter().map(|(_, c)| c.len()).sum()
+    }
+
+    /// Applies it to `hint`, which must be its base.
+    ///
+    /// # Errors
+    /// [`DeltaError::WrongBase`] when `hint` is not the base; [`DeltaError::WrongResult`] when
+    /// the result is not the hint the delta names (nothing is changed either way);
+    /// [`DeltaError::BadResult`] when the result cannot be read as a hint.
+    pub fn apply(&self, hint: &CipHint) -> Result<CipHint, DeltaError> {
+        let mut p = parts(hint).ok_or(DeltaError::WrongBase {
+            expected: self.base,
+            found: digest(hint),
+        })?;
+        let found = digest_parts(&p);
+        if found != self.base {
+            return Err(DeltaError::WrongBase {
+                expected: self.base,
+                found,
+            });
+        }
+        let removed = |name: &str| self.removed.iter().any(|r| r == name);
+        p.header.retain(|(n, _)| !removed(n));
+        for (name, values) in &self.set {
+            match p.header.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1.clone_from(values),
+                None => p.header.push((name.clone(), values.clone())),
+            }
+        }
+        p.lists.retain(|(s, _)| !removed(&list_name(s)));
+        for (spec, changes) in &self.lists {
+            let i = match p.lists.iter().position(|(s, _)| s == spec) {
+                Some(i) => i,
+                None => {
+                    p.lists.push((spec.clone(), BTreeMap::new()));
+                    p.lists.len() - 1
+                }
+            };
+            let map = &mut p.lists[i].1;
+            for e in changes {
+                if e.count == 0 {
+                    map.remove(&e.value);
+                } else {
+                    map.insert(e.value.clone(), e.count);
+                }
+            }
+        }
+        p.url = self.url.clone();
+        let found = digest_parts(&p);
+        if found != self.result {
+            return Err(DeltaError::WrongResult {
+                expected: self.result,
+                found,
+            });
+        }
+        rebuild(p)
+    }
+
+    /// The delta as a `CIP-HINT-DELTA` SOIF object.
+    pub fn to_soif(&self) -> SoifObject {
+        let url = if self.url.is_empty() {
+            Bytes::from_static(cip_proto::soif::NO_URL)
+        } else {
+            self.url.clone()
+        };
+        let mut obj = SoifObject::new(DELTA_TEMPLATE, url.clone()).unwrap_or_else(|_| {
+            // Invariant: the URL came from a written hint, which `SoifObject::new` took.
+            SoifObject::new(DELTA_TEMPLATE, cip_proto::soif::NO_URL)
+                .unwrap_or_else(|e| unreachable!("{DELTA_TEMPLATE} rejected: {e}"))
+        });
+        let mut push = |name: String, value: Bytes| match Attribute::new(&name, value) {
+            Ok(a) => obj.attributes.push(a),
+            // Invariant: every name is a fixed one, or a prefix before a name that was an
+            // identifier already (a header attribute's, a written weightlist's).
+            Err(e) => unreachable!("delta attribute name {name} rejected: {e}"),
+        };
+        push(BASE_ATTRIBUTE.into(), hex(self.base));
+        push(RESULT_ATTRIBUTE.into(), hex(self.result));
+        if !self.removed.is_empty() {
+            push(
+                REMOVED_ATTRIBUTE.into(),
+                Bytes::from(self.removed.join(" ")),
+            );
+        }
+        for (name, values) in &self.set {
+            for v in values {
+                push(format!("{SET_PREFIX}{name}"), v.clone());
+            }
+        }
+        for (spec, changes) in &self.lists {
+            push(
+                format!("{LIST_DELTA_PREFIX}[{spec}]"),
+                Bytes::from(crate::weightlist::encode(&Weightlist::new(changes.clone()))),
+            );
+        }
+        obj
+    }
+
+    /// Reads a delta from its SOIF object.
+    ///
+    /// # Errors
+    /// [`DeltaError`] naming the attribute and the byte offset within its value.
+    pub fn from_soif(obj: &SoifObject) -> Result<Self, DeltaError> {
+        let template = obj.template().as_str();
+        if !template.eq_ignore_ascii_case(DELTA_TEMPLATE) {
+            return Err(DeltaError::WrongTemplate {
+                template: template.to_owned(),
+            });
+        }
+        let mut base = None;
+        let mut result = None;
+        let mut delta = Self {
+            url: if obj.url().as_ref() == cip_proto::soif::NO_URL {
+                Bytes::new()
+            } else {
+                obj.url().clone()
+            },
+            ..Self::default()
+        };
+        let bad = |a: &Attribute, offset: usize, reason: String| DeltaError::BadValue {
+            attribute: a.name.as_str().to_owned(),
+            offset,
+            reason,
+        };
+        for a in &obj.attributes {
+            let name = a.name.as_str();
+            if name.eq_ignore_ascii_case(BASE_ATTRIBUTE) {
+                base = Some(read_hex(&a.value).map_err(|(o, r)| bad(a, o, r))?);
+            } else if name.eq_ignore_ascii_case(RESULT_ATTRIBUTE) {
+                result = Some(read_hex(&a.value).map_err(|(o, r)| bad(a, o, r))?);
+            } else if name.eq_ignore_ascii_case(REMOVED_ATTRIBUTE) {
+                let text = std::str::from_utf8(&a.value)
+                    .map_err(|e| bad(a, e.valid_up_to(), "not UTF-8".into()))?;
+                delta
+                    .removed
+                    .extend(text.split_ascii_whitespace().map(str::to_owned));
+            } else if let Some(spec) = bracketed(name, LIST_DELTA_PREFIX) {
+                let spec = AttrSpec::parse(spec)
+                    .map_err(|e| bad(a, 0, format!("{spec:?} is not a Template:Attribute: {e}")))?;
+                let list = crate::weightlist::parse(&a.value)
+                    .map_err(|e| bad(a, e.offset, e.kind.to_string()))?;
+                match delta.lists.iter_mut().find(|(s, _)| *s == spec) {
+                    Some((_, c)) => c.extend(list.entries()),
+                    None => delta.lists.push((spec, list.entries().collect())),
+                }
+            } else if let Some(header) = strip_prefix_ignore_case(name, SET_PREFIX) {
+                match delta.set.iter_mut().find(|(n, _)| n == header) {
+                    Some((_, vs)) => vs.push(a.value.clone()),
+                    None => delta.set.push((header.to_owned(), vec![a.value.clone()])),
+                }
+            } else {
+                return Err(bad(a, 0, "not an attribute of a delta".into()));
+            }
+        }
+        delta.base = base.ok_or(DeltaError::Missing {
+            attribute: BASE_ATTRIBUTE,
+        })?;
+        delta.result = result.ok_or(DeltaError::Missing {
+            attribute: RESULT_ATTRIBUTE,
+        })?;
+        Ok(delta)
+    }
+}
+
+fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = name.get(..prefix.len())?;
+    (head.eq_ignore_ascii_case(prefix) && name.len() > prefix.len()).then(|| &name[prefix.len()..])
+}
+
+fn hex(v: u64) -> Bytes {
+    Bytes::from(format!("{v:016x}"))
+}
+
+fn read_hex(value: &[u8]) -> Result<u64, (usize, String)> {
+    if value.len() != 16 {
+        return Err((0, format!("{} bytes, expected 16 hex digits", value.len())));
+    }
+    if let Some(i) = value.iter().position(|b| !b.is_ascii_hexdigit()) {
+        return Err((i, "not a hex digit".into()));
+    }
+    // Checked above: 16 ASCII hex digits.
+    let text = std::str::from_utf8(value).map_err(|e| (e.valid_up_to(), "not UTF-8".into()))?;
+    u64::from_str_radix(text, 16).map_err(|e| (0, e.to_string()))
+}
+
+/// The hint `p` describes, its weightlists by count (highest first), then value bytes.
+fn rebuild(p: Parts) -> Result<CipHint, DeltaError> {
+    let url = if p.url.is_empty() {
+        Bytes::from_static(cip_proto::soif::NO_URL)
+    } else {
+        p.url
+    };
+    let mut obj =
+        SoifObject::new(crate::hint::TEMPLATE, url).map_err(|e| DeltaError::BadValue {
+            attribute: "URL".into(),
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+    let name_error = |name: &str, e: cip_proto::soif::SoifError| DeltaError::BadValue {
+        attribute: name.to_owned(),
+        offset: 0,
+        reason: e.to_string(),
+    };
+    for (name, values) in p.header {
+        for v in values {
+            obj.attributes
+                .push(Attribute::new(&name, v).map_err(|e| name_error(&name, e))?);
+        }
+    }
+    for (spec, map) in p.lists {
+        let mut entries: Vec<WeightEntry> = map
+            .into_iter()
+            .map(|(value, count)| WeightEntry { value, count })
+            .collect();
+        entries.sort_by(|x, y| {
+            y.count
+                .cmp(&x.count)
+                .then_with(|| crate::index::cmp_folded(&x.value, &y.value))
+                .then_with(|| x.value.cmp(&y.value))
+        });
+        let name = list_name(&spec);
+        let text = crate::weightlist::encode(&Weightlist::new(entries));
+        obj.attributes
+            .push(Attribute::new(&name, text).map_err(|e| name_error(&name, e))?);
+    }
+    Ok(CipHint::from_soif(&obj)?.0)
+}
+
+#[cfg(test)]
+mod tests;
