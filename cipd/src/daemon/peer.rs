@@ -29,7 +29,7 @@ use crate::pipeline::outbound::Touched;
 use crate::sys::tls;
 use crate::transport::cip_http_client::{CipHttpClient, HttpError};
 use crate::transport::{
-    APART_PARAM, BASE_URI_PARAM, CipClient, CipConnection, ClientReply, HAVE_PARAM,
+    APART_PARAM, BASE_URI_PARAM, CipClient, CipConnection, ClientReply, DELTA_PARAM, HAVE_PARAM,
     POLLER_DSI_PARAM, SEPARATE_PARAM, TransportError, UNCHANGED, transport_config,
 };
 
@@ -894,7 +894,7 @@ fn note_phase(node: &Node, peer: &str, phase: &str) {
 ///
 /// `separate` names the datasets to keep apart for our pollers' sake (they and what they
 /// asked so), `apart` those for ours alone (the peers we poll), and `have` the version of
-/// the peer's last answer we hold.
+/// the peer's last answer we hold (with `delta`: a change since comes as a delta).
 fn poll_params(node: &Node, own: &Dsi, peer: &str) -> Vec<(String, String)> {
     let mut params = vec![(POLLER_DSI_PARAM.to_owned(), own.to_string())];
     let listed = |set: std::collections::BTreeSet<Dsi>| {
@@ -904,6 +904,8 @@ fn poll_params(node: &Node, own: &Dsi, peer: &str) -> Vec<(String, String)> {
     params.push((APART_PARAM.to_owned(), listed(node.direct_peers())));
     if let Some(v) = node.have_for(peer) {
         params.push((HAVE_PARAM.to_owned(), crate::store::routes::version_text(v)));
+        // What changed since, as a delta from the hint we hold (PROTOCOL.md "Hint deltas").
+        params.push((DELTA_PARAM.to_owned(), "yes".to_owned()));
     }
     let uris = node.identity().base_uris.join(" ");
     if !uris.is_empty() {

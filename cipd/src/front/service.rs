@@ -28,7 +28,8 @@ use crate::model::config::PeerRole;
 use crate::node::Node;
 use crate::store::routes::{parse_version, version_text};
 use crate::transport::{
-    APART_PARAM, BASE_URI_PARAM, HAVE_PARAM, POLLER_DSI_PARAM, SEPARATE_PARAM, UNCHANGED, VERSION,
+    APART_PARAM, BASE_URI_PARAM, DELTA_PARAM, HAVE_PARAM, POLLER_DSI_PARAM, SEPARATE_PARAM,
+    UNCHANGED, VERSION,
 };
 use crate::transport::{PeerContext, Reply, RequestHandler};
 
@@ -142,22 +143,40 @@ impl RequestHandler for CipService {
                 // Marked in progress until its version is noted: the notifier waits for
                 // it before deciding whether this poller needs a `datachanged`.
                 let answering = poller.as_ref().map(|p| node.routes().answering(p));
-                let (objects, version) = node
+                let (mut objects, version) = node
                     .poll_answer(poller.as_ref(), &separate, &apart, true)
                     .await;
-                if let Some(p) = &poller {
-                    node.routes().note_sent(p, version);
-                }
-                drop(answering);
                 let have = params
                     .iter()
                     .find(|(n, _)| n == HAVE_PARAM)
                     .and_then(|(_, v)| parse_version(v));
+                let own = node.identity().dsi.clone();
+                let first = objects
+                    .first()
+                    .filter(|o| o.dsi == own)
+                    .map(|o| o.payload.clone());
+                // The base of a delta: what this poller last received from us, if it still
+                // holds it (its `have` is that answer's version).
+                let base = poller
+                    .as_ref()
+                    .map(|p| node.routes().view(p))
+                    .filter(|v| v.sent.is_some() && v.sent == have)
+                    .and_then(|v| v.sent_first);
+                if let Some(p) = &poller {
+                    node.routes().note_sent(p, version, first.clone());
+                }
+                drop(answering);
                 if have == Some(version) {
                     return Reply::status(
                         ResponseCode::Ok,
                         format!("{UNCHANGED} {}", version_text(version)),
                     );
+                }
+                let asks_delta = params.iter().any(|(n, v)| n == DELTA_PARAM && v == "yes");
+                if let (true, Some(base), Some(whole)) = (asks_delta, base, first)
+                    && let Some(delta) = node.delta_between(base, whole).await
+                {
+                    objects[0].payload = delta;
                 }
                 Reply {
                     code: ResponseCode::OkOutputFollows,

@@ -9,7 +9,13 @@ use std::time::{Duration, SystemTime};
 use hints::aggregate::Filter;
 use hints::table::{ImportError, PeerMeta};
 
+use crate::model::config::soif_limits;
 use crate::pipeline::import::QueueError;
+use crate::pipeline::inbound::parse_hint;
+use hints::delta::HintDelta;
+
+/// How a delta's payload begins (`CIP-HINT-DELTA`, PROTOCOL.md "Hint deltas").
+const DELTA_MARK: &[u8] = b"@CIP-HINT-DELTA";
 use crate::store::routes::{Damping, DampingConfig, Offer, Routes};
 
 use super::*;
@@ -68,7 +74,27 @@ impl Node {
         let total = answer.objects.len();
         let mut refused = Vec::new();
         let mut offered = BTreeSet::new();
-        for (i, obj) in answer.objects.into_iter().enumerate() {
+        for (i, mut obj) in answer.objects.into_iter().enumerate() {
+            if i == 0 && obj.payload.starts_with(DELTA_MARK) {
+                match self
+                    .rebuild_from_delta(peer, &obj.dsi, obj.payload.clone())
+                    .await
+                {
+                    Ok(whole) => {
+                        Metrics::inc(&self.metrics.deltas_applied);
+                        obj.payload = whole;
+                    }
+                    Err(why) => {
+                        // Nothing changed: the next poll (now) names no version and takes
+                        // the whole hint.
+                        tracing::warn!(%peer, dsi = %obj.dsi, error = %why, "delta not applied; asking for the whole hint");
+                        Metrics::inc(&self.metrics.deltas_refused);
+                        refused.push(format!("delta not applied: {why}"));
+                        self.poll_soon(peer);
+                        continue;
+                    }
+                }
+            }
             let done = if i == 0 {
                 self.accept_index(peer, obj).await
             } else {
@@ -93,6 +119,66 @@ impl Node {
                 first: first.clone(),
             }),
         }
+    }
+
+    /// The delta that makes `whole` (our aggregate as a poller is about to receive it) from
+    /// `base` (the one it received last), as SOIF bytes, when it is worth sending
+    /// ([`HintDelta::for_wire`]); built on the blocking pool.
+    pub async fn delta_between(&self, base: Bytes, whole: Bytes) -> Option<Bytes> {
+        if base == whole {
+            return None;
+        }
+        let limits = soif_limits(&self.config());
+        let made = crate::sys::net::spawn_blocking(move || {
+            let from = parse_hint(&base, limits).ok()?;
+            let to = parse_hint(&whole, limits).ok()?;
+            HintDelta::for_wire(&from, &to).map(|(_, wire)| Bytes::from(wire))
+        })
+        .await
+        .ok()
+        .flatten();
+        if made.is_some() {
+            Metrics::inc(&self.metrics.deltas_sent);
+        }
+        made
+    }
+
+    /// The whole hint a delta from `peer` for dataset `dsi` makes of the one spooled from
+    /// it (the last it sent us), as SOIF bytes.
+    ///
+    /// # Errors
+    /// Why it cannot be applied: no hint held, the delta unreadable, or not for the hint
+    /// held (a delta missed, or the hint held changed since), or not making what it says.
+    async fn rebuild_from_delta(
+        &self,
+        peer: &str,
+        dsi: &Dsi,
+        delta: Bytes,
+    ) -> Result<Bytes, String> {
+        let limits = soif_limits(&self.config());
+        let spool = self.spool.clone();
+        let (peer, dsi) = (peer.to_owned(), dsi.clone());
+        crate::sys::net::spawn_blocking(move || {
+            let held = spool
+                .load(&peer, &dsi)
+                .map_err(|e| format!("no hint of {dsi} held from {peer}: {e}"))?;
+            let base = parse_hint(&held.payload, limits).map_err(|e| e.to_string())?;
+            let objects = cip_proto::soif::parse_all(delta, limits)
+                .map_err(|e| format!("delta is not SOIF: {e}"))?;
+            let [obj] = objects.as_slice() else {
+                return Err(format!(
+                    "expected one delta object, found {}",
+                    objects.len()
+                ));
+            };
+            let delta = HintDelta::from_soif(obj).map_err(|e| e.to_string())?;
+            let made = delta.apply(&base).map_err(|e| e.to_string())?;
+            made.try_to_soif()
+                .map(|o| Bytes::from(o.to_bytes()))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 
     /// The routes' exchange state.

@@ -39,6 +39,10 @@ pub struct PollerView {
     pub told: bool,
     /// Answers it received, counted (a notice's epoch: see [`Routes::note_told`]).
     pub answers: u64,
+    /// The first object (our aggregate) of the answer it last received, whole: the base of
+    /// a delta when it asks for one ([`crate::transport::DELTA_PARAM`]). Shared with the
+    /// stored hint when it is the shared payload.
+    pub sent_first: Option<bytes::Bytes>,
 }
 
 /// The answer to a passed-on dataset offered by a peer.
@@ -218,11 +222,12 @@ impl Routes {
             .unwrap_or_default()
     }
 
-    /// Records the version of the answer `poller` received.
-    pub fn note_sent(&self, poller: &Dsi, version: u64) {
+    /// Records the version of the answer `poller` received, and its first object whole.
+    pub fn note_sent(&self, poller: &Dsi, version: u64, first: Option<bytes::Bytes>) {
         let mut g = lock(&self.inner);
         let view = g.pollers.entry(poller.clone()).or_default();
         view.sent = Some(version);
+        view.sent_first = first;
         view.told = false;
         view.answers += 1;
     }
@@ -477,13 +482,13 @@ mod tests {
         r.note_told(&p, 0);
         assert!(r.view(&p).told);
         // Its poll's answer clears it and counts.
-        r.note_sent(&p, 7);
+        r.note_sent(&p, 7, None);
         let v = r.view(&p);
         assert!(!v.told);
         assert_eq!(v.answers, 1);
         // A notice sent at epoch 1, while an answer was made: that answer may have been
         // asked before the notice arrived, so nothing is recorded.
-        r.note_sent(&p, 8);
+        r.note_sent(&p, 8, None);
         r.note_told(&p, 1);
         assert!(!r.view(&p).told);
     }
@@ -512,7 +517,7 @@ mod tests {
         let answer = tokio::spawn(async move {
             let _g = r2.answering(&p2);
             tokio::time::sleep(Duration::from_secs(2)).await;
-            r2.note_sent(&p2, 9);
+            r2.note_sent(&p2, 9, None);
         });
         tokio::task::yield_now().await;
         r.settled(&p, Duration::from_secs(5)).await;
@@ -648,7 +653,7 @@ mod tests {
         assert_eq!(r.view(&d("1.2")).apart, [d("1.6")].into());
         let want = r.wanted_apart(&d("1.1"));
         assert_eq!(want, [d("1.2"), d("1.3")].into());
-        r.note_sent(&d("1.2"), 7);
+        r.note_sent(&d("1.2"), 7, None);
         assert_eq!(r.view(&d("1.2")).sent, Some(7));
         assert_eq!(parse_version(&version_text(0xabc)), Some(0xabc));
     }

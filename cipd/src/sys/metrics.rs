@@ -178,6 +178,13 @@ pub struct Metrics {
     pub peer_dampings: Counter,
     /// `datachanged` notices not sent: the poller's answer had not changed.
     pub datachanged_skipped: Counter,
+    /// Hints sent to a poller as a delta from the one it held (PROTOCOL.md "Hint deltas").
+    pub deltas_sent: Counter,
+    /// Deltas from polled peers applied to the hint held.
+    pub deltas_applied: Counter,
+    /// Deltas from polled peers refused (base not held, inconsistent, corrupt): the whole
+    /// hint is asked at once.
+    pub deltas_refused: Counter,
     /// In-bound index objects refused for counts that cannot be true (also counted in
     /// `index_objects_rejected`).
     pub index_objects_implausible: Counter,
@@ -386,6 +393,21 @@ impl Default for Metrics {
             "cipd_datachanged_skipped_total",
             "datachanged notices not sent: the poller's answer had not changed.",
         );
+        let deltas_sent = counter(
+            r,
+            "cipd_deltas_sent_total",
+            "Hints sent to a poller as a delta from the one it held.",
+        );
+        let deltas_applied = counter(
+            r,
+            "cipd_deltas_applied_total",
+            "Deltas from polled peers applied to the hint held.",
+        );
+        let deltas_refused = counter(
+            r,
+            "cipd_deltas_refused_total",
+            "Deltas from polled peers refused (base not held, inconsistent, corrupt); the whole hint is asked at once.",
+        );
         let index_objects_implausible = counter(
             r,
             "cipd_index_objects_implausible_total",
@@ -503,6 +525,9 @@ impl Default for Metrics {
             index_objects_bad_path,
             peer_dampings,
             datachanged_skipped,
+            deltas_sent,
+            deltas_applied,
+            deltas_refused,
             index_objects_implausible,
             index_objects_over_budget,
             hint_signatures_valid,

@@ -265,6 +265,11 @@ pub const APART_PARAM: &str = "apart";
 /// the `201` comment gave it): an answer of that version is not sent again.
 pub const HAVE_PARAM: &str = "have";
 
+/// Poll parameter (`yes`) asking, with `have`, for the answer's first object as a delta from
+/// the one of that version when it is smaller (`CIP-HINT-DELTA`, PROTOCOL.md "Hint
+/// deltas"); a poller that does not ask gets whole hints.
+pub const DELTA_PARAM: &str = "delta";
+
 /// First word of a `201` comment that gives the answer's version.
 pub const VERSION: &str = "version";
 

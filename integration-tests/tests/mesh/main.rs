@@ -12,6 +12,7 @@ mod budget;
 mod cip_http;
 mod console;
 mod cycles;
+mod deltas;
 mod depth;
 mod fake;
 mod faults;
