@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use cip_proto::soif::{Attribute, SoifObject};
 
-use crate::hint::{AttrSpec, CipHint, HintError, WeightEntry, Weightlist};
+use crate::hint::{AttrSpec, CipHint, HintError, WeightEntry, Weightlist, bracketed};
 
 /// The template type of a delta object.
 pub const DELTA_TEMPLATE: &str = "CIP-HINT-DELTA";
@@ -118,16 +118,6 @@ struct Parts {
 
 fn list_name(spec: &AttrSpec) -> String {
     format!("{LIST_PREFIX}[{spec}]")
-}
-
-/// `Weightlist-[T:A]` → `T:A`, prefix compared ignoring case; `None` for anything else
-/// (`Weightlist-Delta-[..]` included).
-fn bracketed<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = name.get(..prefix.len())?;
-    if !head.eq_ignore_ascii_case(prefix) {
-        return None;
-    }
-    name[prefix.len()..].strip_prefix('[')?.strip_suffix(']')
 }
 
 /// Splits `hint` into [`Parts`]; `None` when a weightlist names a value twice or two

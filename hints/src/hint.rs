@@ -374,7 +374,7 @@ mod field {
 }
 
 /// `Weightlist-[T:A]` → `T:A`, prefix compared ignoring case.
-fn bracketed<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+pub(crate) fn bracketed<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let n = prefix.len();
     let head = name.get(..n)?;
     if !head.eq_ignore_ascii_case(prefix) {
