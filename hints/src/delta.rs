@@ -11,7 +11,8 @@
 //!   their new count, and the values removed, with count 0, in the weightlist syntax
 //!   (`Garcia;3, Smith;0`). A weightlist the base does not hold is made.
 //! * `Set-<Name>`: every header attribute (anything but a weightlist) whose values changed,
-//!   with all of its new values (`Set-Total-Object-Count`, `Set-Provenance`, `Set-Date`...).
+//!   with all of its new values (`Set-Total-Object-Count`, `Set-Provenance`...), and the
+//!   result's `Date` always.
 //! * `Removed-Attributes`: the names of the header attributes and weightlists
 //!   (`Weightlist-[T:A]`) the result no longer has, separated by spaces.
 //!
@@ -220,6 +221,13 @@ impl HintDelta {
             if old.get(name.as_str()) != Some(&values) {
                 set.push((name.clone(), values.clone()));
             }
+        }
+        // The result's `Date` is always stated: whether it changed depends on the second a
+        // hint was built in, and a delta's size should not.
+        if let Some((name, values)) = b.header.iter().find(|(n, _)| n.eq_ignore_ascii_case(DATE))
+            && !set.iter().any(|(n, _)| n == name)
+        {
+            set.push((name.clone(), values.clone()));
         }
         for (name, _) in &a.header {
             if !new.contains_key(name.as_str()) {
