@@ -29,6 +29,8 @@ use cip_proto::soif::{Attribute, SoifObject};
 
 use crate::hint::{AttrSpec, CipHint, HintError, WeightEntry, Weightlist, bracketed};
 
+pub mod journal;
+
 /// The template type of a delta object.
 pub const DELTA_TEMPLATE: &str = "CIP-HINT-DELTA";
 /// The base's digest.
@@ -165,24 +167,60 @@ fn parts(hint: &CipHint) -> Option<Parts> {
 /// (in no order), so that two hints with the same content have the same digest whatever
 /// order they list things in. 64 bits of XXH3, stable across builds and platforms.
 pub fn digest(hint: &CipHint) -> u64 {
-    match parts(hint) {
-        Some(p) => digest_parts(&p),
-        // A hint no delta can describe still has a digest: of its SOIF text.
-        None => xxhash_rust::xxh3::xxh3_64(&hint.to_soif().to_bytes()),
+    match hint.try_to_soif() {
+        Ok(obj) => digest_of(hint, &obj),
+        // A hint that cannot be written has no delta either: any fixed value will do.
+        Err(_) => 0,
     }
 }
 
+/// [`digest`] of a hint whose SOIF object is at hand (as a build has it), without writing
+/// it again.
+pub fn digest_of(hint: &CipHint, obj: &SoifObject) -> u64 {
+    let header = obj
+        .attributes
+        .iter()
+        .filter(|a| bracketed(a.name.as_str(), LIST_PREFIX).is_none())
+        .map(|a| (a.name.as_str(), &a.value));
+    let entries = hint
+        .weightlists
+        .iter()
+        .map(|(spec, list)| (spec, list.entries()));
+    mix(obj.url(), header, entries)
+}
+
 fn digest_parts(p: &Parts) -> u64 {
-    use xxhash_rust::xxh3::{Xxh3, xxh3_64};
-    let mut header: Vec<(&str, &Bytes)> = p
+    let header = p
         .header
         .iter()
+        .flat_map(|(n, vs)| vs.iter().map(move |v| (n.as_str(), v)));
+    let entries = p.lists.iter().map(|(spec, map)| {
+        (
+            spec,
+            map.iter().map(|(value, count)| WeightEntry {
+                value: value.clone(),
+                count: *count,
+            }),
+        )
+    });
+    mix(&p.url, header, entries)
+}
+
+/// The digest itself: the URL and the sorted header hashed in turn, then each weightlist
+/// entry's hash added (so that entries count in any order, and one can be taken out or put
+/// in by subtracting or adding its hash).
+fn mix<'a, E: Iterator<Item = WeightEntry>>(
+    url: &[u8],
+    header: impl Iterator<Item = (&'a str, &'a Bytes)>,
+    lists: impl Iterator<Item = (&'a AttrSpec, E)>,
+) -> u64 {
+    use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+    let mut header: Vec<(&str, &Bytes)> = header
         .filter(|(n, _)| !n.eq_ignore_ascii_case(DATE))
-        .flat_map(|(n, vs)| vs.iter().map(move |v| (n.as_str(), v)))
         .collect();
     header.sort();
     let mut h = Xxh3::new();
-    h.update(&p.url);
+    h.update(url);
     h.update(&[0]);
     for (n, v) in header {
         h.update(n.as_bytes());
@@ -191,15 +229,16 @@ fn digest_parts(p: &Parts) -> u64 {
         h.update(v);
     }
     let mut sum = h.digest();
-    for (spec, map) in &p.lists {
+    let mut buf = Vec::new();
+    for (spec, entries) in lists {
         let name = spec.to_string().to_ascii_lowercase();
-        for (value, count) in map {
-            let mut buf = Vec::with_capacity(name.len() + value.len() + 10);
+        for e in entries {
+            buf.clear();
             buf.extend_from_slice(name.as_bytes());
             buf.push(0);
-            buf.extend_from_slice(value);
+            buf.extend_from_slice(&e.value);
             buf.push(0);
-            buf.extend_from_slice(&count.to_le_bytes());
+            buf.extend_from_slice(&e.count.to_le_bytes());
             sum = sum.wrapping_add(xxh3_64(&buf));
         }
     }
@@ -292,6 +331,56 @@ impl HintDelta {
         }
         let made = delta.apply(from).ok()?;
         (made.try_to_soif().ok()?.to_bytes() == whole).then_some((delta, wire))
+    }
+
+    /// This delta followed by `next` as one delta (a journal's changesets joined, as IXFR
+    /// joins a zone's): applied to this delta's base it makes what applying the two in turn
+    /// makes, byte for byte. `None` when `next` does not start where this one ends.
+    pub fn then(&self, next: &Self) -> Option<Self> {
+        if next.base != self.result {
+            return None;
+        }
+        let mut out = self.clone();
+        out.result = next.result;
+        out.url = next.url.clone();
+        // What `next` removes goes, whatever this one set or changed before it; a name it
+        // sets again after this one removed it stays removed too, so that applying the
+        // joined delta drops it and appends it at the end, as applying the two does.
+        for name in &next.removed {
+            out.set.retain(|(n, _)| n != name);
+            out.lists.retain(|(s, _)| list_name(s) != *name);
+            if !out.removed.contains(name) {
+                out.removed.push(name.clone());
+            }
+        }
+        for (name, values) in &next.set {
+            match out.set.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1.clone_from(values),
+                None => out.set.push((name.clone(), values.clone())),
+            }
+        }
+        for (spec, changes) in &next.lists {
+            match out.lists.iter_mut().find(|(s, _)| s == spec) {
+                Some((_, have)) => {
+                    let mut at: HashMap<Bytes, usize> = have
+                        .iter()
+                        .enumerate()
+                        .map(|(i, e)| (e.value.clone(), i))
+                        .collect();
+                    for e in changes {
+                        match at.get(&e.value) {
+                            Some(&i) => have[i].count = e.count,
+                            None => {
+                                at.insert(e.value.clone(), have.len());
+                                have.push(e.clone());
+                            }
+                        }
+                    }
+                }
+                None => out.lists.push((spec.clone(), changes.clone())),
+            }
+        }
+        Some(out)
     }
 
     /// True when it changes nothing but, at most, the `Date`.

@@ -47,7 +47,8 @@
 //! * [`aggregate`]: from the local hint and the peers' in the table (RFC 2651 §3.2.3): the
 //!   hint the node hands its own pollers.
 //! * [`delta`]: from another hint and the change between them (`CIP-HINT-DELTA`), in
-//!   cipd's aggregation order, so that a change travels at its own size.
+//!   cipd's aggregation order, so that a change travels at its own size; its
+//!   [`delta::journal`] keeps the recent changesets for pollers a few answers behind.
 //!
 //! `summary` is the old name of [`substring`], which the daemon's configuration uses.
 

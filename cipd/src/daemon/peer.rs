@@ -741,7 +741,7 @@ async fn notify_if_changed(node: &Node, peer: &PeerConfig, generation: u64) {
             return;
         }
         if let Some(sent) = view.sent {
-            let (_, version) = node
+            let (_, version, _) = node
                 .poll_answer(Some(dsi), &view.separate, &view.apart, false)
                 .await;
             if version == sent {

@@ -143,7 +143,7 @@ impl RequestHandler for CipService {
                 // Marked in progress until its version is noted: the notifier waits for
                 // it before deciding whether this poller needs a `datachanged`.
                 let answering = poller.as_ref().map(|p| node.routes().answering(p));
-                let (mut objects, version) = node
+                let (mut objects, version, first_digest) = node
                     .poll_answer(poller.as_ref(), &separate, &apart, true)
                     .await;
                 let have = params
@@ -154,14 +154,14 @@ impl RequestHandler for CipService {
                 let first = objects
                     .first()
                     .filter(|o| o.dsi == own)
-                    .map(|o| o.payload.clone());
-                // The base of a delta: what this poller last received from us, if it still
-                // holds it (its `have` is that answer's version).
+                    .map(|o| o.payload.clone())
+                    .zip(first_digest);
+                // Where a delta starts: the hint of the answer this poller holds (its
+                // `have`), if we remember that answer, and the one we last sent it.
                 let base = poller
                     .as_ref()
-                    .map(|p| node.routes().view(p))
-                    .filter(|v| v.sent.is_some() && v.sent == have)
-                    .and_then(|v| v.sent_first);
+                    .zip(have)
+                    .and_then(|(p, have)| node.routes().delta_base(p, have));
                 if let Some(p) = &poller {
                     node.routes().note_sent(p, version, first.clone());
                 }
@@ -173,8 +173,8 @@ impl RequestHandler for CipService {
                     );
                 }
                 let asks_delta = params.iter().any(|(n, v)| n == DELTA_PARAM && v == "yes");
-                if let (true, Some(base), Some(whole)) = (asks_delta, base, first)
-                    && let Some(delta) = node.delta_between(base, whole).await
+                if let (true, Some((base, last)), Some((whole, to))) = (asks_delta, base, first)
+                    && let Some(delta) = node.delta_for(base, last, whole, to).await
                 {
                     objects[0].payload = delta;
                 }

@@ -121,22 +121,64 @@ impl Node {
         }
     }
 
-    /// The delta that makes `whole` (our aggregate as a poller is about to receive it) from
-    /// `base` (the one it received last), as SOIF bytes, when it is worth sending
-    /// ([`HintDelta::for_wire`]); built on the blocking pool.
-    pub async fn delta_between(&self, base: Bytes, whole: Bytes) -> Option<Bytes> {
-        if base == whole {
-            return None;
-        }
-        let limits = soif_limits(&self.config());
-        let made = crate::sys::net::spawn_blocking(move || {
-            let from = parse_hint(&base, limits).ok()?;
-            let to = parse_hint(&whole, limits).ok()?;
-            HintDelta::for_wire(&from, &to).map(|(_, wire)| Bytes::from(wire))
-        })
-        .await
-        .ok()
-        .flatten();
+    /// The delta to send a poller instead of `whole` (our aggregate as it is about to receive
+    /// it, of digest `to`), as SOIF bytes, when one is worth sending: `base` is the digest of
+    /// the hint it holds from us, `last` the first object we last sent it (with its digest).
+    ///
+    /// The journal's changesets from `base` to `to` are joined into one delta
+    /// (PROTOCOL.md, "The delta journal"); when it has none from `last` to `to`, that
+    /// changeset is made (on the blocking pool, once for every poller that held `last`) and
+    /// kept. `None` sends the whole hint: no way from `base` (the journal no longer or never
+    /// held it), or a delta no smaller than the hint.
+    pub async fn delta_for(
+        &self,
+        base: u64,
+        last: Option<(Bytes, u64)>,
+        whole: Bytes,
+        to: u64,
+    ) -> Option<Bytes> {
+        let limits = self.config().outbound.journal;
+        let joined = |journal: &hints::delta::journal::Journal| {
+            let d = journal.path(base, to)?;
+            let wire = d.to_soif().to_bytes();
+            (wire.len() < whole.len()).then(|| Bytes::from(wire))
+        };
+        let found = {
+            let mut journal = lock(&self.journal);
+            journal.set_limits(limits);
+            joined(&journal)
+        };
+        let made = match found {
+            Some(wire) => Some(wire),
+            None => {
+                let (last, from) = last?;
+                let unrecorded = from != to && !lock(&self.journal).has(from, to);
+                if !unrecorded && from != base {
+                    return None;
+                }
+                // The changeset from what it last received to what it gets now: kept for
+                // every poller on the same step, and sent when that is what it holds.
+                let soif = soif_limits(&self.config());
+                let next = whole.clone();
+                let delta = crate::sys::net::spawn_blocking(move || {
+                    let from = parse_hint(&last, soif).ok()?;
+                    let to = parse_hint(&next, soif).ok()?;
+                    HintDelta::for_wire(&from, &to)
+                })
+                .await
+                .ok()
+                .flatten();
+                let (delta, wire) = delta?;
+                let delta = std::sync::Arc::new(delta);
+                let mut journal = lock(&self.journal);
+                journal.record(delta.clone(), wire.len());
+                if from == base {
+                    Some(Bytes::from(wire))
+                } else {
+                    joined(&journal)
+                }
+            }
+        };
         if made.is_some() {
             Metrics::inc(&self.metrics.deltas_sent);
         }
@@ -238,8 +280,8 @@ impl Node {
     /// node's aggregate without the poller's data and those datasets, then each dataset
     /// of `separate` the table holds as an object of its own (with its `Path`), except
     /// what came from or through the poller and what it takes directly (`apart`). Returns
-    /// the objects and the answer's version (a digest of their contents, the `Date` left
-    /// out). With `fresh`, from a build covering every change made before the call (as a
+    /// the objects, the answer's version (a digest of their contents, the `Date` left
+    /// out) and the [`hints::delta::digest`] of the first object when it is our aggregate. With `fresh`, from a build covering every change made before the call (as a
     /// poll is answered); without, from the stored hint as it is (a notifier's look, which
     /// must not wait for the next build).
     pub async fn poll_answer(
@@ -248,7 +290,7 @@ impl Node {
         separate: &BTreeSet<Dsi>,
         apart: &BTreeSet<Dsi>,
         fresh: bool,
-    ) -> (Vec<IndexObject>, u64) {
+    ) -> (Vec<IndexObject>, u64, Option<u64>) {
         let out = if fresh {
             self.outbound.fresh(self.config().outbound.max_wait).await
         } else {
@@ -271,14 +313,16 @@ impl Node {
             only: None,
         };
         let identity = self.identity.load_full();
-        if let Some((payload, digest)) = self.outbound.object_for(&out, &filter, input).await {
-            (&identity.dsi, digest).hash(&mut hasher);
+        let mut first = None;
+        if let Some(o) = self.outbound.object_for(&out, &filter, input).await {
+            (&identity.dsi, o.digest).hash(&mut hasher);
+            first = Some(o.hint_digest);
             objects.push(IndexObject {
                 index_type: hint_type(),
                 dsi: identity.dsi.clone(),
                 base_uris: identity.base_uris.clone(),
                 dsi_description: identity.description.clone(),
-                payload,
+                payload: o.payload,
             });
         }
         for origin in separate {
@@ -293,18 +337,18 @@ impl Node {
                 separate: BTreeSet::new(),
                 only: Some(origin.clone()),
             };
-            if let Some((payload, digest)) = self.outbound.object_for(&out, &only, input).await {
-                (origin, digest).hash(&mut hasher);
+            if let Some(o) = self.outbound.object_for(&out, &only, input).await {
+                (origin, o.digest).hash(&mut hasher);
                 objects.push(IndexObject {
                     index_type: hint_type(),
                     dsi: origin.clone(),
                     base_uris: meta.base_uris.clone(),
                     dsi_description: meta.dsi_description.clone(),
-                    payload,
+                    payload: o.payload,
                 });
             }
         }
-        (objects, hasher.finish())
+        (objects, hasher.finish(), first)
     }
 
     /// Takes a passed-on object from `peer` (one of a poll's objects after the first):

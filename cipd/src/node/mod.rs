@@ -183,6 +183,8 @@ pub struct Node {
     upstreams: crate::store::clients::Upstreams,
     /// What each poller asked apart and last received, and the passed-on routes offered.
     routes: crate::store::routes::Routes,
+    /// The recent changesets of our out-bound hints, for pollers a few answers behind.
+    journal: std::sync::Mutex<hints::delta::journal::Journal>,
     /// Per-client search rates (`search.rate`).
     search_clients: crate::store::clients::RateLimiter,
     /// The datasets of the polled peers that do not answer now (referrals say so).
@@ -263,6 +265,9 @@ impl Node {
             searcher,
             upstreams: Default::default(),
             routes: Default::default(),
+            journal: std::sync::Mutex::new(hints::delta::journal::Journal::new(
+                config.outbound.journal,
+            )),
             search_clients: Default::default(),
             unreachable: ArcSwap::from_pointee(std::collections::HashSet::new()),
             http: ArcSwap::from_pointee(http),
@@ -350,6 +355,10 @@ impl Node {
         let stats = self.table.stats();
         let outbound = self.outbound.stats();
         let (expected, imported) = self.import_progress();
+        let journal = {
+            let j = lock(&self.journal);
+            (j.len() as u64, j.bytes() as u64)
+        };
         self.metrics.render(&Gauges {
             table_peers: stats.peers as u64,
             table_values: stats.distinct_values as u64,
@@ -380,6 +389,8 @@ impl Node {
                     .filter(|p| p.damped_until.is_some_and(|u| u > now))
                     .count() as u64
             },
+            delta_journal_changesets: journal.0,
+            delta_journal_bytes: journal.1,
             peers_imported: imported,
             cold_start: self.cold_starting(),
             inflight_bytes: self.inflight.in_use(),

@@ -85,6 +85,8 @@ pub struct Built {
     pub payload: Bytes,
     /// Digest of the content (the `Date` left out).
     pub digest: u64,
+    /// [`hints::delta::digest`] of the hint: what deltas and the journal name it by.
+    pub hint_digest: u64,
     /// The routing table generation it was built from.
     pub table_generation: u64,
     /// The local hint generation it was built from.
@@ -107,6 +109,7 @@ pub fn build(input: &BuildInput, table: &RoutingTable, exclude: Option<&Dsi>) ->
         Built {
             payload: Bytes::new(),
             digest: 0,
+            hint_digest: 0,
             table_generation: 0,
             local_generation: 0,
             contributors: Vec::new(),
@@ -138,6 +141,7 @@ pub fn build_filtered(input: &BuildInput, table: &RoutingTable, filter: &Filter)
     // The aggregate writes valid provenance; an unreadable one only costs the sharing.
     let contributors = hints::table::provenance(&hint).unwrap_or_default();
     let soif = hint.to_soif();
+    let hint_digest = hints::delta::digest_of(&hint, &soif);
     drop(hint);
     let mut digest = soif_digest(&soif);
     if let Some(key) = &input.signer {
@@ -149,6 +153,7 @@ pub fn build_filtered(input: &BuildInput, table: &RoutingTable, filter: &Filter)
     Some(Built {
         payload: Bytes::from(soif.to_bytes()),
         digest,
+        hint_digest,
         table_generation: aggregate.generation,
         local_generation: input.local_generation,
         contributors,
@@ -173,6 +178,17 @@ fn soif_digest(hint: &SoifObject) -> u64 {
     hasher.finish()
 }
 
+/// An out-bound object as a poll's answer takes it.
+#[derive(Debug, Clone)]
+pub struct OutObject {
+    /// The encoded CIP-HINT.
+    pub payload: Bytes,
+    /// Digest of the content (the `Date` left out): what an answer's version sums.
+    pub digest: u64,
+    /// [`hints::delta::digest`] of the hint: what deltas start from and make.
+    pub hint_digest: u64,
+}
+
 /// The stored out-bound hint.
 #[derive(Debug)]
 pub struct Outbound {
@@ -180,6 +196,8 @@ pub struct Outbound {
     pub generation: u64,
     /// Digest of the content.
     pub digest: u64,
+    /// [`hints::delta::digest`] of the payload.
+    pub hint_digest: u64,
     /// The routing table generation it was built from.
     pub table_generation: u64,
     /// The local hint generation it was built from.
@@ -194,7 +212,7 @@ pub struct Outbound {
     payloads: Mutex<HashMap<Dsi, Bytes>>,
     /// Objects built for pollers that ask datasets apart, by filter, with their content
     /// digests (`None`: the filter leaves the asked dataset out).
-    filtered: Mutex<HashMap<Filter, Option<(Bytes, u64)>>>,
+    filtered: Mutex<HashMap<Filter, Option<OutObject>>>,
 }
 
 impl Outbound {
@@ -202,6 +220,7 @@ impl Outbound {
         Self {
             generation: 0,
             digest: 0,
+            hint_digest: 0,
             table_generation: 0,
             local_generation: 0,
             payload: Bytes::new(),
@@ -423,6 +442,7 @@ impl Pipeline {
             self.current.store(Arc::new(Outbound {
                 generation: cur.generation,
                 digest: cur.digest,
+                hint_digest: cur.hint_digest,
                 table_generation: built.table_generation,
                 local_generation: built.local_generation,
                 payload: cur.payload.clone(),
@@ -436,6 +456,7 @@ impl Pipeline {
             self.current.store(Arc::new(Outbound {
                 generation,
                 digest: built.digest,
+                hint_digest: built.hint_digest,
                 table_generation: built.table_generation,
                 local_generation: built.local_generation,
                 payload: built.payload,
@@ -524,13 +545,17 @@ impl Pipeline {
         out: &Arc<Outbound>,
         filter: &Filter,
         input: impl FnOnce() -> (BuildInput, Arc<RoutingTable>),
-    ) -> Option<(Bytes, u64)> {
+    ) -> Option<OutObject> {
         let touches = |d: &Dsi| out.contributors.binary_search(d).is_ok();
         if filter.only.is_none()
             && !filter.exclude.as_ref().is_some_and(touches)
             && !filter.separate.iter().any(touches)
         {
-            return Some((out.payload.clone(), out.digest));
+            return Some(OutObject {
+                payload: out.payload.clone(),
+                digest: out.digest,
+                hint_digest: out.hint_digest,
+            });
         }
         if let Some(hit) = lock(&out.filtered).get(filter) {
             return hit.clone();
@@ -545,7 +570,11 @@ impl Pipeline {
             crate::sys::net::spawn_blocking(move || build_filtered(&input, &table, &f)).await;
         match built {
             Ok(b) => {
-                let got = b.map(|b| (b.payload, b.digest));
+                let got = b.map(|b| OutObject {
+                    payload: b.payload,
+                    digest: b.digest,
+                    hint_digest: b.hint_digest,
+                });
                 let mut cache = lock(&out.filtered);
                 if cache.len() < MAX_CACHED_PAYLOADS {
                     cache.insert(filter.clone(), got.clone());
@@ -713,6 +742,7 @@ mod tests {
         Built {
             payload: Bytes::from(body.to_owned()),
             digest,
+            hint_digest: digest,
             table_generation,
             local_generation,
             contributors: Vec::new(),

@@ -39,11 +39,19 @@ pub struct PollerView {
     pub told: bool,
     /// Answers it received, counted (a notice's epoch: see [`Routes::note_told`]).
     pub answers: u64,
-    /// The first object (our aggregate) of the answer it last received, whole: the base of
-    /// a delta when it asks for one ([`crate::transport::DELTA_PARAM`]). Shared with the
-    /// stored hint when it is the shared payload.
-    pub sent_first: Option<bytes::Bytes>,
+    /// The first object (our aggregate) of the answer it last received, whole, with its
+    /// [`hints::delta::digest`]: what the journal's next changeset for it starts from
+    /// ([`crate::transport::DELTA_PARAM`]). Shared with the stored hint when it is the
+    /// shared payload.
+    pub sent_first: Option<(bytes::Bytes, u64)>,
+    /// The versions of its last answers with their first objects' digests, newest last
+    /// ([`SENT_HISTORY`] at most): a poller that missed an answer names an older version,
+    /// whose hint the journal can still bring up to date.
+    pub sent_digests: std::collections::VecDeque<(u64, u64)>,
 }
+
+/// Answers remembered per poller ([`PollerView::sent_digests`]).
+pub const SENT_HISTORY: usize = 4;
 
 /// The answer to a passed-on dataset offered by a peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,14 +230,37 @@ impl Routes {
             .unwrap_or_default()
     }
 
-    /// Records the version of the answer `poller` received, and its first object whole.
-    pub fn note_sent(&self, poller: &Dsi, version: u64, first: Option<bytes::Bytes>) {
+    /// Records the version of the answer `poller` received, and its first object whole with
+    /// its digest.
+    pub fn note_sent(&self, poller: &Dsi, version: u64, first: Option<(bytes::Bytes, u64)>) {
         let mut g = lock(&self.inner);
         let view = g.pollers.entry(poller.clone()).or_default();
         view.sent = Some(version);
+        if let Some((_, digest)) = &first {
+            view.sent_digests.retain(|(v, _)| *v != version);
+            if view.sent_digests.len() == SENT_HISTORY {
+                view.sent_digests.pop_front();
+            }
+            view.sent_digests.push_back((version, *digest));
+        }
         view.sent_first = first;
         view.told = false;
         view.answers += 1;
+    }
+
+    /// What a delta to `poller`, which holds the answer of version `have`, starts from: the
+    /// digest of that answer's first object, and the first object we last sent it with its
+    /// digest (from which a changeset to the new one can be made). `None` when we do not
+    /// remember that answer.
+    pub fn delta_base(
+        &self,
+        poller: &Dsi,
+        have: u64,
+    ) -> Option<(u64, Option<(bytes::Bytes, u64)>)> {
+        let g = lock(&self.inner);
+        let view = g.pollers.get(poller)?;
+        let (_, base) = view.sent_digests.iter().rev().find(|(v, _)| *v == have)?;
+        Some((*base, view.sent_first.clone()))
     }
 
     /// Records that a `datachanged` sent when `poller` had received `epoch` answers
@@ -491,6 +522,26 @@ mod tests {
         r.note_sent(&p, 8, None);
         r.note_told(&p, 1);
         assert!(!r.view(&p).told);
+    }
+
+    #[test]
+    fn a_poller_s_last_answers_name_the_hints_a_delta_starts_from() {
+        let r = Routes::default();
+        let p = d("1.2");
+        assert_eq!(r.delta_base(&p, 1), None);
+        let first = |n: u8| Some((bytes::Bytes::from(vec![n]), 100 + u64::from(n)));
+        for v in 1..=6u8 {
+            r.note_sent(&p, u64::from(v), first(v));
+        }
+        // The newest SENT_HISTORY answers are remembered, each with its first object's digest;
+        // the last one sent is the start of the next changeset.
+        assert_eq!(r.delta_base(&p, 6), Some((106, first(6))));
+        assert_eq!(r.delta_base(&p, 3), Some((103, first(6))));
+        assert_eq!(r.delta_base(&p, 2), None, "pushed out");
+        // An answer without our aggregate is not remembered as a base.
+        r.note_sent(&p, 7, None);
+        assert_eq!(r.delta_base(&p, 7), None);
+        assert_eq!(r.delta_base(&p, 6), Some((106, None)));
     }
 
     #[test]

@@ -135,6 +135,43 @@ proptest! {
     }
 
     #[test]
+    fn joined_deltas_make_what_the_deltas_make_in_turn_byte_for_byte(
+        steps in prop::collection::vec((0u64..500, lists(), header()), 2..6),
+    ) {
+        let hints: Vec<CipHint> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, (t, l, h))| hint(*t, l, h, &format!("Mon, {:02} Jan 2024 00:00:00 GMT", i + 1)))
+            .collect();
+        let deltas: Vec<HintDelta> = hints
+            .windows(2)
+            .map(|w| HintDelta::between(&w[0], &w[1]).unwrap())
+            .collect();
+        // In turn, as a receiver that took every answer would.
+        let mut held = hints[0].clone();
+        for d in &deltas {
+            held = d.apply(&held).unwrap();
+        }
+        let joined = deltas[1..]
+            .iter()
+            .try_fold(deltas[0].clone(), |acc, d| acc.then(d))
+            .expect("each delta starts where the last ends");
+        let made = joined.apply(&hints[0]).unwrap();
+        prop_assert_eq!(
+            made.to_soif().to_bytes(),
+            held.to_soif().to_bytes()
+        );
+        prop_assert_eq!(digest(&made), digest(hints.last().unwrap()));
+        // Through the wire too.
+        let read = HintDelta::from_soif(&soif(&joined.to_soif().to_bytes()).unwrap()[0]).unwrap();
+        prop_assert_eq!(read.apply(&hints[0]).unwrap().to_soif().to_bytes(), held.to_soif().to_bytes());
+        // Out of order, they do not join.
+        if deltas.len() >= 2 && deltas[1].result != deltas[0].base {
+            prop_assert!(deltas[1].then(&deltas[0]).is_none());
+        }
+    }
+
+    #[test]
     fn a_delta_parser_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
         if let Ok(objects) = soif(&bytes) {
             for o in &objects {

@@ -93,3 +93,237 @@ async fn a_change_travels_as_a_delta_and_a_lost_base_brings_the_whole_hint() {
     hub.stop().await;
     leaf.stop().await;
 }
+
+/// A poller's poll as a cipd node makes it (its own answer, datasets apart named), holding
+/// the answer of version `have` when given; returns the `201`'s version and first object.
+async fn poll_as(node: &TestNode, poller: &str, have: Option<&str>) -> (String, bytes::Bytes) {
+    use cip_proto::Dsi;
+    use cip_proto::cip::{IndexType, Request, ResponseCode};
+    use cipd::transport::{CipClient, TransportConfig};
+    let mut params = vec![
+        ("poller-dsi".to_owned(), poller.to_owned()),
+        ("separate".to_owned(), String::new()),
+        ("apart".to_owned(), String::new()),
+    ];
+    if let Some(v) = have {
+        params.push(("have".to_owned(), v.to_owned()));
+        params.push(("delta".to_owned(), "yes".to_owned()));
+    }
+    let mut conn = CipClient::connect(node.cip_addr(), None, &TransportConfig::default())
+        .await
+        .unwrap();
+    let r = conn
+        .request(&Request::Poll {
+            index_type: IndexType::harvest_soif(),
+            dsi: Dsi::new(&node.spec.dsi).unwrap(),
+            params,
+            body: bytes::Bytes::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.code, ResponseCode::OkOutputFollows, "{r:?}");
+    let version = r
+        .comment
+        .strip_prefix("version ")
+        .unwrap()
+        .trim()
+        .to_owned();
+    let first = r.result.unwrap().objects.remove(0).payload;
+    (version, first)
+}
+
+fn hint_of(payload: &[u8]) -> hints::hint::CipHint {
+    let objects = cip_proto::soif::parse_all(
+        bytes::Bytes::copy_from_slice(payload),
+        cip_proto::soif::Limits::default(),
+    )
+    .unwrap();
+    hints::hint::CipHint::from_soif(&objects[0]).unwrap().0
+}
+
+fn delta_of(payload: &[u8]) -> hints::delta::HintDelta {
+    assert!(payload.starts_with(b"@CIP-HINT-DELTA"), "not a delta");
+    let objects = cip_proto::soif::parse_all(
+        bytes::Bytes::copy_from_slice(payload),
+        cip_proto::soif::Limits::default(),
+    )
+    .unwrap();
+    hints::delta::HintDelta::from_soif(&objects[0]).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_brings_a_poller_that_missed_answers_up_to_date() {
+    const POLLER: &str = "1.3.6.1.4.1.99999.619";
+    let mut leaf =
+        TestNode::start(NodeSpec::new("1.3.6.1.4.1.99999.610", &refs(&authors(&[])))).await;
+    let (v1, whole1) = poll_as(&leaf, POLLER, None).await;
+    let held = hint_of(&whole1);
+
+    // Two changes; the answer to the first never reaches the poller (lost on the way).
+    leaf.set_authors(&refs(&authors(&["Second"]))).await;
+    let (_, lost) = poll_as(&leaf, POLLER, Some(&v1)).await;
+    delta_of(&lost);
+    leaf.set_authors(&refs(&authors(&["Second", "Third"])))
+        .await;
+
+    // Still holding the first answer, it gets both changes as one delta, which makes the
+    // hint a poll without a version brings, byte for byte but for the Date.
+    let (v3, joined) = poll_as(&leaf, POLLER, Some(&v1)).await;
+    let made = delta_of(&joined).apply(&held).unwrap();
+    let (_, whole3) = poll_as(&leaf, "1.3.6.1.4.1.99999.618", None).await;
+    let fresh = hint_of(&whole3);
+    assert_eq!(hints::delta::digest(&made), hints::delta::digest(&fresh));
+    assert!(
+        made.weightlists
+            .iter()
+            .any(|(_, l)| l.entries().any(|e| e.value.as_ref() == b"Third"))
+    );
+    assert!(
+        joined.len() * 10 < whole3.len(),
+        "{} of {}",
+        joined.len(),
+        whole3.len()
+    );
+
+    // A version the node never sent, or no longer remembers: the whole hint.
+    let (_, whole) = poll_as(&leaf, POLLER, Some("0123456789abcdef")).await;
+    assert!(whole.starts_with(b"@CIP-HINT {"));
+    let _ = v3;
+    leaf.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_journal_a_poller_behind_gets_the_whole_hint() {
+    const POLLER: &str = "1.3.6.1.4.1.99999.629";
+    let mut spec = NodeSpec::new("1.3.6.1.4.1.99999.620", &refs(&authors(&[])));
+    spec.extra = "[outbound]\njournal_changesets = 0\n".into();
+    let mut leaf = TestNode::start(spec).await;
+    let (v1, _) = poll_as(&leaf, POLLER, None).await;
+    leaf.set_authors(&refs(&authors(&["Second"]))).await;
+    let (v2, next) = poll_as(&leaf, POLLER, Some(&v1)).await;
+    // The last answer's successor is still a delta: it is made from what was sent.
+    delta_of(&next);
+    leaf.set_authors(&refs(&authors(&["Second", "Third"])))
+        .await;
+    leaf.set_authors(&refs(&authors(&["Second", "Third", "Fourth"])))
+        .await;
+    let (_, v3_whole) = poll_as(&leaf, POLLER, Some(&v1)).await;
+    assert!(
+        v3_whole.starts_with(b"@CIP-HINT {"),
+        "two answers behind, no journal"
+    );
+    let _ = v2;
+    leaf.stop().await;
+}
+
+/// A peer that answers a poll naming its last version with a delta that does not make
+/// what it says (once), and every other poll with its whole hint.
+struct CorruptingPeer {
+    dsi: cip_proto::Dsi,
+    hint: bytes::Bytes,
+    wholes: std::sync::atomic::AtomicUsize,
+    corrupted: std::sync::atomic::AtomicUsize,
+}
+
+const CORRUPT_VERSION: &str = "00000000000000a1";
+
+impl cipd::transport::RequestHandler for CorruptingPeer {
+    async fn handle(
+        &self,
+        request: cip_proto::cip::Request,
+        _peer: &cipd::transport::PeerContext,
+    ) -> cipd::transport::Reply {
+        use cip_proto::cip::{IndexObject, IndexType, PollResult, Request, ResponseCode};
+        use std::sync::atomic::Ordering;
+        let Request::Poll { params, .. } = request else {
+            return cipd::transport::Reply::ok();
+        };
+        let has = params.iter().any(|(n, _)| n == "have");
+        let payload = if has && self.corrupted.fetch_add(1, Ordering::SeqCst) == 0 {
+            // The right base, a wrong result: applying it cannot make what it names.
+            let base = hints::delta::digest(&hint_of(&self.hint));
+            bytes::Bytes::from(format!(
+                "@CIP-HINT-DELTA {{ cip://corrupt.example/\n\
+                 Delta-Base{{16}}:\t{base:016x}\n\
+                 Delta-Result{{16}}:\t00000000deadbeef\n\
+                 Weightlist-Delta-[DOCUMENT:Author]{{9}}:\tMallory;1\n}}\n"
+            ))
+        } else if has {
+            return cipd::transport::Reply::status(
+                ResponseCode::Ok,
+                format!("unchanged since version {CORRUPT_VERSION}"),
+            );
+        } else {
+            self.wholes.fetch_add(1, Ordering::SeqCst);
+            self.hint.clone()
+        };
+        cipd::transport::Reply {
+            code: ResponseCode::OkOutputFollows,
+            comment: Some(format!("version {CORRUPT_VERSION}")),
+            result: Some(PollResult {
+                objects: vec![IndexObject {
+                    index_type: IndexType::harvest_soif(),
+                    dsi: self.dsi.clone(),
+                    base_uris: vec!["http://corrupt.example/".into()],
+                    dsi_description: None,
+                    payload,
+                }],
+            }),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_delta_is_refused_and_the_whole_hint_follows_at_once() {
+    use std::sync::atomic::Ordering;
+    const PEER: &str = "1.3.6.1.4.1.99999.631";
+    let hint = bytes::Bytes::from_static(
+        b"@CIP-HINT { cip://corrupt.example/\n\
+          Total-Object-Count{1}:\t3\n\
+          Attributes{15}:\tDOCUMENT:Author\n\
+          Weightlist-[DOCUMENT:Author]{15}:\tGarcia;2, Lee;1\n}\n",
+    );
+    let handler = std::sync::Arc::new(CorruptingPeer {
+        dsi: cip_proto::Dsi::new(PEER).unwrap(),
+        hint,
+        wholes: Default::default(),
+        corrupted: Default::default(),
+    });
+    let h = handler.clone();
+    let (addr, _, token) = crate::harness::fake_server(move |tcp| {
+        let h = h.clone();
+        async move {
+            let peer = cipd::transport::PeerContext {
+                remote: tcp.peer_addr().unwrap(),
+                tls_peer_certificates: None,
+            };
+            let config = cipd::transport::TransportConfig::default();
+            let _ = cipd::transport::serve_connection(
+                tcp,
+                peer,
+                h.as_ref(),
+                &config,
+                tokio_util::sync::CancellationToken::new(),
+            )
+            .await;
+        }
+    })
+    .await;
+    let mut spec = NodeSpec::new("1.3.6.1.4.1.99999.630", &["Hub"]);
+    spec.poll_interval = "300ms";
+    let hub = TestNode::start(spec.peer_at("corrupt", addr, &["poll"], Some(PEER))).await;
+    hub.wait_query("Author=Garcia", |a| a.referrals.len() == 1)
+        .await;
+    // The second poll names the version held and gets the corrupt delta: refused, counted,
+    // and the next poll, at once, takes the whole hint; the table never loses Garcia.
+    eventually("the corrupt delta refused", || refused(&hub) == 1).await;
+    eventually("the whole hint again", || {
+        handler.wholes.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    assert_eq!(hub.query("Author=Garcia").await.referrals.len(), 1);
+    assert_eq!(hub.query("Author=Mallory").await.referrals.len(), 0);
+    assert_eq!(applied(&hub), 0);
+    token.cancel();
+    hub.stop().await;
+}

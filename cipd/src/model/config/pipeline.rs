@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use hints::delta::journal::JournalLimits;
 use serde::Deserialize;
 
 use super::validate::Validator;
@@ -17,6 +18,11 @@ pub struct RawOutbound {
     pub max_wait: Option<String>,
     /// Lag after which a warning is logged and a rebuild forced (default `"5s"`).
     pub stale_after: Option<String>,
+    /// Changesets of the out-bound hints kept for pollers a few answers behind (default
+    /// 20; 0 keeps none).
+    pub journal_changesets: Option<usize>,
+    /// Bytes of changesets kept at most (default 16 MiB).
+    pub journal_bytes: Option<usize>,
 }
 
 /// `[import]`.
@@ -42,6 +48,10 @@ impl Validator<'_> {
             settle: self.duration("outbound.settle", raw.settle, d.settle),
             max_wait: self.duration("outbound.max_wait", raw.max_wait, d.max_wait),
             stale_after: self.duration("outbound.stale_after", raw.stale_after, d.stale_after),
+            journal: JournalLimits {
+                changesets: raw.journal_changesets.unwrap_or(d.journal.changesets),
+                bytes: self.positive("outbound.journal_bytes", raw.journal_bytes, d.journal.bytes),
+            },
         }
     }
 
@@ -125,6 +135,10 @@ pub struct OutboundConfig {
     /// The out-bound hint lagging the table for longer than this is logged as a warning and
     /// rebuilt (default 5 s).
     pub stale_after: Duration,
+    /// How many changesets of the out-bound hints, and how many bytes of them, are kept so
+    /// that a poller a few answers behind still gets a delta (default 20 and 16 MiB, as a
+    /// DNS server's IXFR journal; PROTOCOL.md, "The delta journal").
+    pub journal: JournalLimits,
 }
 
 impl Default for OutboundConfig {
@@ -133,6 +147,7 @@ impl Default for OutboundConfig {
             settle: Duration::from_millis(50),
             max_wait: Duration::from_secs(10),
             stale_after: Duration::from_secs(5),
+            journal: JournalLimits::default(),
         }
     }
 }

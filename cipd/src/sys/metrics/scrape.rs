@@ -57,6 +57,10 @@ pub struct Gauges {
     pub peers_expected: u64,
     /// Polled peers damped now (RFC 2439).
     pub peers_damped: u64,
+    /// Changesets of the out-bound hints kept in the delta journal.
+    pub delta_journal_changesets: u64,
+    /// Bytes of those changesets.
+    pub delta_journal_bytes: u64,
     /// Of those, the ones whose hint the table holds.
     pub peers_imported: u64,
     /// A cold start (bulk load and its final merge) is under way.
@@ -178,6 +182,16 @@ const FIGURES: &[Figure] = &[
         "cipd_peers_damped",
         "Polled peers damped now: they changed too often, their changes are held (RFC 2439).",
         |s| Value::Gauge(s.gauges.peers_damped),
+    ),
+    (
+        "cipd_delta_journal_changesets",
+        "Changesets of the out-bound hints kept for pollers a few answers behind (outbound.journal_changesets).",
+        |s| Value::Gauge(s.gauges.delta_journal_changesets),
+    ),
+    (
+        "cipd_delta_journal_bytes",
+        "Bytes of the changesets kept in the delta journal (outbound.journal_bytes).",
+        |s| Value::Gauge(s.gauges.delta_journal_bytes),
     ),
     (
         "cipd_cold_start",

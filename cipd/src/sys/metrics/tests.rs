@@ -346,6 +346,8 @@ const ADDED_SERIES: &[&str] = &[
     "cipd_deltas_applied_total",
     "cipd_deltas_refused_total",
     "cipd_peers_damped",
+    "cipd_delta_journal_changesets",
+    "cipd_delta_journal_bytes",
     "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.001\"}",
     "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.0025\"}",
     "cipd_poll_duration_seconds_bucket{result=\"ok\",le=\"0.005\"}",
@@ -411,6 +413,8 @@ const ADDED_TYPES: &[(&str, &str)] = &[
     ("cipd_deltas_applied_total", "counter"),
     ("cipd_deltas_refused_total", "counter"),
     ("cipd_peers_damped", "gauge"),
+    ("cipd_delta_journal_changesets", "gauge"),
+    ("cipd_delta_journal_bytes", "gauge"),
     ("cipd_poll_duration_seconds", "histogram"),
     ("cipd_search_subquery_duration_seconds", "histogram"),
 ];
