@@ -579,6 +579,15 @@ impl Node {
             self.note_undamped(peer);
             return false;
         };
+        // The held changes are taken every `damping_take_every` while the damping lasts:
+        // a busy peer is polled at that pace, and its last change is never held for the
+        // whole decay of its penalty.
+        let take_every = self.config().limits.damping_take_every;
+        let wait = if take_every.is_zero() {
+            wait
+        } else {
+            wait.min(take_every)
+        };
         if self.routes.hold(peer) {
             tracing::debug!(%peer, ?wait, "damped peer's datachanged held");
             let (node, p) = (self.clone(), peer.to_owned());
@@ -589,10 +598,20 @@ impl Node {
                     () = token.cancelled() => return,
                 }
                 node.routes.release_hold(&p);
-                node.routes
-                    .damped(&p, tokio::time::Instant::now(), &node.damping_config());
-                node.note_undamped(&p);
                 node.poll_notifier(&p).notify_one();
+                // The damping mark stays until the penalty has decayed: cleared then, even
+                // when no `datachanged` comes to look.
+                loop {
+                    let now = tokio::time::Instant::now();
+                    let Some(left) = node.routes.damped(&p, now, &node.damping_config()) else {
+                        break;
+                    };
+                    tokio::select! {
+                        () = tokio::time::sleep(left.max(Duration::from_millis(10))) => {}
+                        () = token.cancelled() => return,
+                    }
+                }
+                node.note_undamped(&p);
             });
         }
         true

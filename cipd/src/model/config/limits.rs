@@ -69,6 +69,10 @@ pub struct RawLimits {
     pub damping_reuse: Option<u64>,
     /// Longest a damped peer's changes are held (default `"10m"`).
     pub damping_max_hold: Option<String>,
+    /// While a peer is damped, its held changes are taken together at most this often
+    /// (default `"1s"`; `"0s"`: only once its penalty has decayed, as RFC 2439 holds a
+    /// route).
+    pub damping_take_every: Option<String>,
     /// The window of the first retry after a transient failure (default `"250ms"`): the
     /// retry comes at a random moment within it, and the window doubles while failures
     /// persist, up to `max_transient_backoff`.
@@ -187,6 +191,9 @@ pub struct Limits {
     pub damping_reuse: u64,
     /// Longest a damped peer's changes are held.
     pub damping_max_hold: Duration,
+    /// While a peer is damped, how often its held changes are taken together (zero: only
+    /// once its penalty has decayed).
+    pub damping_take_every: Duration,
     /// The window of the first retry after a transient failure (default 250 ms).
     pub transient_backoff: Duration,
     /// The longest wait between retries after transient failures.
@@ -260,6 +267,7 @@ impl Default for Limits {
             damping_suppress: 30,
             damping_reuse: 10,
             damping_max_hold: Duration::from_secs(600),
+            damping_take_every: Duration::from_secs(1),
             transient_backoff: Duration::from_millis(250),
             max_transient_backoff: Duration::from_secs(60),
             http_timeout: Duration::from_secs(30),
@@ -408,6 +416,11 @@ impl Validator<'_> {
                 "limits.damping_max_hold",
                 raw.damping_max_hold.take(),
                 d.damping_max_hold,
+            ),
+            damping_take_every: self.duration(
+                "limits.damping_take_every",
+                raw.damping_take_every.take(),
+                d.damping_take_every,
             ),
             transient_backoff: self.duration(
                 "limits.transient_backoff",
