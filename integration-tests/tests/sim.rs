@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cipd_sim::sim::{Churn, Fault, Hubs, SimSpec, run};
+use cipd_sim::sim::{Churn, Fault, Hubs, SimSpec, Sustained, run};
 
 fn small(seed: u64) -> SimSpec {
     let mut spec = SimSpec {
@@ -39,6 +39,37 @@ fn a_mesh_converges_exact_and_a_seed_replays_it() {
     assert_eq!(first.levels[2].table_values.1, 0);
     let again = run(&spec).expect("the simulation runs");
     assert_eq!(first.reproducible(), again.reproducible());
+}
+
+/// Objects added, edited and removed at every leaf all through a run: every table exact
+/// soon after the last change, each change costing the root a delta's bytes, and a seed
+/// replaying the same figures.
+#[test]
+fn sustained_changes_end_exact_and_cost_the_root_a_delta_each() {
+    let mut spec = small(7);
+    spec.sustained = Some(Sustained {
+        period: Duration::from_secs(5),
+        per_leaf_minute: 30.0,
+    });
+    let r = run(&spec).expect("the simulation runs");
+    let o = r.sustained.clone().expect("sustained changes ran");
+    // 9 leaves, each changing every 2 s, for 5 s.
+    assert!((20..=25).contains(&o.changes), "{}", r.render());
+    let exact = o.exact_after.expect("exact after the changes");
+    assert!(exact <= Duration::from_secs(2), "{}", r.render());
+    let root_bytes = o.traffic[0].0;
+    assert!(root_bytes > 0, "{}", r.render());
+    assert!(
+        root_bytes <= o.changes as u64 * 1024,
+        "{} bytes into the root for {} changes: {}",
+        root_bytes,
+        o.changes,
+        r.render()
+    );
+    assert_eq!(
+        run(&spec).expect("the simulation runs").reproducible(),
+        r.reproducible()
+    );
 }
 
 /// Hubs in a ring and in a full mesh, with a root over them and leaves below: every table

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use cipd_sim::sim::data::DataSpec;
-use cipd_sim::sim::{Churn, Fault, Hubs, SimSpec, run};
+use cipd_sim::sim::{Churn, Fault, Hubs, SimSpec, Sustained, run};
 use clap::Parser;
 
 #[global_allocator]
@@ -106,6 +106,16 @@ struct Args {
     /// internet; the simulated links' delays are milliseconds).
     #[arg(long, default_value_t = 1000)]
     stall_ms: u64,
+    /// Sustained changes after the timed ones, for this many simulated seconds (0: none):
+    /// every leaf's objects are added, edited and removed at --change-rate; reports per
+    /// level the bytes taken in and connections per change, the root's intake a second and
+    /// the time until every table is exact after the last change.
+    #[arg(long, default_value_t = 0)]
+    change_s: u64,
+    /// With --change-s: changes (one object added, edited or removed) per leaf per
+    /// simulated minute (0.1: each leaf once in 10 minutes).
+    #[arg(long, default_value_t = 0.1)]
+    change_rate: f64,
     /// Node churn after the faults for this many simulated seconds (0: none): nodes crash
     /// and restart from their spool, leaves leave for good (stopped by their operator) and
     /// new leaves join, at --restarts, --departures and --joins per simulated minute.
@@ -226,6 +236,10 @@ fn main() -> ExitCode {
             faults: a.faults.clone(),
             poll_interval: Duration::from_secs(a.poll_interval_s.max(1)),
             stall_timeout: Duration::from_millis(a.stall_ms.max(2)),
+            sustained: (a.change_s > 0).then(|| Sustained {
+                period: Duration::from_secs(a.change_s),
+                per_leaf_minute: a.change_rate.max(0.0),
+            }),
             churn: (a.churn_s > 0).then(|| Churn {
                 period: Duration::from_secs(a.churn_s),
                 restarts: a.restarts.max(0.0),

@@ -183,6 +183,26 @@ pub fn compare(sim: &Report, real: &Report, m: &Margins) -> Vec<Row> {
             ));
         }
     }
+    if let (Some(ss), Some(rs)) = (&sim.sustained, &real.sustained) {
+        rows.push(time_row(
+            &format!(
+                "{} sustained changes: every table exact after the last",
+                ss.changes
+            ),
+            ss.exact_after,
+            rs.exact_after,
+            m,
+        ));
+        let root = |o: &crate::sim::SustainedOutcome| {
+            o.traffic.first().map_or(0.0, |t| t.0 as f64) / o.changes.max(1) as f64
+        };
+        rows.push(share_row(
+            "sustained: root poll bytes in per change",
+            root(ss),
+            root(rs),
+            m.traffic_rel,
+        ));
+    }
     for (s, r) in sim.faults.iter().zip(&real.faults) {
         rows.push(Row {
             figure: format!("{} at n{}: exact again after", s.fault, s.node),

@@ -662,4 +662,27 @@ impl MeshUnderTest for RealMesh {
         std::thread::sleep(d);
         Ok(())
     }
+
+    fn edit(&mut self, leaf: usize, k: u64) -> Result<(), RealError> {
+        let text = self.plan.edit(leaf, k);
+        let (tmp, path) = (
+            self.dirs[leaf].join("docs.soif.new"),
+            self.dirs[leaf].join("docs.soif"),
+        );
+        std::fs::write(&tmp, text).map_err(setup("collection"))?;
+        std::fs::rename(&tmp, &path).map_err(setup("collection"))
+    }
+
+    fn root_cpu(&mut self) -> Duration {
+        self.daemons
+            .first()
+            .and_then(Option::as_ref)
+            .map(|p| crate::sim::cpu_of(&p.0.id().to_string()))
+            .unwrap_or_default()
+    }
+
+    fn wait_exact(&mut self) -> Result<Option<Duration>, RealError> {
+        self.plan.recount();
+        Ok(self.wait_from(Instant::now(), |m| m.tables_exact()))
+    }
 }

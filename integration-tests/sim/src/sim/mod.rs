@@ -39,7 +39,9 @@ use hints::hint::AttrSpec;
 use data::Counts;
 use net::{SimNet, Traffic};
 use plan::{Addressing, NodeFigures, PORT, Plan, dsi_of, name_of};
-pub use spec::{Churn, ChurnOutcome, Fault, Hubs, LevelFigures, SimSpec};
+pub use spec::{
+    Churn, ChurnOutcome, Fault, Hubs, LevelFigures, SimSpec, Sustained, SustainedOutcome,
+};
 
 /// How long a mesh must open no connection to count as settled after its cold start,
 /// before its figures are taken and its changes timed.
@@ -78,6 +80,8 @@ pub struct Report {
     /// Per level, poll bytes read and connections opened while the changes went up (the
     /// steady state's traffic, apart from the cold start's).
     pub change_traffic: Vec<(u64, u64)>,
+    /// The sustained changes, when asked for.
+    pub sustained: Option<SustainedOutcome>,
     /// The faults.
     pub faults: Vec<FaultOutcome>,
     /// Connections opened in a window once the last change had settled, and the window
@@ -110,6 +114,9 @@ impl Report {
         let mut r = self.clone();
         r.wall = Duration::ZERO;
         r.rss_kib = 0;
+        if let Some(s) = &mut r.sustained {
+            s.root_cpu = Duration::ZERO;
+        }
         format!("{r:?}")
     }
 
@@ -169,6 +176,50 @@ impl Report {
                 .map(|(l, (b, c))| format!("level {l} {b} bytes in {c} connections"))
                 .collect();
             let _ = writeln!(s, "polls while they went up: {}", traffic.join(", "));
+        }
+        if let Some(o) = &self.sustained {
+            let secs = o.period.as_secs_f64();
+            let _ = writeln!(
+                s,
+                "\nsustained: {} changes in {:.0} s ({:.1} a second); every table exact {} after the last",
+                o.changes,
+                secs,
+                o.changes as f64 / secs,
+                fmt_opt(o.exact_after)
+            );
+            let per: Vec<String> = o
+                .traffic
+                .iter()
+                .enumerate()
+                .map(|(l, (b, c))| {
+                    let n = o.changes.max(1) as f64;
+                    format!(
+                        "level {l} {:.0} bytes in and {:.2} connections",
+                        *b as f64 / n,
+                        *c as f64 / n
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "per change: {}", per.join(", "));
+            let _ = writeln!(
+                s,
+                "root CPU: {:.2} ms a change ({} ms in all)",
+                o.root_cpu.as_secs_f64() * 1000.0 / o.changes.max(1) as f64,
+                o.root_cpu.as_millis()
+            );
+            if let Some((root, _)) = o.traffic.first() {
+                let _ = writeln!(
+                    s,
+                    "root intake: {:.0} bytes a second ({:.0} bytes a change; bound 1 KiB a change: {})",
+                    *root as f64 / secs,
+                    *root as f64 / o.changes.max(1) as f64,
+                    if *root <= o.changes as u64 * 1024 {
+                        "within"
+                    } else {
+                        "over"
+                    }
+                );
+            }
         }
         for f in &self.faults {
             let found = f
@@ -363,6 +414,45 @@ pub trait MeshUnderTest {
     fn rss_kib(&mut self) -> u64;
     /// Lets `d` pass, doing nothing.
     fn idle(&mut self, d: Duration) -> Result<(), Self::Error>;
+    /// Makes sustained change number `k` at `leaf` ([`Plan::edit`]), without waiting.
+    fn edit(&mut self, leaf: usize, k: u64) -> Result<(), Self::Error>;
+    /// Brings the expected hints up to date ([`Plan::recount`]), then waits until every
+    /// table is exact; the time that took (none: not within the timeout).
+    fn wait_exact(&mut self) -> Result<Option<Duration>, Self::Error>;
+    /// CPU time the root has used so far.
+    fn root_cpu(&mut self) -> Duration;
+}
+
+/// How often sustained changes are made: the changes due in each slice go out at its start.
+const SUSTAINED_SLICE: Duration = Duration::from_millis(100);
+
+/// Runs the sustained changes: spread evenly over the period, at leaves drawn from the
+/// seed; then waits until every table is exact.
+fn sustain<M: MeshUnderTest>(mesh: &mut M, s: &Sustained) -> Result<SustainedOutcome, M::Error> {
+    let before = mesh.levels()?;
+    let cpu_before = mesh.root_cpu();
+    let leaves = mesh.plan().leaves.len() as f64;
+    let per_slice = leaves * s.per_leaf_minute / 60.0 * SUSTAINED_SLICE.as_secs_f64();
+    let (mut owed, mut k, mut elapsed) = (0.0, 0u64, Duration::ZERO);
+    while elapsed < s.period {
+        owed += per_slice;
+        while owed >= 1.0 {
+            owed -= 1.0;
+            let leaf = mesh.plan().pick_leaf(None, 1_000_003 + k);
+            mesh.edit(leaf, k)?;
+            k += 1;
+        }
+        mesh.idle(SUSTAINED_SLICE)?;
+        elapsed += SUSTAINED_SLICE;
+    }
+    let exact_after = mesh.wait_exact()?;
+    Ok(SustainedOutcome {
+        changes: usize::try_from(k).unwrap_or(usize::MAX),
+        period: s.period,
+        root_cpu: mesh.root_cpu().saturating_sub(cpu_before),
+        traffic: traffic_between(&before, &mesh.levels()?),
+        exact_after,
+    })
 }
 
 /// Measures a started mesh: convergence from cold, exactness, figures per level once
@@ -393,6 +483,10 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
         changes.push(mesh.change_and_wait(leaf, &format!("chg{k}"))?);
     }
     let change_traffic = traffic_between(&levels, &mesh.levels()?);
+    let sustained = match &spec.sustained {
+        Some(s) => Some(sustain(mesh, s)?),
+        None => None,
+    };
     let mut faults = Vec::new();
     for (k, fault) in spec.faults.iter().enumerate() {
         faults.push(mesh.apply(*fault, k)?);
@@ -417,6 +511,7 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
         levels,
         changes,
         change_traffic,
+        sustained,
         faults,
         quiet,
         churn: None,
@@ -460,6 +555,27 @@ pub fn peak_rss_kib_of(pid: &str) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// CPU time process `pid` has used (user and system), from `/proc/<pid>/stat`; zero when
+/// unknown.
+pub fn cpu_of(pid: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // The fields after the command (which may hold spaces) in parentheses: utime and stime
+    // are the 12th and 13th of them, in clock ticks (100 a second on Linux).
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
 }
 
 impl Mesh<'_> {
@@ -904,5 +1020,20 @@ impl MeshUnderTest for Mesh<'_> {
 
     fn idle(&mut self, d: Duration) -> Result<(), SimError> {
         self.run_for(d)
+    }
+
+    fn edit(&mut self, leaf: usize, k: u64) -> Result<(), SimError> {
+        let text = self.plan.edit(leaf, k);
+        std::fs::write(self.dirs[leaf].join("docs.soif"), text)
+            .map_err(|e| SimError::Setup(e.to_string()))
+    }
+
+    fn wait_exact(&mut self) -> Result<Option<Duration>, SimError> {
+        self.plan.recount();
+        self.wait(|m| m.tables_exact())
+    }
+
+    fn root_cpu(&mut self) -> Duration {
+        self.sim.busy(name_of(0).as_str())
     }
 }

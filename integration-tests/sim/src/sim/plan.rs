@@ -209,6 +209,49 @@ impl Plan {
         text
     }
 
+    /// Sustained change number `k` at `leaf`: one object added (with a new value), removed,
+    /// or edited (its value replaced by a new one), a third each, drawn from the seed and
+    /// `k`; returns the leaf's new collection file. The expected hints are brought up to date
+    /// by [`Plan::recount`], once the changes are over (a recount costs the whole mesh).
+    ///
+    /// # Panics
+    /// When `leaf` is not a leaf of the plan.
+    #[allow(
+        clippy::expect_used,
+        reason = "callers pass a leaf the plan chose; another node is a bug in the run"
+    )]
+    pub fn edit(&mut self, leaf: usize, k: u64) -> String {
+        let mut rng = fastrand::Rng::with_seed(self.spec.seed ^ k.wrapping_mul(0x9e37_79b9));
+        let counts = self.leaves.get_mut(&leaf).expect("a leaf");
+        let op = rng.u8(..3);
+        if op > 0 && !counts.is_empty() {
+            // Removed, or edited: one object of a value the leaf holds goes.
+            let i = rng.usize(..counts.len());
+            let value = counts.keys().nth(i).cloned().expect("i < len");
+            let n = counts.get_mut(&value).expect("present");
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&value);
+            }
+        }
+        if op != 1 {
+            // Added, or edited: one object of a value no leaf held.
+            *counts.entry(format!("s{leaf}k{k}")).or_insert(0) += 1;
+        }
+        data::soif(leaf, counts)
+    }
+
+    /// Brings the expected hints up to date with the leaves' collections.
+    pub fn recount(&mut self) {
+        let present: BTreeMap<usize, Counts> = self
+            .leaves
+            .iter()
+            .filter(|(id, _)| !self.absent.contains(id))
+            .map(|(id, c)| (*id, c.clone()))
+            .collect();
+        self.expected = data::expected_hints(&self.tree, &present, &self.spec.thresholds);
+    }
+
     /// Marks `id` absent (left, or not yet joined) or present, and updates the expected
     /// hints.
     pub fn set_absent(&mut self, id: usize, absent: bool) {
@@ -218,16 +261,6 @@ impl Plan {
             self.absent.remove(&id);
         }
         self.recount();
-    }
-
-    fn recount(&mut self) {
-        let present: BTreeMap<usize, Counts> = self
-            .leaves
-            .iter()
-            .filter(|(id, _)| !self.absent.contains(id))
-            .map(|(id, c)| (*id, c.clone()))
-            .collect();
-        self.expected = data::expected_hints(&self.tree, &present, &self.spec.thresholds);
     }
 
     /// Whether node `id` (with `peers` datasets in its table) holds exactly its children's

@@ -153,10 +153,42 @@ pub struct SimSpec {
     pub stall_timeout: Duration,
     /// How often leaves look at their collection files.
     pub watch_interval: Duration,
+    /// Objects changing at every leaf all through a period, after the timed changes (none:
+    /// no sustained changes).
+    pub sustained: Option<Sustained>,
     /// Nodes that come and go after the faults (none: no churn).
     pub churn: Option<Churn>,
     /// Print the simulated time and steps to standard error every few seconds of real time.
     pub progress: bool,
+}
+
+/// Sustained changes: through `period`, every leaf's objects are added, edited and removed
+/// (a third each) at `per_leaf_minute` changes per simulated minute, at moments drawn from
+/// the seed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sustained {
+    /// How long the changes go on (simulated).
+    pub period: Duration,
+    /// Changes per leaf per simulated minute (0.1: each leaf once in 10 minutes).
+    pub per_leaf_minute: f64,
+}
+
+/// What the sustained changes cost and how the mesh kept up.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SustainedOutcome {
+    /// Changes made (objects added, edited or removed at a leaf, one each).
+    pub changes: usize,
+    /// How long they went on.
+    pub period: Duration,
+    /// Per level, poll bytes read and connections opened from the first change until every
+    /// table was exact again.
+    pub traffic: Vec<(u64, u64)>,
+    /// Simulated time from the last change until every table was exact (none: not within
+    /// the timeout).
+    pub exact_after: Option<Duration>,
+    /// CPU time the root used from the first change until every table was exact (real
+    /// time its software ran, in a simulation).
+    pub root_cpu: Duration,
 }
 
 /// Node churn: through `period`, nodes crash and restart from their spool, leaves leave for
@@ -232,6 +264,7 @@ impl Default for SimSpec {
             faults: Vec::new(),
             poll_interval: Duration::from_secs(60),
             stall_timeout: Duration::from_secs(1),
+            sustained: None,
             churn: None,
             watch_interval: Duration::from_millis(100),
             progress: false,

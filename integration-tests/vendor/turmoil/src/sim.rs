@@ -36,6 +36,9 @@ pub struct Sim<'a> {
     elapsed: Duration,
 
     steps: usize,
+
+    // cipd patch: real time each host's software ran, for per-node CPU figures.
+    busy: std::collections::HashMap<IpAddr, Duration>,
 }
 
 impl<'a> Sim<'a> {
@@ -52,7 +55,15 @@ impl<'a> Sim<'a> {
             since_epoch,
             elapsed: Duration::ZERO,
             steps: 1, // bumped after each step
+            busy: std::collections::HashMap::new(),
         }
+    }
+
+    /// cipd patch: the real time `addr`'s software has run so far (its ticks, on the
+    /// simulation's one thread: the CPU it used).
+    pub fn busy(&self, addr: impl ToIpAddr) -> Duration {
+        let ip = self.lookup(addr);
+        self.busy.get(&ip).copied().unwrap_or_default()
     }
 
     /// How much logical time has elapsed since the simulation started.
@@ -444,7 +455,10 @@ impl<'a> Sim<'a> {
                 world.current_host_mut().timer.now(rt.now());
             }
 
+            // cipd patch: timed, for `busy`.
+            let started = std::time::Instant::now();
             let is_software_finished = World::enter(&self.world, || rt.tick(tick))?;
+            *self.busy.entry(addr).or_default() += started.elapsed();
 
             if rt.is_client() {
                 is_finished = is_finished && is_software_finished;
