@@ -351,6 +351,70 @@ async fn a_flapping_peer_is_damped_and_its_changes_are_taken_together() {
     leaf.stop().await;
 }
 
+/// A busy peer stays damped for a long while (its penalty decays slowly), yet each change
+/// it makes arrives within `damping_take_every`: the held changes are taken at that pace,
+/// not once the whole decay is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damped_peer_s_changes_are_taken_at_the_pace_set() {
+    let mut leaf = TestNode::start(spec(1, 1)).await;
+    let mut hub = TestNode::start({
+        let mut s = spec(0, 1);
+        s.extra_limits = "damping_half_life = \"20s\"\ndamping_suppress = 2\n\
+                          damping_reuse = 1\ndamping_max_hold = \"60s\"\n\
+                          damping_take_every = \"300ms\"\n"
+            .into();
+        s
+    })
+    .await;
+    let sp = hub.spec.clone().peer("leaf", &leaf, &["poll"]);
+    hub.reconfigure(sp).await;
+    let sp = leaf.spec.clone().peer("hub", &hub, &["poller"]);
+    leaf.reconfigure(sp).await;
+    let node = hub.daemon.node().clone();
+    let damped = || {
+        node.peer_states()
+            .iter()
+            .any(|p| p.name == "leaf" && p.damped_until.is_some())
+    };
+    let arrives = |value: String| {
+        let hub = &hub;
+        async move {
+            let started = tokio::time::Instant::now();
+            while hub
+                .query(&format!("Author={value}"))
+                .await
+                .referrals
+                .is_empty()
+            {
+                assert!(
+                    started.elapsed() < crate::harness::WAIT,
+                    "{value} never arrived"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            started.elapsed()
+        }
+    };
+    let mut n = 0;
+    while !damped() {
+        n += 1;
+        assert!(n < 20, "never damped");
+        leaf.set_authors(&[format!("Busy{n}").as_str()]).await;
+        arrives(format!("Busy{n}")).await;
+    }
+    // Damped for a long while (a penalty of 3 or more halving every 20 s down to 1)...
+    for i in 0..4 {
+        let value = format!("Paced{i}");
+        leaf.set_authors(&[value.as_str()]).await;
+        let took = arrives(value.clone()).await;
+        // ...each change still arrives within the pace (300 ms) and a poll.
+        assert!(took < Duration::from_secs(3), "{value} took {took:?}");
+        assert!(damped(), "still damped");
+    }
+    hub.stop().await;
+    leaf.stop().await;
+}
+
 /// A peer that passes on datasets by impossible routes: through us, naming a node twice,
 /// not starting at itself, longer than allowed. Each is refused with its reason and
 /// counted; the peer's own hint and its one good route are taken.

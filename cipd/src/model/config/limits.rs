@@ -417,11 +417,14 @@ impl Validator<'_> {
                 raw.damping_max_hold.take(),
                 d.damping_max_hold,
             ),
-            damping_take_every: self.duration(
-                "limits.damping_take_every",
-                raw.damping_take_every.take(),
-                d.damping_take_every,
-            ),
+            damping_take_every: match raw.damping_take_every.as_deref().map(str::trim) {
+                Some("0" | "0s" | "off") => Duration::ZERO,
+                _ => self.duration(
+                    "limits.damping_take_every",
+                    raw.damping_take_every.take(),
+                    d.damping_take_every,
+                ),
+            },
             transient_backoff: self.duration(
                 "limits.transient_backoff",
                 raw.transient_backoff.take(),
@@ -667,5 +670,29 @@ mod sizing_tests {
         assert_eq!(unknown.max_table_bytes, 8 << 30);
         // Never below a floor that still holds a useful table.
         assert_eq!(table_limits_for(Some(1 << 20)).max_table_bytes, 64 << 20);
+    }
+}
+
+#[cfg(test)]
+mod damping_tests {
+    use crate::model::config::Config;
+    use std::time::Duration;
+
+    const NODE: &str = "data_dir = \"/var/lib/cipd\"\n[node]\ndsi = \"1.3.6.1.4.1.99999.1\"\n";
+
+    fn with(limits: &str) -> Result<Config, crate::model::config::ConfigError> {
+        Config::from_toml(&format!("{NODE}[limits]\n{limits}"))
+    }
+
+    #[test]
+    fn damping_settings_read_and_off_is_zero() {
+        let c = with("").unwrap();
+        assert_eq!(c.limits.damping_take_every, Duration::from_secs(1));
+        let c = with("damping_half_life = \"0s\"\ndamping_take_every = \"off\"\n").unwrap();
+        assert!(c.limits.damping_half_life.is_zero());
+        assert!(c.limits.damping_take_every.is_zero());
+        let c = with("damping_take_every = \"250ms\"\n").unwrap();
+        assert_eq!(c.limits.damping_take_every, Duration::from_millis(250));
+        assert!(with("damping_take_every = \"soon\"\n").is_err());
     }
 }

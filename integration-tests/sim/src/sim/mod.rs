@@ -319,7 +319,7 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
     fastrand::seed(spec.seed);
     let plan = Plan::new(spec);
 
-    let sim = turmoil::Builder::new()
+    let mut sim = turmoil::Builder::new()
         .simulation_duration(Duration::from_secs(100 * 365 * 86_400))
         .tick_duration(spec.tick)
         .min_message_latency(spec.latency.0)
@@ -328,6 +328,8 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
         .repair_rate(spec.repair_rate)
         .rng_seed(spec.seed)
         .build();
+    // Each node's CPU: every host runs on this thread.
+    sim.set_busy_clock(thread_cpu);
     let n = plan.len();
     let net = Addressing {
         listen: format!("0.0.0.0:{PORT}"),
@@ -555,6 +557,15 @@ pub fn peak_rss_kib_of(pid: &str) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// CPU time process `pid` has used (user and system), from `/proc/<pid>/stat`; zero when

@@ -186,8 +186,8 @@ pub struct SustainedOutcome {
     /// Simulated time from the last change until every table was exact (none: not within
     /// the timeout).
     pub exact_after: Option<Duration>,
-    /// CPU time the root used from the first change until every table was exact (real
-    /// time its software ran, in a simulation).
+    /// CPU time the root used from the first change until every table was exact (in a
+    /// simulation, on the simulation's thread).
     pub root_cpu: Duration,
 }
 

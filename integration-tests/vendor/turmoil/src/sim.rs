@@ -37,8 +37,9 @@ pub struct Sim<'a> {
 
     steps: usize,
 
-    // cipd patch: real time each host's software ran, for per-node CPU figures.
+    // cipd patch: time each host's software ran by `busy_clock`, for per-node CPU figures.
     busy: std::collections::HashMap<IpAddr, Duration>,
+    busy_clock: Option<fn() -> Duration>,
 }
 
 impl<'a> Sim<'a> {
@@ -56,11 +57,18 @@ impl<'a> Sim<'a> {
             elapsed: Duration::ZERO,
             steps: 1, // bumped after each step
             busy: std::collections::HashMap::new(),
+            busy_clock: None,
         }
     }
 
-    /// cipd patch: the real time `addr`'s software has run so far (its ticks, on the
-    /// simulation's one thread: the CPU it used).
+    /// cipd patch: from now on, times each host's ticks by `clock` (a thread CPU clock:
+    /// the simulation runs every host on one thread), for [`Sim::busy`].
+    pub fn set_busy_clock(&mut self, clock: fn() -> Duration) {
+        self.busy_clock = Some(clock);
+    }
+
+    /// cipd patch: the time `addr`'s software has run so far by the busy clock (zero
+    /// without one).
     pub fn busy(&self, addr: impl ToIpAddr) -> Duration {
         let ip = self.lookup(addr);
         self.busy.get(&ip).copied().unwrap_or_default()
@@ -456,9 +464,11 @@ impl<'a> Sim<'a> {
             }
 
             // cipd patch: timed, for `busy`.
-            let started = std::time::Instant::now();
+            let started = self.busy_clock.map(|c| c());
             let is_software_finished = World::enter(&self.world, || rt.tick(tick))?;
-            *self.busy.entry(addr).or_default() += started.elapsed();
+            if let (Some(clock), Some(started)) = (self.busy_clock, started) {
+                *self.busy.entry(addr).or_default() += clock().saturating_sub(started);
+            }
 
             if rt.is_client() {
                 is_finished = is_finished && is_software_finished;
