@@ -273,17 +273,12 @@ async fn a_change_travels_one_notice_and_one_poll_per_hop() {
     mesh.stop().await;
 }
 
-/// A leaf whose data changes again and again: its poller damps it (RFC 2439), holds its
-/// changes instead of polling on each `datachanged`, says so in its peer state and
-/// metrics, and takes the held changes together once the damping ends.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flapping_peer_is_damped_and_its_changes_are_taken_together() {
+/// A leaf and the hub that polls it, the hub with `damping` among its limits.
+async fn damping_pair(damping: &str) -> (TestNode, TestNode) {
     let mut leaf = TestNode::start(spec(1, 1)).await;
     let mut hub = TestNode::start({
         let mut s = spec(0, 1);
-        s.extra_limits = "damping_half_life = \"2s\"\ndamping_suppress = 3\n\
-                          damping_reuse = 1\ndamping_max_hold = \"4s\"\n"
-            .into();
+        s.extra_limits = damping.into();
         s
     })
     .await;
@@ -291,12 +286,28 @@ async fn a_flapping_peer_is_damped_and_its_changes_are_taken_together() {
     hub.reconfigure(sp).await;
     let sp = leaf.spec.clone().peer("hub", &hub, &["poller"]);
     leaf.reconfigure(sp).await;
+    (leaf, hub)
+}
+
+/// Whether the hub shows its leaf damped.
+fn leaf_damped(hub: &cipd::node::Node) -> bool {
+    hub.peer_states()
+        .iter()
+        .any(|p| p.name == "leaf" && p.damped_until.is_some())
+}
+
+/// A leaf whose data changes again and again: its poller damps it (RFC 2439), holds its
+/// changes instead of polling on each `datachanged`, says so in its peer state and
+/// metrics, and takes the held changes together once the damping ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_peer_is_damped_and_its_changes_are_taken_together() {
+    let (mut leaf, hub) = damping_pair(
+        "damping_half_life = \"2s\"\ndamping_suppress = 3\n\
+         damping_reuse = 1\ndamping_max_hold = \"4s\"\n",
+    )
+    .await;
     let node = hub.daemon.node().clone();
-    let damped = || {
-        node.peer_states()
-            .iter()
-            .any(|p| p.name == "leaf" && p.damped_until.is_some())
-    };
+    let damped = || leaf_damped(&node);
     // Each change reaches the hub until the leaf is damped.
     let mut changes = 0;
     while !damped() {
@@ -356,26 +367,14 @@ async fn a_flapping_peer_is_damped_and_its_changes_are_taken_together() {
 /// not once the whole decay is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damped_peer_s_changes_are_taken_at_the_pace_set() {
-    let mut leaf = TestNode::start(spec(1, 1)).await;
-    let mut hub = TestNode::start({
-        let mut s = spec(0, 1);
-        s.extra_limits = "damping_half_life = \"20s\"\ndamping_suppress = 2\n\
-                          damping_reuse = 1\ndamping_max_hold = \"60s\"\n\
-                          damping_take_every = \"300ms\"\n"
-            .into();
-        s
-    })
+    let (mut leaf, hub) = damping_pair(
+        "damping_half_life = \"20s\"\ndamping_suppress = 2\n\
+         damping_reuse = 1\ndamping_max_hold = \"60s\"\n\
+         damping_take_every = \"300ms\"\n",
+    )
     .await;
-    let sp = hub.spec.clone().peer("leaf", &leaf, &["poll"]);
-    hub.reconfigure(sp).await;
-    let sp = leaf.spec.clone().peer("hub", &hub, &["poller"]);
-    leaf.reconfigure(sp).await;
     let node = hub.daemon.node().clone();
-    let damped = || {
-        node.peer_states()
-            .iter()
-            .any(|p| p.name == "leaf" && p.damped_until.is_some())
-    };
+    let damped = || leaf_damped(&node);
     let arrives = |value: String| {
         let hub = &hub;
         async move {

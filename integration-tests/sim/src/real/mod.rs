@@ -474,6 +474,11 @@ impl RealMesh {
     /// whole (written aside, then renamed), as an editor or a harvester would.
     fn change(&mut self, leaf: usize, value: &str) -> Result<(), RealError> {
         let text = self.plan.change(leaf, value);
+        self.write_collection(leaf, &text)
+    }
+
+    /// Replaces `leaf`'s collection file at once (written aside, then renamed).
+    fn write_collection(&self, leaf: usize, text: &str) -> Result<(), RealError> {
         let (tmp, path) = (
             self.dirs[leaf].join("docs.soif.new"),
             self.dirs[leaf].join("docs.soif"),
@@ -665,12 +670,7 @@ impl MeshUnderTest for RealMesh {
 
     fn edit(&mut self, leaf: usize, k: u64) -> Result<(), RealError> {
         let text = self.plan.edit(leaf, k);
-        let (tmp, path) = (
-            self.dirs[leaf].join("docs.soif.new"),
-            self.dirs[leaf].join("docs.soif"),
-        );
-        std::fs::write(&tmp, text).map_err(setup("collection"))?;
-        std::fs::rename(&tmp, &path).map_err(setup("collection"))
+        self.write_collection(leaf, &text)
     }
 
     fn root_cpu(&mut self) -> Duration {
