@@ -183,3 +183,33 @@ async fn raw_posts_get_http_answers() {
         .await
         .unwrap();
 }
+
+/// A change travels over CIP over HTTP as a delta too: the poll's `have` and `delta=yes`
+/// go as parameters of the POSTed poll, the delta comes back as the index object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_travels_over_http_as_a_delta() {
+    let authors: Vec<String> = (0..300).map(|i| format!("Author{i}")).collect();
+    let names: Vec<&str> = authors.iter().map(String::as_str).collect();
+    let mut leaf = TestNode::start(serving(NodeSpec::new(LEAF, &names))).await;
+    let mut spec = NodeSpec::new(HUB, &["Hugo"]);
+    spec.extra = http_peer("leaf", &leaf, "\"poll\"");
+    let hub = TestNode::start(spec).await;
+    hub.wait_query("Author=Author7", |a| refers_to(a, LEAF) == Some(1))
+        .await;
+    let mut more = names.clone();
+    more.push("Newcomer");
+    leaf.set_authors(&more).await;
+    hub.daemon.node().poll_soon("leaf");
+    hub.wait_query("Author=Newcomer", |a| refers_to(a, LEAF) == Some(1))
+        .await;
+    let (hub_m, leaf_m) = (hub.daemon.node().metrics(), leaf.daemon.node().metrics());
+    assert_eq!(hub_m.deltas_applied.get(), 1, "taken as a delta");
+    assert_eq!(leaf_m.deltas_sent.get(), 1);
+    assert_eq!(hub_m.deltas_refused.get(), 0);
+    assert_eq!(
+        refers_to(&hub.query("Author=Author299").await, LEAF),
+        Some(1)
+    );
+    hub.stop().await;
+    leaf.stop().await;
+}
