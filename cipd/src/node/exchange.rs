@@ -20,6 +20,13 @@ use crate::store::routes::{Damping, DampingConfig, Offer, Routes};
 
 use super::*;
 
+/// `chain` joined into one delta and written, when that is smaller than `size` (the whole
+/// hint's) bytes.
+fn joined_wire(chain: &[std::sync::Arc<HintDelta>], size: usize) -> Option<Bytes> {
+    let wire = hints::delta::journal::join(chain)?.to_soif().to_bytes();
+    (wire.len() < size).then(|| Bytes::from(wire))
+}
+
 /// A polled peer's answer, as the node takes it ([`Node::take_answer`]).
 #[derive(Debug)]
 pub struct Answer {
@@ -138,51 +145,76 @@ impl Node {
         to: u64,
     ) -> Option<Bytes> {
         let limits = self.config().outbound.journal;
-        let joined = |journal: &hints::delta::journal::Journal| {
-            let d = journal.path(base, to)?;
-            let wire = d.to_soif().to_bytes();
-            (wire.len() < whole.len()).then(|| Bytes::from(wire))
-        };
-        let found = {
+        let soif = soif_limits(&self.config());
+        let chain = {
             let mut journal = lock(&self.journal);
             journal.set_limits(limits);
-            joined(&journal)
+            journal.chain(base, to)
         };
-        let made = match found {
-            Some(wire) => Some(wire),
-            None => {
-                let (last, from) = last?;
-                let unrecorded = from != to && !lock(&self.journal).has(from, to);
-                if !unrecorded && from != base {
-                    return None;
-                }
-                // The changeset from what it last received to what it gets now: kept for
-                // every poller on the same step, and sent when that is what it holds.
-                let soif = soif_limits(&self.config());
-                let next = whole.clone();
-                let delta = crate::sys::net::spawn_blocking(move || {
-                    let from = parse_hint(&last, soif).ok()?;
-                    let to = parse_hint(&next, soif).ok()?;
-                    HintDelta::for_wire(&from, &to)
-                })
-                .await
+        // What the journal lacks: the changeset from what the poller last received to what
+        // it gets now, made here (kept for every poller on the same step), unless kept or
+        // of no use to this poller.
+        let make = match (&chain, last) {
+            (None, Some((last, from)))
+                if from == base || (from != to && !lock(&self.journal).has(from, to)) =>
+            {
+                Some((last, from))
+            }
+            _ => None,
+        };
+        if chain.is_none() && make.is_none() {
+            return None;
+        }
+        let size = whole.len();
+        // Joining, making and writing deltas cost up to the hint's size: off the async
+        // workers.
+        let (made, wire) = crate::sys::net::spawn_blocking(move || {
+            if let Some(chain) = chain {
+                return (None, joined_wire(&chain, size));
+            }
+            let Some((last, from)) = make else {
+                return (None, None);
+            };
+            let made = parse_hint(&last, soif)
                 .ok()
-                .flatten();
-                let (delta, wire) = delta?;
+                .zip(parse_hint(&whole, soif).ok())
+                .and_then(|(a, b)| HintDelta::for_wire(&a, &b));
+            match made {
+                Some((delta, wire)) if from == base => {
+                    (Some((delta, wire.len())), Some(Bytes::from(wire)))
+                }
+                Some((delta, wire)) => (Some((delta, wire.len())), None),
+                None => (None, None),
+            }
+        })
+        .await
+        .ok()?;
+        let wire = match made {
+            Some((delta, len)) => {
                 let delta = std::sync::Arc::new(delta);
-                let mut journal = lock(&self.journal);
-                journal.record(delta.clone(), wire.len());
-                if from == base {
-                    Some(Bytes::from(wire))
-                } else {
-                    joined(&journal)
+                let chain = {
+                    let mut journal = lock(&self.journal);
+                    journal.record(delta, len);
+                    journal.chain(base, to)
+                };
+                match (wire, chain) {
+                    (Some(wire), _) => Some(wire),
+                    // It holds an older hint: the new changeset may complete its way.
+                    (None, Some(chain)) => {
+                        crate::sys::net::spawn_blocking(move || joined_wire(&chain, size))
+                            .await
+                            .ok()
+                            .flatten()
+                    }
+                    (None, None) => None,
                 }
             }
+            None => wire,
         };
-        if made.is_some() {
+        if wire.is_some() {
             Metrics::inc(&self.metrics.deltas_sent);
         }
-        made
+        wire
     }
 
     /// The whole hint a delta from `peer` for dataset `dsi` makes of the one spooled from

@@ -100,6 +100,12 @@ impl Journal {
     /// fewest changesets (newest first among equals); `None` when the journal holds no way
     /// (or `from` is `to`).
     pub fn path(&self, from: u64, to: u64) -> Option<HintDelta> {
+        join(&self.chain(from, to)?)
+    }
+
+    /// The changesets [`Journal::path`] joins, in order, shared: taken under a lock, joined
+    /// after it.
+    pub fn chain(&self, from: u64, to: u64) -> Option<Vec<Arc<HintDelta>>> {
         if from == to {
             return None;
         }
@@ -116,16 +122,15 @@ impl Journal {
                 if seen.insert(d.result) {
                     came_by.insert(d.result, d);
                     if d.result == to {
-                        let mut chain = vec![*d];
+                        let mut chain = vec![Arc::clone(d)];
                         let mut back = d.base;
                         while back != from {
                             let step = came_by.get(&back)?;
-                            chain.push(step);
+                            chain.push(Arc::clone(step));
                             back = step.base;
                         }
                         chain.reverse();
-                        let first = (**chain[0]).clone();
-                        return chain[1..].iter().try_fold(first, |acc, d| acc.then(d));
+                        return Some(chain);
                     }
                     queue.push_back(d.result);
                 }
@@ -148,6 +153,14 @@ impl Journal {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+}
+
+/// `chain` joined into one delta ([`HintDelta::then`]); `None` when it is empty or a
+/// changeset does not start where the one before ends.
+pub fn join(chain: &[Arc<HintDelta>]) -> Option<HintDelta> {
+    let (first, rest) = chain.split_first()?;
+    rest.iter()
+        .try_fold((**first).clone(), |acc, d| acc.then(d))
 }
 
 #[cfg(test)]
