@@ -327,3 +327,36 @@ async fn a_corrupt_delta_is_refused_and_the_whole_hint_follows_at_once() {
     token.cancel();
     hub.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_poller_takes_the_whole_hint_once_then_deltas() {
+    let leaf_spec = NodeSpec::new("1.3.6.1.4.1.99999.641", &refs(&authors(&[])));
+    let mut leaf = TestNode::start(leaf_spec.clone()).await;
+    let hub_spec = NodeSpec::new("1.3.6.1.4.1.99999.640", &["Hub"]);
+    let hub = TestNode::start(hub_spec.clone().peer("leaf", &leaf, &["poll"])).await;
+    leaf.reconfigure(leaf_spec.clone().peer("hub", &hub, &["poller"]))
+        .await;
+    hub.wait_query("Author=Author7", |a| a.referrals.len() == 1)
+        .await;
+    // The hub restarts from its spool: it holds the leaf's hint but no version of it, so
+    // its first poll takes the whole hint (no delta refused, nothing lost)...
+    let dir = hub.stop().await;
+    let hub = TestNode::start_in(hub_spec.peer("leaf", &leaf, &["poll"]), dir).await;
+    leaf.reconfigure(leaf_spec.peer("hub", &hub, &["poller"]))
+        .await;
+    leaf.set_authors(&refs(&authors(&["AfterRestart"]))).await;
+    hub.wait_query("Author=AfterRestart", |a| a.referrals.len() == 1)
+        .await;
+    assert_eq!(refused(&hub), 0);
+    assert_eq!(hub.query("Author=Author7").await.referrals.len(), 1);
+    // ...and the next change comes as a delta again.
+    let before = applied(&hub);
+    leaf.set_authors(&refs(&authors(&["AfterRestart", "Next"])))
+        .await;
+    hub.wait_query("Author=Next", |a| a.referrals.len() == 1)
+        .await;
+    eventually("a delta after the restart", || applied(&hub) > before).await;
+    assert_eq!(refused(&hub), 0);
+    hub.stop().await;
+    leaf.stop().await;
+}

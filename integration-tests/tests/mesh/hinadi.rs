@@ -248,14 +248,15 @@ async fn antenna_files_are_read_served_pulled_and_referred() {
 /// stop the node: a Hina-Di URL and an RDM server on a port nobody listens on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_feeds_are_counted_and_retried() {
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    // A port that is bound for the whole test and never answers: a port bound and let go
+    // could be taken meanwhile by another test's listener, which may answer. Connections
+    // wait in its backlog until the fetch and pull timeouts (2 s) fail them.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
     let mut spec = NodeSpec::new(PULLER, &["Garcia"]);
     spec.extra = format!(
-        "[[collection]]\nname = \"antenna\"\ntype = \"hinadi\"\nurl = \"http://{closed}/hina.di\"\n\
-         [[collection]]\nname = \"partner\"\ntype = \"rdm\"\nurl = \"http://{closed}/rdm/incoming\"\n\
+        "[[collection]]\nname = \"antenna\"\ntype = \"hinadi\"\nurl = \"http://{silent_addr}/hina.di\"\n\
+         [[collection]]\nname = \"partner\"\ntype = \"rdm\"\nurl = \"http://{silent_addr}/rdm/incoming\"\n\
          [hinadi]\nfetch_timeout = \"2s\"\n[rdm]\npull_timeout = \"2s\"\n"
     );
     let node = TestNode::start(spec).await;
@@ -275,6 +276,7 @@ async fn unreachable_feeds_are_counted_and_retried() {
     // The node answers from what it has.
     assert_eq!(node.query("Author=Garcia").await.local, 1);
     node.stop().await;
+    drop(silent);
 }
 
 /// The title and author of the round-trip entry: an ideographic space (U+3000) between
