@@ -28,6 +28,7 @@ use bytes::Bytes;
 use cip_proto::soif::{Attribute, SoifObject};
 
 use crate::hint::{AttrSpec, CipHint, HintError, WeightEntry, Weightlist, bracketed};
+use crate::table::EntryChange;
 
 pub mod journal;
 
@@ -403,6 +404,16 @@ impl HintDelta {
     /// the result is not the hint the delta names (nothing is changed either way);
     /// [`DeltaError::BadResult`] when the result cannot be read as a hint.
     pub fn apply(&self, hint: &CipHint) -> Result<CipHint, DeltaError> {
+        self.apply_changes(hint).map(|(made, _)| made)
+    }
+
+    /// [`HintDelta::apply`], with every weightlist entry that differs between `hint` and
+    /// the result, as [`RoutingTable::apply_delta`](crate::table::RoutingTable::apply_delta)
+    /// takes them (a weightlist removed gives each of its entries, count 0 after).
+    ///
+    /// # Errors
+    /// As [`HintDelta::apply`].
+    pub fn apply_changes(&self, hint: &CipHint) -> Result<(CipHint, Vec<EntryChange>), DeltaError> {
         let mut p = parts(hint).ok_or(DeltaError::WrongBase {
             expected: self.base,
             found: digest(hint),
@@ -422,6 +433,15 @@ impl HintDelta {
                 None => p.header.push((name.clone(), values.clone())),
             }
         }
+        let mut entry_changes = Vec::new();
+        for (spec, map) in p.lists.iter().filter(|(s, _)| removed(&list_name(s))) {
+            entry_changes.extend(map.iter().map(|(value, &count)| EntryChange {
+                attribute: spec.clone(),
+                value: value.clone(),
+                before: count,
+                after: 0,
+            }));
+        }
         p.lists.retain(|(s, _)| !removed(&list_name(s)));
         for (spec, changes) in &self.lists {
             let i = match p.lists.iter().position(|(s, _)| s == spec) {
@@ -433,10 +453,19 @@ impl HintDelta {
             };
             let map = &mut p.lists[i].1;
             for e in changes {
-                if e.count == 0 {
-                    map.remove(&e.value);
+                let before = if e.count == 0 {
+                    map.remove(&e.value)
                 } else {
-                    map.insert(e.value.clone(), e.count);
+                    map.insert(e.value.clone(), e.count)
+                }
+                .unwrap_or(0);
+                if before != e.count {
+                    entry_changes.push(EntryChange {
+                        attribute: spec.clone(),
+                        value: e.value.clone(),
+                        before,
+                        after: e.count,
+                    });
                 }
             }
         }
@@ -448,7 +477,7 @@ impl HintDelta {
                 found,
             });
         }
-        rebuild(p)
+        Ok((rebuild(p)?, entry_changes))
     }
 
     /// The delta as a `CIP-HINT-DELTA` SOIF object.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use hints::table::PeerMeta;
 
-use crate::pipeline::import::QueueError;
+use crate::pipeline::import::{InPlace, QueueError};
 use crate::store::binding::Claim;
 
 use super::*;
@@ -18,8 +18,22 @@ impl Node {
     /// # Errors
     /// [`Rejection`] saying why it was refused (the table and spool are then unchanged).
     pub async fn accept_index(&self, peer: &str, obj: IndexObject) -> Result<(), Rejection> {
+        self.accept_index_with(peer, obj, None).await
+    }
+
+    /// [`Node::accept_index`] of a hint a delta made, with the delta's entries to apply in
+    /// place when the table still holds its base.
+    ///
+    /// # Errors
+    /// As [`Node::accept_index`].
+    pub(crate) async fn accept_index_with(
+        &self,
+        peer: &str,
+        obj: IndexObject,
+        in_place: Option<InPlace>,
+    ) -> Result<(), Rejection> {
         let dsi = obj.dsi.clone();
-        let result = self.accept_index_inner(peer, obj).await;
+        let result = self.accept_index_inner(peer, obj, in_place).await;
         match &result {
             Ok(()) => {
                 Metrics::inc(&self.metrics.index_objects_received);
@@ -80,6 +94,7 @@ impl Node {
         &self,
         peer: &str,
         obj: IndexObject,
+        in_place: Option<InPlace>,
     ) -> Result<(), Rejection> {
         let Some(kind) = crate::model::index_kind::IndexKind::of(&obj.index_type) else {
             return Err(Rejection::UnsupportedType(
@@ -90,7 +105,7 @@ impl Node {
         // reaches the table or the spool.
         let dsi = obj.dsi.clone();
         let claim = self.bindings.claim(peer, &dsi)?;
-        let result = self.import_object(peer, kind, obj).await;
+        let result = self.import_object(peer, kind, obj, in_place).await;
         if claim == Claim::New {
             match &result {
                 Ok(()) => {
@@ -103,13 +118,14 @@ impl Node {
         result
     }
 
-    /// Parses `obj` (on the blocking pool), imports it through the import queue and
-    /// spools it.
+    /// Parses `obj` (on the blocking pool), imports it through the import queue (applying
+    /// `in_place` when the table holds its base) and spools it.
     pub(super) async fn import_object(
         &self,
         peer: &str,
         kind: crate::model::index_kind::IndexKind,
         obj: IndexObject,
+        in_place: Option<InPlace>,
     ) -> Result<(), Rejection> {
         let config = self.config();
         let limits = soif_limits(&config);
@@ -213,12 +229,20 @@ impl Node {
             let (bindings, peer, dsi) = (self.bindings.clone(), peer.to_owned(), dsi.clone());
             Box::new(move || bindings.get(&peer).is_some_and(|b| b.dsi == dsi))
         };
-        if let Err(e) = self.importer.import(meta, hint, digest, Some(vouch)).await {
-            discard(staged);
-            return Err(match e {
-                QueueError::Refused(r) => Rejection::Refused(r),
-                other => Rejection::Storage(other.to_string()),
-            });
+        match self
+            .importer
+            .import(meta, hint, digest, Some(vouch), in_place)
+            .await
+        {
+            Err(e) => {
+                discard(staged);
+                return Err(match e {
+                    QueueError::Refused(r) => Rejection::Refused(r),
+                    other => Rejection::Storage(other.to_string()),
+                });
+            }
+            Ok(done) if done.in_place => Metrics::inc(&self.metrics.deltas_in_place),
+            Ok(_) => {}
         }
         // Ended after the write: the reload drops the dataset; this keeps it out of the
         // spool.

@@ -10,7 +10,7 @@ use hints::aggregate::Filter;
 use hints::table::{ImportError, PeerMeta};
 
 use crate::model::config::soif_limits;
-use crate::pipeline::import::QueueError;
+use crate::pipeline::import::{InPlace, QueueError};
 use crate::pipeline::inbound::parse_hint;
 use hints::delta::HintDelta;
 
@@ -82,14 +82,16 @@ impl Node {
         let mut refused = Vec::new();
         let mut offered = BTreeSet::new();
         for (i, mut obj) in answer.objects.into_iter().enumerate() {
+            let mut in_place = None;
             if i == 0 && obj.payload.starts_with(DELTA_MARK) {
                 match self
                     .rebuild_from_delta(peer, &obj.dsi, obj.payload.clone())
                     .await
                 {
-                    Ok(whole) => {
+                    Ok((whole, changes)) => {
                         Metrics::inc(&self.metrics.deltas_applied);
                         obj.payload = whole;
+                        in_place = Some(changes);
                     }
                     Err(why) => {
                         // Nothing changed: the next poll (now) names no version and takes
@@ -103,7 +105,7 @@ impl Node {
                 }
             }
             let done = if i == 0 {
-                self.accept_index(peer, obj).await
+                self.accept_index_with(peer, obj, in_place).await
             } else {
                 self.accept_transit(peer, obj).await.map(|dsi| {
                     offered.insert(dsi);
@@ -218,7 +220,8 @@ impl Node {
     }
 
     /// The whole hint a delta from `peer` for dataset `dsi` makes of the one spooled from
-    /// it (the last it sent us), as SOIF bytes.
+    /// it (the last it sent us), as SOIF bytes, with the entries it changes and the payload
+    /// digest of the hint it applies to (for the table to apply it in place).
     ///
     /// # Errors
     /// Why it cannot be applied: no hint held, the delta unreadable, or not for the hint
@@ -228,14 +231,18 @@ impl Node {
         peer: &str,
         dsi: &Dsi,
         delta: Bytes,
-    ) -> Result<Bytes, String> {
+    ) -> Result<(Bytes, InPlace), String> {
         let limits = soif_limits(&self.config());
         let spool = self.spool.clone();
+        let hasher = self.payload_hasher.clone();
         let (peer, dsi) = (peer.to_owned(), dsi.clone());
         crate::sys::net::spawn_blocking(move || {
             let held = spool
                 .load(&peer, &dsi)
                 .map_err(|e| format!("no hint of {dsi} held from {peer}: {e}"))?;
+            // As `import_object` digests what it imports.
+            let base_digest =
+                hasher.hash_one((&held.payload[..], &held.base_uris, &held.description));
             let base = parse_hint(&held.payload, limits).map_err(|e| e.to_string())?;
             let objects = cip_proto::soif::parse_all(delta, limits)
                 .map_err(|e| format!("delta is not SOIF: {e}"))?;
@@ -246,10 +253,18 @@ impl Node {
                 ));
             };
             let delta = HintDelta::from_soif(obj).map_err(|e| e.to_string())?;
-            let made = delta.apply(&base).map_err(|e| e.to_string())?;
-            made.try_to_soif()
+            let (made, changes) = delta.apply_changes(&base).map_err(|e| e.to_string())?;
+            let whole = made
+                .try_to_soif()
                 .map(|o| Bytes::from(o.to_bytes()))
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            Ok((
+                whole,
+                InPlace {
+                    changes,
+                    base: base_digest,
+                },
+            ))
         })
         .await
         .map_err(|e| e.to_string())?
@@ -511,7 +526,7 @@ impl Node {
             path,
         };
         self.importer
-            .import(meta, hint, digest, None)
+            .import(meta, hint, digest, None, None)
             .await
             .map_err(|e| match e {
                 QueueError::Refused(r) => Rejection::Refused(r),

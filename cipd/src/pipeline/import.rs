@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use cip_proto::Dsi;
 use hints::hint::CipHint;
-use hints::table::{ImportError, PeerMeta, RoutingTable};
+use hints::table::{EntryChange, ImportError, PeerMeta, RoutingTable};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::model::config::ImportConfig;
@@ -38,6 +38,8 @@ pub struct Imported {
     /// The hint was indexed anew (false: the table held the same payload, whose expiry
     /// was refreshed).
     pub changed: bool,
+    /// It came with a delta that the table applied in place ([`InPlace`]).
+    pub in_place: bool,
     /// The table generation that holds it.
     pub generation: u64,
 }
@@ -60,6 +62,17 @@ pub enum QueueError {
     Unvouched,
 }
 
+/// A hint that a delta made of the one held, with the delta's entries: the table applies
+/// them in place ([`RoutingTable::apply_delta`]) when it still holds the delta's base,
+/// and imports the hint whole otherwise.
+#[derive(Debug, Clone)]
+pub struct InPlace {
+    /// Every weightlist entry that differs from the hint held.
+    pub changes: Vec<EntryChange>,
+    /// The payload digest (as the jobs carry) of the hint the delta applies to.
+    pub base: u64,
+}
+
 /// Asked by the import thread, under the digests lock, right before a job is written:
 /// false drops the job with [`QueueError::Unvouched`].
 pub(crate) type Vouch = Box<dyn Fn() -> bool + Send>;
@@ -69,6 +82,7 @@ struct Job {
     hint: CipHint,
     digest: u64,
     vouch: Option<Vouch>,
+    in_place: Option<InPlace>,
     reply: oneshot::Sender<Result<Imported, QueueError>>,
 }
 
@@ -127,7 +141,8 @@ impl Importer {
     }
 
     /// Imports `hint` (payload digest `digest`) and waits for the outcome; `vouch`, when
-    /// given, is asked right before the write (see `Vouch`).
+    /// given, is asked right before the write (see `Vouch`); `in_place`, the delta that
+    /// made `hint`, to apply instead when it can.
     ///
     /// # Errors
     /// [`QueueError::Refused`] with the table's reason; [`QueueError::Unvouched`] when
@@ -138,6 +153,7 @@ impl Importer {
         hint: CipHint,
         digest: u64,
         vouch: Option<Vouch>,
+        in_place: Option<InPlace>,
     ) -> Result<Imported, QueueError> {
         let (reply, outcome) = oneshot::channel();
         self.tx
@@ -146,6 +162,7 @@ impl Importer {
                 hint,
                 digest,
                 vouch,
+                in_place,
                 reply,
             })
             .await
@@ -232,8 +249,13 @@ fn import_batch(
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum Step {
         Index,
+        InPlace,
         Refresh,
         Veto,
+    }
+    let mut jobs_of: HashMap<&Dsi, usize> = HashMap::new();
+    for j in batch.iter() {
+        *jobs_of.entry(&j.meta.dsi).or_default() += 1;
     }
     let steps: Vec<Step> = batch
         .iter()
@@ -246,11 +268,38 @@ fn import_batch(
                 && table.contains(&j.meta.dsi)
             {
                 Step::Refresh
+            } else if jobs_of[&j.meta.dsi] == 1
+                && j.in_place
+                    .as_ref()
+                    .is_some_and(|d| held.get(&j.meta.dsi) == Some(&d.base))
+                && table.contains(&j.meta.dsi)
+            {
+                // The table holds the delta's base, and nothing else in the batch
+                // changes the dataset.
+                Step::InPlace
             } else {
                 Step::Index
             }
         })
         .collect();
+    // Deltas first: one that cannot be applied in place is imported whole below.
+    let mut steps = steps;
+    let mut in_place: Vec<Option<Result<(), ImportError>>> = Vec::with_capacity(batch.len());
+    for (j, step) in batch.iter().zip(steps.iter_mut()) {
+        let mut done = None;
+        if *step == Step::InPlace
+            && let Some(d) = &j.in_place
+        {
+            match table.apply_delta(j.meta.clone(), &j.hint, &d.changes) {
+                Err(ImportError::NeedsWhole(why)) => {
+                    tracing::debug!(dsi = %j.meta.dsi, %why, "delta imported whole");
+                    *step = Step::Index;
+                }
+                other => done = Some(other.map(|_| ())),
+            }
+        }
+        in_place.push(done);
+    }
     // The hints to index are handed over, not lent: the table drops each one as soon as it
     // has taken its values, before the new segment is built, so a huge hint and the
     // segment built from it are not in memory at once.
@@ -274,26 +323,35 @@ fn import_batch(
     let results = batch
         .iter()
         .zip(steps)
-        .map(|(job, step)| {
+        .zip(in_place)
+        .map(|((job, step), in_place)| {
             match step {
                 Step::Veto => return Err(QueueError::Unvouched),
                 Step::Refresh => {
                     return Ok(Imported {
                         changed: false,
+                        in_place: false,
                         generation,
                     });
                 }
-                Step::Index => {}
+                Step::InPlace => {
+                    in_place
+                        .unwrap_or(Err(ImportError::TooLarge))
+                        .map_err(QueueError::Refused)?;
+                }
+                Step::Index => {
+                    replaced
+                        .next()
+                        .unwrap_or(Err(ImportError::TooLarge))
+                        .map_err(QueueError::Refused)?;
+                }
             }
-            replaced
-                .next()
-                .unwrap_or(Err(ImportError::TooLarge))
-                .map_err(QueueError::Refused)?;
             // Indexed anew: the table's contents changed.
             held.insert(job.meta.dsi.clone(), job.digest);
             changed.push(job.meta.dsi.clone());
             Ok(Imported {
                 changed: true,
+                in_place: step == Step::InPlace,
                 generation,
             })
         })
@@ -329,6 +387,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_delta_is_applied_in_place_only_on_its_base() {
+        use hints::delta::HintDelta;
+        let table = Arc::new(RoutingTable::default());
+        let importer = Importer::start(
+            ImportConfig::default(),
+            table.clone(),
+            Digests::default(),
+            Arc::new(Pipeline::new()),
+        )
+        .unwrap();
+        let (a, b, c) = (hint(5, "v1"), hint(5, "v2"), hint(5, "v3"));
+        let first = importer.import(meta("1.1"), a.clone(), 1, None, None).await;
+        assert!(!first.unwrap().in_place);
+        // On its base (digest 1): in place.
+        let (made, changes) = HintDelta::between(&a, &b)
+            .unwrap()
+            .apply_changes(&a)
+            .unwrap();
+        let delta = InPlace { changes, base: 1 };
+        let done = importer
+            .import(meta("1.1"), made, 2, None, Some(delta))
+            .await
+            .unwrap();
+        assert!(done.changed && done.in_place);
+        let rows = table.entries(None, None, None, 10);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(&rows[0].value[..], b"v2");
+        // Named on a base the table no longer holds (digest 1 again): imported whole,
+        // and the table holds exactly the new hint.
+        let (made, changes) = HintDelta::between(&a, &c)
+            .unwrap()
+            .apply_changes(&a)
+            .unwrap();
+        let stale = InPlace { changes, base: 1 };
+        let done = importer
+            .import(meta("1.1"), made, 3, None, Some(stale))
+            .await
+            .unwrap();
+        assert!(done.changed && !done.in_place);
+        let rows = table.entries(None, None, None, 10);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(&rows[0].value[..], b"v3");
+    }
+
+    #[tokio::test]
     async fn concurrent_imports_batch_and_report_each_outcome() {
         let table = Arc::new(RoutingTable::default());
         let outbound = Arc::new(Pipeline::new());
@@ -350,6 +453,7 @@ mod tests {
                         meta(&format!("1.{i}")),
                         hint(total, &format!("v{i}")),
                         1,
+                        None,
                         None,
                     )
                     .await
@@ -375,7 +479,7 @@ mod tests {
         assert!(outbound.stats().requested >= 1);
         // The same payload again: imported, but no change.
         let again = importer
-            .import(meta("1.1"), hint(5, "v1"), 1, None)
+            .import(meta("1.1"), hint(5, "v1"), 1, None, None)
             .await
             .unwrap();
         assert!(!again.changed);
@@ -400,7 +504,7 @@ mod tests {
             Some(Box::new(move || b.load(Ordering::SeqCst)))
         };
         let first = importer
-            .import(meta("1.1"), hint(5, "v1"), 1, vouch(&bound))
+            .import(meta("1.1"), hint(5, "v1"), 1, vouch(&bound), None)
             .await
             .unwrap();
         assert!(first.changed);
@@ -410,13 +514,13 @@ mod tests {
         bound.store(false, Ordering::SeqCst);
         for digest in [1, 2] {
             let refused = importer
-                .import(meta("1.1"), hint(5, "v2"), digest, vouch(&bound))
+                .import(meta("1.1"), hint(5, "v2"), digest, vouch(&bound), None)
                 .await;
             assert!(matches!(refused, Err(QueueError::Unvouched)), "{refused:?}");
         }
         assert_eq!(lock(&digests).get(&Dsi::new("1.1").unwrap()), Some(&1));
         let other = importer
-            .import(meta("1.2"), hint(5, "v3"), 3, None)
+            .import(meta("1.2"), hint(5, "v3"), 3, None, None)
             .await
             .unwrap();
         assert!(other.changed);

@@ -182,6 +182,9 @@ pub struct Metrics {
     pub deltas_sent: Counter,
     /// Deltas from polled peers applied to the hint held.
     pub deltas_applied: Counter,
+    /// Of those, the ones the routing table applied in place (the others were imported
+    /// whole).
+    pub deltas_in_place: Counter,
     /// Deltas from polled peers refused (base not held, inconsistent, corrupt): the whole
     /// hint is asked at once.
     pub deltas_refused: Counter,
@@ -403,6 +406,11 @@ impl Default for Metrics {
             "cipd_deltas_applied_total",
             "Deltas from polled peers applied to the hint held.",
         );
+        let deltas_in_place = counter(
+            r,
+            "cipd_deltas_in_place_total",
+            "Deltas from polled peers the routing table applied in place (not re-importing the whole hint).",
+        );
         let deltas_refused = counter(
             r,
             "cipd_deltas_refused_total",
@@ -527,6 +535,7 @@ impl Default for Metrics {
             datachanged_skipped,
             deltas_sent,
             deltas_applied,
+            deltas_in_place,
             deltas_refused,
             index_objects_implausible,
             index_objects_over_budget,

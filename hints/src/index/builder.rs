@@ -13,8 +13,12 @@ use crate::threads::spawn_or_run;
 
 use super::cache::Cache;
 use super::segment::{
-    BIG, GROUP, HAS_UPPER, HEADER, POSTING, Segment, SegmentOverflow, attr_bit, cmp_folded, rd32,
+    BIG, Core, GROUP, HAS_UPPER, HEADER, POSTING, Segment, SegmentOverflow, attr_bit, cmp_folded,
+    rd32,
 };
+
+/// A whole record: the value's spelling and its postings `(attribute, slot, count)`.
+pub(crate) type Record = (Vec<u8>, Vec<(u32, u32, u64)>);
 
 /// Segments with at least this many values build their exact table and substring index on
 /// two threads.
@@ -69,8 +73,28 @@ impl Segment {
         Ok(builder.finish())
     }
 
+    /// Builds an indexed segment of whole records `(spelling, postings (attribute, slot,
+    /// count))`, whose values fold to distinct bytes: the patch a delta applied in place
+    /// adds ([`crate::table`]). Records without a posting above 0 are left out.
+    pub(crate) fn from_records(
+        mut records: Vec<Record>,
+        hasher: &RandomState,
+    ) -> Result<Self, SegmentOverflow> {
+        records.retain(|r| r.1.iter().any(|p| p.2 > 0));
+        records.sort_unstable_by(|a, b| cmp_folded(&a.0, &b.0));
+        let bound = records
+            .iter()
+            .map(|(v, p)| HEADER + v.len() + v.len().div_ceil(8) + p.len() * (GROUP + POSTING))
+            .sum();
+        let mut builder = Builder::with_capacity(records.len(), bound);
+        for (value, mut postings) in records {
+            builder.push(&value, &mut postings)?;
+        }
+        Ok(builder.finish().index(hasher, true, true))
+    }
+
     /// Adds, with `exact`, the exact-match table and, with `grams`, the substring index.
-    pub(super) fn index(mut self, hasher: &RandomState, exact: bool, grams: bool) -> Self {
+    pub(super) fn index(self, hasher: &RandomState, exact: bool, grams: bool) -> Self {
         // The two structures read only the records: build them side by side when the
         // segment is big enough to be worth a thread.
         if exact && grams && self.len() >= PARALLEL_INDEX {
@@ -84,14 +108,15 @@ impl Segment {
                 };
                 (table, grams)
             });
-            self.table = OnceLock::from(table);
-            self.grams = OnceLock::from(grams);
+            // Invariant: the segment is new, so neither is set yet.
+            let _ = self.table.set(table);
+            let _ = self.grams.set(grams);
         } else {
             if exact {
-                self.table = OnceLock::from(self.exact_table(hasher));
+                let _ = self.table.set(self.exact_table(hasher));
             }
             if grams {
-                self.grams = OnceLock::from(self.build_grams());
+                let _ = self.grams.set(self.build_grams());
             }
         }
         self
@@ -328,7 +353,7 @@ impl<S: RecSink> Builder<S> {
 
 impl Builder {
     pub(super) fn finish(self) -> Segment {
-        let mut seg = Segment {
+        let mut seg = Core {
             recs: self.recs.freeze(),
             starts: self.starts,
             attr_bits: self.attr_bits,
@@ -350,7 +375,7 @@ impl Builder {
         };
         seg.starts.shrink_to_fit();
         seg.attr_bits.shrink_to_fit();
-        seg
+        Segment::from_core(seg)
     }
 }
 

@@ -36,7 +36,8 @@
 //! A segment is limited to 4 GiB of records (32-bit record starts); a bigger one is
 //! refused with [`SegmentOverflow`].
 //!
-//! Segments never change once built; the routing table replaces them whole.
+//! Segments never change once built; the routing table replaces them whole, or, for a
+//! delta applied in place, with a version that hides some values (see [`Segment`]).
 //!
 //! The parts, one file each:
 //! * [`segment`]: the [`Segment`], its record format, and reading values and postings;
@@ -66,6 +67,7 @@ mod merge;
 mod search;
 mod segment;
 
+pub(crate) use builder::Record;
 pub(crate) use bulk::BulkBuilder;
 pub(crate) use exact::hash_lower;
 pub(crate) use segment::{Group, Segment, SegmentOverflow, TOUCH_BATCH, attr_mask, cmp_folded};

@@ -38,7 +38,47 @@ pub(super) const GROUP: usize = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentOverflow;
 
-/// An immutable set of values with their postings and lookup structures.
+/// An immutable set of values with their postings and lookup structures: a [`Core`], shared
+/// by every version of the segment, and the values this version hides.
+///
+/// A delta applied in place ([`crate::table`]) moves the records of the values it changes
+/// to a new small segment and hides them here: a hidden value is still found by lookups
+/// (its bytes, exact-table entry and 4-grams stay), but has no postings, so every reader
+/// passes over it. Summaries and memoized sums are computed from the core as if nothing
+/// were hidden, and are not used for a needle that a hidden value holds
+/// ([`Segment::hides_match`]). Versions share the core by `Arc`: hiding costs the hidden
+/// set, not the segment.
+#[derive(Debug, Default)]
+pub(crate) struct Segment {
+    core: Arc<Core>,
+    hidden: Arc<Hidden>,
+}
+
+impl std::ops::Deref for Segment {
+    type Target = Core;
+
+    #[inline]
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+/// The values a version of a segment hides (see [`Segment`]).
+#[derive(Debug, Default)]
+pub(crate) struct Hidden {
+    /// Their ids, sorted.
+    ids: Vec<u32>,
+    /// Their folded values, each followed by a 0 byte: one `memmem` tells whether a needle
+    /// is in any of them (a needle holding a 0 byte may match across two: then summaries
+    /// are passed over for nothing, which costs only time).
+    text: Vec<u8>,
+    /// Their postings.
+    entries: usize,
+    /// Their postings by slot, sorted by slot.
+    by_slot: Vec<(u32, u64)>,
+}
+
+/// The records, postings and lookup structures of a segment, shared by its versions.
 ///
 /// Each value is one *record* in `recs`, little-endian:
 /// `len | HAS_UPPER` (u32), attribute groups (u32), value id (u32); the value's bytes
@@ -47,7 +87,7 @@ pub(crate) struct SegmentOverflow;
 /// attribute id (u32), postings (u32), and that many `(slot, count)` pairs (u32 each,
 /// by slot). Records follow one another in folded value order.
 #[derive(Debug, Default)]
-pub(crate) struct Segment {
+pub(crate) struct Core {
     pub(super) recs: Pages,
     /// Per value id: where its record starts in `recs`.
     pub(super) starts: Vec<u32>,
@@ -80,6 +120,8 @@ pub(crate) struct Segment {
 /// A value's record, decoded from its header.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rec {
+    /// Its value id.
+    pub(super) id: u32,
     /// Where the value's bytes start in `recs`.
     pub(super) bytes: usize,
     pub(super) len: usize,
@@ -211,6 +253,7 @@ impl Segment {
         let bytes = at + HEADER;
         let groups = bytes + len + if upper { len.div_ceil(8) } else { 0 };
         Rec {
+            id: rd32(&self.recs, at + 8),
             bytes,
             len,
             upper,
@@ -311,10 +354,17 @@ impl Segment {
         &self.recs[r.bytes..r.bytes + r.len]
     }
 
-    /// The attribute groups of record `r`.
+    /// The attribute groups of record `r`: none when this version hides it.
+    #[inline]
     fn groups_of(&self, r: Rec) -> impl Iterator<Item = Group> + '_ {
-        let mut at = r.groups;
-        (0..r.ngroups).map(move |_| {
+        let n = if self.is_hidden(r.id) { 0 } else { r.ngroups };
+        self.groups_raw(r.groups, n)
+    }
+
+    /// `n` attribute groups starting at `at`.
+    #[inline]
+    fn groups_raw(&self, mut at: usize, n: u32) -> impl Iterator<Item = Group> + '_ {
+        (0..n).map(move |_| {
             let g = Group {
                 attr: rd32(&self.recs, at),
                 start: at + GROUP,
@@ -341,6 +391,14 @@ impl Segment {
     #[inline]
     pub(crate) fn groups_in(&self, start: u32) -> impl Iterator<Item = Group> + '_ {
         self.groups_of(self.rec_at(start as usize))
+    }
+
+    /// [`Segment::groups_in`], hidden or not: what summaries and memoized sums are
+    /// computed from (see [`Segment`]).
+    #[inline]
+    pub(crate) fn groups_in_core(&self, start: u32) -> impl Iterator<Item = Group> + '_ {
+        let r = self.rec_at(start as usize);
+        self.groups_raw(r.groups, r.ngroups)
     }
 
     /// The `(slot, count)` postings of group `g`, by slot.
@@ -479,6 +537,103 @@ impl Segment {
             + 16 * (self.big_counts.capacity() + self.slots.capacity())
             + self.grams.get().map_or(0, GramIndex::heap_bytes)
             + self.summary_bytes()
+            + 4 * self.hidden.ids.capacity()
+            + self.hidden.text.capacity()
+            + 16 * self.hidden.by_slot.capacity()
+    }
+}
+
+/// Versions: the values a delta moved away ([`Segment`]).
+impl Segment {
+    /// A segment of `core` hiding nothing.
+    pub(super) fn from_core(core: Core) -> Self {
+        Self {
+            core: Arc::new(core),
+            hidden: Arc::default(),
+        }
+    }
+
+    /// True when this version hides value `id`.
+    #[inline]
+    pub(crate) fn is_hidden(&self, id: u32) -> bool {
+        !self.hidden.ids.is_empty() && self.hidden.ids.binary_search(&id).is_ok()
+    }
+
+    /// True when a hidden value holds `finder`'s needle (or may: see [`Hidden`]): sums
+    /// computed from the core would count it, so they must not be used.
+    #[inline]
+    pub(crate) fn hides_match(&self, finder: &memchr::memmem::Finder<'_>) -> bool {
+        !self.hidden.text.is_empty() && finder.find(&self.hidden.text).is_some()
+    }
+
+    /// Values hidden.
+    pub(crate) fn hidden_values(&self) -> usize {
+        self.hidden.ids.len()
+    }
+
+    /// Postings of the values hidden.
+    pub(crate) fn hidden_entries(&self) -> usize {
+        self.hidden.entries
+    }
+
+    /// Postings of `slot` among the values hidden.
+    pub(crate) fn hidden_slot_entries(&self, slot: u32) -> u64 {
+        self.hidden
+            .by_slot
+            .binary_search_by_key(&slot, |e| e.0)
+            .map_or(0, |k| self.hidden.by_slot[k].1)
+    }
+
+    /// True while another version or snapshot shares this segment's core.
+    pub(crate) fn core_shared(&self) -> bool {
+        Arc::strong_count(&self.core) > 1
+    }
+
+    /// A new version of the segment that also hides `ids` (values not hidden yet).
+    pub(crate) fn hiding(&self, ids: &[u32]) -> Self {
+        let mut ids: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| (id as usize) < self.len() && !self.is_hidden(id))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut hidden = Hidden {
+            ids: Vec::with_capacity(self.hidden.ids.len() + ids.len()),
+            text: self.hidden.text.clone(),
+            entries: self.hidden.entries,
+            by_slot: self.hidden.by_slot.clone(),
+        };
+        for &id in &ids {
+            hidden.text.extend_from_slice(self.folded_value(id));
+            hidden.text.push(0);
+            let r = self.rec(id);
+            for g in self.groups_raw(r.groups, r.ngroups) {
+                hidden.entries += g.len;
+                for (slot, _) in self.group_postings(g) {
+                    match hidden.by_slot.binary_search_by_key(&slot, |e| e.0) {
+                        Ok(k) => hidden.by_slot[k].1 += 1,
+                        Err(k) => hidden.by_slot.insert(k, (slot, 1)),
+                    }
+                }
+            }
+        }
+        // Both lists are sorted: merge them.
+        let (a, b) = (&self.hidden.ids, &ids);
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            if j == b.len() || (i < a.len() && a[i] < b[j]) {
+                hidden.ids.push(a[i]);
+                i += 1;
+            } else {
+                hidden.ids.push(b[j]);
+                j += 1;
+            }
+        }
+        Self {
+            core: Arc::clone(&self.core),
+            hidden: Arc::new(hidden),
+        }
     }
 }
 

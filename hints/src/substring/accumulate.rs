@@ -106,14 +106,15 @@ impl Accumulator {
 
     /// Adds value `id` (record at `start`) under each attribute it was reported under.
     pub(crate) fn add(&mut self, seg: &Segment, id: u32, start: u32) {
-        for g in seg.groups_in(start) {
+        // Sums are computed from the core, hidden values included (see `index::Segment`).
+        for g in seg.groups_in_core(start) {
             self.add_group(seg, id, g);
         }
     }
 
     /// Adds value `id` (record at `start`) under `attr` only.
     fn add_under(&mut self, seg: &Segment, id: u32, start: u32, attr: u32) {
-        if let Some(g) = seg.group_in(start, attr) {
+        if let Some(g) = seg.groups_in_core(start).find(|g| g.attr == attr) {
             self.add_group(seg, id, g);
         }
     }

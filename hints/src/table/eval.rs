@@ -520,7 +520,13 @@ impl RoutingTable {
         let lower = term.value.to_ascii_lowercase();
         let live = |slot| snap.live_tie(slot, opts.now).is_some();
         let mut scanned = 0;
+        let finder = memchr::memmem::Finder::new(&lower);
         snap.segments.iter().all(|seg| {
+            if seg.hides_match(&finder) {
+                // Its sums count values it hides: it is searched.
+                scanned += seg.len();
+                return scanned < QUICK_SCAN_VALUES;
+            }
             let summed = match seg.summaries_now().as_deref().and_then(|s| {
                 s.lookup(&lower, attr)
                     .map(|summary| summary.exact_for(opts.limit, live))
@@ -683,6 +689,9 @@ impl RoutingTable {
                 let cfg = &self.config.summaries;
                 for (si, seg) in segs.iter().enumerate() {
                     let si = si as u32;
+                    // Sums count the values a segment hides: not used for a needle one of
+                    // them holds (see `index::Segment`).
+                    let summable = summable && !seg.hides_match(&finder);
                     if summable {
                         let attr = attrs[0];
                         // A broad needle under one attribute: the segment's summary has

@@ -19,7 +19,9 @@
 //!   live ones is rewritten (one with none live is dropped). So the segment count stays
 //!   logarithmic, each entry is rewritten a few times over its life, and a replacement never
 //!   rebuilds the whole index. A slot's
-//!   postings always sit in exactly one segment; a dead slot number is reused only once no
+//!   posting of a value under an attribute always sits in exactly one segment (a whole
+//!   import's in one; a delta applied in place may spread them, see "Deltas in place"); a
+//!   dead slot number is reused only once no
 //!   segment refers to it;
 //! * `attrs`: the table-wide attribute dictionary, keyed by lowercase template and lowercase
 //!   attribute base name (RFC 2655 §3.3, §4), with the first spelling seen.
@@ -77,6 +79,26 @@
 //! Attribute names resolve without allocating, and the last resolution is cached per
 //! thread.
 //!
+//! # Deltas in place
+//!
+//! [`RoutingTable::apply_delta`] takes a peer's changed entries (a hint delta's, with their
+//! counts before and after) and keeps the peer's slot. Per changed value (case-folded), the
+//! records holding the peer's postings of it are copied whole, with every other peer's
+//! postings, into one new small segment (the *patch*) with the change applied, and the
+//! segments they came from get a new version that hides them: a hidden value keeps its
+//! bytes and lookup entries, but has no postings, so exact lookups, substring searches,
+//! listings, merges and the out-bound aggregation all pass over it. So each
+//! `(value, attribute, slot)` posting still sits in exactly one segment, and readers sum
+//! and rank as before. A version shares everything but its hidden set with the segment it
+//! replaces: a change costs its values' records and that set, not the peer's hint.
+//!
+//! Substring sums (summaries and the memo) are computed from a segment's records, hidden
+//! ones included; a query does not use them in a segment where a hidden value holds the
+//! needle (one `memmem` over the hidden values' text), and searches it instead. A segment
+//! hiding more than 4,096 values and a sixteenth of its values is rewritten by the merge
+//! policy, hidden entries counting as dead; the patches merge tier by tier like any
+//! import's segment.
+//!
 //! # Loop prevention (digest A21)
 //!
 //! Every hint may carry `Provenance-N` attributes naming the DSIs of the datasets it was
@@ -106,6 +128,7 @@ use crate::threads::on_threads;
 pub mod answer;
 mod config;
 mod eval;
+mod patch;
 pub(crate) mod state;
 
 pub use crate::peer::PeerMeta;
@@ -116,6 +139,7 @@ pub use config::{
     DEFAULT_MAX_VALUE_LEN, ENTRY_BUDGET_BYTES, PROVENANCE_BUDGET_BYTES, TableConfig, TableLimits,
 };
 pub use eval::{Route, TableRow};
+pub use patch::EntryChange;
 pub use state::RoutingTable;
 pub(crate) use state::attr_key;
 use state::{PeerEntry, PendingBuild, Snapshot};
@@ -310,6 +334,10 @@ pub enum ImportError {
         /// The limit.
         max: usize,
     },
+    /// A delta that cannot be applied in place ([`RoutingTable::apply_delta`]): import
+    /// the new hint whole.
+    #[error("delta not applicable in place: {0}")]
+    NeedsWhole(String),
     /// The hint's index would exceed 32-bit offsets.
     #[error("hint too large to index")]
     TooLarge,
@@ -586,7 +614,8 @@ impl RoutingTable {
                     .spawn(move || {
                         let turn = build.0.turn.lock();
                         // A segment merged away meanwhile is not worth summarizing.
-                        if Arc::strong_count(&seg) > 1 {
+                        // (A newer version of it shares its core: summaries go there.)
+                        if Arc::strong_count(&seg) > 1 || seg.core_shared() {
                             seg.build_summaries(&cfg, &ties);
                         } else {
                             seg.release_summaries();
@@ -797,29 +826,7 @@ impl RoutingTable {
         held: &mut u64,
     ) -> Result<(u32, PeerEntry, HintEntries<'h>), ImportError> {
         let limits = &self.config.limits;
-        let provenance = provenance(hint)?;
-        if provenance.len() > limits.max_provenance {
-            return Err(ImportError::TooManyProvenance {
-                count: provenance.len(),
-                max: limits.max_provenance,
-            });
-        }
-        if let Some(node) = &self.config.node {
-            if *node == peer.dsi {
-                return Err(ImportError::OwnDsi { dsi: peer.dsi });
-            }
-            if provenance.contains(node) {
-                return Err(ImportError::Loop {
-                    peer: peer.dsi,
-                    node: node.clone(),
-                });
-            }
-        }
-        if !next.peers.contains_key(&peer.dsi) && next.peers.len() >= limits.max_peers {
-            return Err(ImportError::TooManyPeers {
-                max: limits.max_peers,
-            });
-        }
+        let provenance = self.check_header(next, &peer, hint)?;
         let count: usize = hint.weightlists.iter().map(|(_, w)| w.len()).sum();
         if count > limits.max_entries_per_hint {
             return Err(ImportError::TooManyEntries {
@@ -827,21 +834,17 @@ impl RoutingTable {
                 max: limits.max_entries_per_hint,
             });
         }
-        if hint.total_object_count > limits.max_total_objects {
-            return Err(ImportError::ImplausibleTotal {
-                total: hint.total_object_count,
-                max: limits.max_total_objects,
-            });
-        }
         // One reading of each weightlist (a parsed one is read from its text each time):
         // the checks, the charge ([`budget_bytes`]) and the entries to index, with a count.
         let mut budget = config::provenance_charge(&provenance);
         let mut counted = Vec::with_capacity(hint.weightlists.len());
+        let mut max_count = 0;
         for (spec, w) in &hint.weightlists {
             let (mut above, mut too_long) = (None, None);
             let (mut len, mut bytes) = (0usize, 0usize);
             for (index, (value, count)) in w.iter().enumerate() {
                 budget += entry_charge(value.len());
+                max_count = max_count.max(count);
                 if count > 0 {
                     len += 1;
                     bytes += value.len();
@@ -871,14 +874,100 @@ impl RoutingTable {
             }
             counted.push((len, bytes));
         }
+        let others = Self::check_budget(limits, next, &peer.dsi, budget, held)?;
+        let specs = hint
+            .weightlists
+            .iter()
+            .map(|(s, _)| s)
+            .chain(hint.thresholds.iter().map(|(s, _)| s));
+        Self::intern_attrs(limits, next, specs)?;
+        let attrs = &next.attrs;
+        let mut entries = HintEntries::default();
+        for ((spec, w), (len, bytes)) in hint.weightlists.iter().zip(counted) {
+            // Invariant: every weightlist attribute was interned just above.
+            let Some(id) = attrs.id(spec) else { continue };
+            entries.len += len;
+            entries.bytes += bytes;
+            entries.lists.push((id, w));
+        }
+        let thresholds = thresholds_of(attrs, hint);
+        let slot = next.free.pop().unwrap_or(next.slots.len() as u32);
+        let entry = PeerEntry {
+            meta: Arc::new(peer),
+            total: hint.total_object_count,
+            attributes: hint.attributes.clone(),
+            sources: hint.sources.clone(),
+            thresholds,
+            provenance,
+            distinct_values: 0,
+            entries: 0,
+            budget,
+            listed: count,
+            max_count,
+        };
+        *held = others + budget;
+        Ok((slot, entry, entries))
+    }
+
+    /// The checks of a hint's header (its DSI, provenance, total and the peers' limit);
+    /// returns its provenance.
+    pub(super) fn check_header(
+        &self,
+        next: &Snapshot,
+        peer: &PeerMeta,
+        hint: &CipHint,
+    ) -> Result<Vec<Dsi>, ImportError> {
+        let limits = &self.config.limits;
+        let provenance = provenance(hint)?;
+        if provenance.len() > limits.max_provenance {
+            return Err(ImportError::TooManyProvenance {
+                count: provenance.len(),
+                max: limits.max_provenance,
+            });
+        }
+        if let Some(node) = &self.config.node {
+            if *node == peer.dsi {
+                return Err(ImportError::OwnDsi {
+                    dsi: peer.dsi.clone(),
+                });
+            }
+            if provenance.contains(node) {
+                return Err(ImportError::Loop {
+                    peer: peer.dsi.clone(),
+                    node: node.clone(),
+                });
+            }
+        }
+        if !next.peers.contains_key(&peer.dsi) && next.peers.len() >= limits.max_peers {
+            return Err(ImportError::TooManyPeers {
+                max: limits.max_peers,
+            });
+        }
+        if hint.total_object_count > limits.max_total_objects {
+            return Err(ImportError::ImplausibleTotal {
+                total: hint.total_object_count,
+                max: limits.max_total_objects,
+            });
+        }
+        Ok(provenance)
+    }
+
+    /// Checks a hint's charge `budget` against the per-peer and table budgets (the hint
+    /// `dsi` holds frees its own); returns what the other hints hold.
+    pub(super) fn check_budget(
+        limits: &TableLimits,
+        next: &Snapshot,
+        dsi: &Dsi,
+        budget: u64,
+        held: &u64,
+    ) -> Result<u64, ImportError> {
         if budget > limits.max_peer_bytes {
             return Err(ImportError::OverPeerBudget {
                 bytes: budget,
                 max: limits.max_peer_bytes,
             });
         }
-        // The hint it replaces frees its charge.
-        let others = held.saturating_sub(next.budget_of(&peer.dsi));
+        let others = held.saturating_sub(next.budget_of(dsi));
         if others.saturating_add(budget) > limits.max_table_bytes {
             return Err(ImportError::OverTableBudget {
                 bytes: budget,
@@ -886,11 +975,15 @@ impl RoutingTable {
                 max: limits.max_table_bytes,
             });
         }
-        let specs = hint
-            .weightlists
-            .iter()
-            .map(|(s, _)| s)
-            .chain(hint.thresholds.iter().map(|(s, _)| s));
+        Ok(others)
+    }
+
+    /// Adds the attributes of `specs` the dictionary lacks.
+    pub(super) fn intern_attrs<'s>(
+        limits: &TableLimits,
+        next: &mut Snapshot,
+        specs: impl Iterator<Item = &'s AttrSpec>,
+    ) -> Result<(), ImportError> {
         let missing: Vec<&AttrSpec> = specs.filter(|s| next.attrs.id(s).is_none()).collect();
         if !missing.is_empty() {
             let mut attrs = (*next.attrs).clone();
@@ -904,42 +997,7 @@ impl RoutingTable {
             }
             next.attrs = Arc::new(attrs);
         }
-        let attrs = &next.attrs;
-        let mut entries = HintEntries::default();
-        for ((spec, w), (len, bytes)) in hint.weightlists.iter().zip(counted) {
-            // Invariant: every weightlist attribute was interned just above.
-            let Some(id) = attrs.id(spec) else { continue };
-            entries.len += len;
-            entries.bytes += bytes;
-            entries.lists.push((id, w));
-        }
-        let mut thresholds: Vec<(u32, u64)> = hint
-            .thresholds
-            .iter()
-            .filter_map(|(s, t)| Some((attrs.id(s)?, *t)))
-            .collect();
-        thresholds.sort_unstable();
-        thresholds.dedup_by(|b, a| {
-            let same = a.0 == b.0;
-            if same {
-                a.1 = a.1.max(b.1);
-            }
-            same
-        });
-        let slot = next.free.pop().unwrap_or(next.slots.len() as u32);
-        let entry = PeerEntry {
-            meta: Arc::new(peer),
-            total: hint.total_object_count,
-            attributes: hint.attributes.clone(),
-            sources: hint.sources.clone(),
-            thresholds,
-            provenance,
-            distinct_values: 0,
-            entries: 0,
-            budget,
-        };
-        *held = others + budget;
-        Ok((slot, entry, entries))
+        Ok(())
     }
 
     /// Removes a peer's hint; false when there was none.
@@ -1123,6 +1181,25 @@ impl RoutingTable {
 }
 
 /// Makes `entry` the live hint of its peer in `slot`, retiring any older one.
+/// A hint's thresholds by attribute id, sorted, the highest kept for an attribute named
+/// twice (every threshold attribute interned).
+fn thresholds_of(attrs: &state::AttrTable, hint: &CipHint) -> Vec<(u32, u64)> {
+    let mut thresholds: Vec<(u32, u64)> = hint
+        .thresholds
+        .iter()
+        .filter_map(|(s, t)| Some((attrs.id(s)?, *t)))
+        .collect();
+    thresholds.sort_unstable();
+    thresholds.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1 = a.1.max(b.1);
+        }
+        same
+    });
+    thresholds
+}
+
 fn install(next: &mut Snapshot, slot: u32, entry: PeerEntry) -> ReplaceOutcome {
     let dsi = entry.meta.dsi.clone();
     let outcome = ReplaceOutcome {

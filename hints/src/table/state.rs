@@ -28,6 +28,11 @@ use super::config::TableConfig;
 /// second of merging, and the final merge as much less).
 const BULK_MAX_SEGMENTS: usize = 4;
 
+/// Values a segment may hide (deltas applied in place moved them away) before it is
+/// rewritten, or a sixteenth of its values when more: each substring query that its sums
+/// would answer first looks for the needle in the hidden values' text.
+const HIDDEN_REWRITE: usize = 4096;
+
 /// A peer's hint as the table keeps it (values live in the segments).
 #[derive(Debug, Clone)]
 pub(crate) struct PeerEntry {
@@ -42,6 +47,11 @@ pub(crate) struct PeerEntry {
     pub entries: usize,
     /// Its memory charge ([`budget_bytes`](super::budget_bytes)).
     pub budget: u64,
+    /// Weightlist entries its hint lists (those of count 0 too).
+    pub listed: usize,
+    /// At least the highest count it lists: a delta lowering the total below it is applied
+    /// whole, where every count is checked against the total.
+    pub max_count: u64,
 }
 
 impl PeerEntry {
@@ -235,11 +245,19 @@ impl Snapshot {
         self.metas.get(slot as usize).and_then(Option::as_ref)
     }
 
+    /// Postings of live slots in `seg`, less those it hides.
     pub(super) fn live_entries(&self, seg: &Segment) -> u64 {
+        let hides = seg.hidden_entries() > 0;
         seg.slots()
             .iter()
             .filter(|(s, _)| self.entry(*s).is_some())
-            .map(|e| e.1)
+            .map(|&(s, n)| {
+                if hides {
+                    n.saturating_sub(seg.hidden_slot_entries(s))
+                } else {
+                    n
+                }
+            })
             .sum()
     }
 
@@ -354,9 +372,12 @@ impl Snapshot {
                     }
                 }
             }
+            // A segment mostly dead, or hiding more values than its substring sums should
+            // be checked against (see `index::Segment`), is rewritten.
             let dirty = self.segments.iter().position(|s| {
                 let live = self.live_entries(s);
                 s.entries() as u64 - live > live
+                    || s.hidden_values() > HIDDEN_REWRITE.max(s.len() / 16)
             });
             if let Some(i) = dirty {
                 let n = self.segments.len();

@@ -50,6 +50,10 @@ fn sent(n: &TestNode) -> u64 {
     n.daemon.node().metrics().deltas_sent.get()
 }
 
+fn in_place(n: &TestNode) -> u64 {
+    n.daemon.node().metrics().deltas_in_place.get()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_travels_as_a_delta_and_a_lost_base_brings_the_whole_hint() {
     let start = authors(&[]);
@@ -68,6 +72,7 @@ async fn a_change_travels_as_a_delta_and_a_lost_base_brings_the_whole_hint() {
     hub.wait_query("Author=Newcomer", |a| a.referrals.len() == 1)
         .await;
     eventually("the delta counted", || applied(&hub) >= 1).await;
+    assert!(in_place(&hub) >= 1, "the table applied it in place");
     assert!(sent(&leaf) >= 1);
     assert_eq!(refused(&hub), 0);
     assert_eq!(hub.query("Author=Author7").await.referrals.len(), 1);
@@ -90,6 +95,18 @@ async fn a_change_travels_as_a_delta_and_a_lost_base_brings_the_whole_hint() {
     hub.wait_query("Author=Third", |a| a.referrals.len() == 1)
         .await;
     eventually("deltas again", || applied(&hub) > before).await;
+
+    // A value removed, in place: gone from the answers, the rest kept.
+    let before = in_place(&hub);
+    let four = authors(&["Latecomer", "Third"]);
+    leaf.set_authors(&refs(&four)).await;
+    hub.wait_query("Author=Newcomer", |a| a.referrals.is_empty())
+        .await;
+    eventually("the removal applied in place", || in_place(&hub) > before).await;
+    for q in ["Author=Author7", "Author=Latecomer", "Author=Third"] {
+        assert_eq!(hub.query(q).await.referrals.len(), 1, "{q}");
+    }
+    assert_eq!(refused(&hub), 1);
     hub.stop().await;
     leaf.stop().await;
 }
