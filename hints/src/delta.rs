@@ -28,7 +28,7 @@ use bytes::Bytes;
 use cip_proto::soif::{Attribute, SoifObject};
 
 use crate::hint::{AttrSpec, CipHint, HintError, WeightEntry, Weightlist, bracketed};
-use crate::table::EntryChange;
+use crate::table::{CountChange, ListChanges};
 
 pub mod journal;
 
@@ -413,7 +413,7 @@ impl HintDelta {
     ///
     /// # Errors
     /// As [`HintDelta::apply`].
-    pub fn apply_changes(&self, hint: &CipHint) -> Result<(CipHint, Vec<EntryChange>), DeltaError> {
+    pub fn apply_changes(&self, hint: &CipHint) -> Result<(CipHint, Vec<ListChanges>), DeltaError> {
         let mut p = parts(hint).ok_or(DeltaError::WrongBase {
             expected: self.base,
             found: digest(hint),
@@ -435,12 +435,17 @@ impl HintDelta {
         }
         let mut entry_changes = Vec::new();
         for (spec, map) in p.lists.iter().filter(|(s, _)| removed(&list_name(s))) {
-            entry_changes.extend(map.iter().map(|(value, &count)| EntryChange {
+            entry_changes.push(ListChanges {
                 attribute: spec.clone(),
-                value: value.clone(),
-                before: count,
-                after: 0,
-            }));
+                entries: map
+                    .iter()
+                    .map(|(value, &count)| CountChange {
+                        value: value.clone(),
+                        before: count,
+                        after: 0,
+                    })
+                    .collect(),
+            });
         }
         p.lists.retain(|(s, _)| !removed(&list_name(s)));
         for (spec, changes) in &self.lists {
@@ -452,6 +457,7 @@ impl HintDelta {
                 }
             };
             let map = &mut p.lists[i].1;
+            let mut entries = Vec::with_capacity(changes.len());
             for e in changes {
                 let before = if e.count == 0 {
                     map.remove(&e.value)
@@ -460,13 +466,18 @@ impl HintDelta {
                 }
                 .unwrap_or(0);
                 if before != e.count {
-                    entry_changes.push(EntryChange {
-                        attribute: spec.clone(),
+                    entries.push(CountChange {
                         value: e.value.clone(),
                         before,
                         after: e.count,
                     });
                 }
+            }
+            if !entries.is_empty() {
+                entry_changes.push(ListChanges {
+                    attribute: spec.clone(),
+                    entries,
+                });
             }
         }
         p.url = self.url.clone();

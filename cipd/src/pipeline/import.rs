@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use cip_proto::Dsi;
 use hints::hint::CipHint;
-use hints::table::{EntryChange, ImportError, PeerMeta, RoutingTable};
+use hints::table::{ImportError, ListChanges, PeerMeta, RoutingTable};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::model::config::ImportConfig;
@@ -68,7 +68,7 @@ pub enum QueueError {
 #[derive(Debug, Clone)]
 pub struct InPlace {
     /// Every weightlist entry that differs from the hint held.
-    pub changes: Vec<EntryChange>,
+    pub changes: Vec<ListChanges>,
     /// The payload digest (as the jobs carry) of the hint the delta applies to.
     pub base: u64,
 }

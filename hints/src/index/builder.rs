@@ -17,9 +17,6 @@ use super::segment::{
     rd32,
 };
 
-/// A whole record: the value's spelling and its postings `(attribute, slot, count)`.
-pub(crate) type Record = (Vec<u8>, Vec<(u32, u32, u64)>);
-
 /// Segments with at least this many values build their exact table and substring index on
 /// two threads.
 const PARALLEL_INDEX: usize = 65_536;
@@ -73,26 +70,6 @@ impl Segment {
         Ok(builder.finish())
     }
 
-    /// Builds an indexed segment of whole records `(spelling, postings (attribute, slot,
-    /// count))`, whose values fold to distinct bytes: the patch a delta applied in place
-    /// adds ([`crate::table`]). Records without a posting above 0 are left out.
-    pub(crate) fn from_records(
-        mut records: Vec<Record>,
-        hasher: &RandomState,
-    ) -> Result<Self, SegmentOverflow> {
-        records.retain(|r| r.1.iter().any(|p| p.2 > 0));
-        records.sort_unstable_by(|a, b| cmp_folded(&a.0, &b.0));
-        let bound = records
-            .iter()
-            .map(|(v, p)| HEADER + v.len() + v.len().div_ceil(8) + p.len() * (GROUP + POSTING))
-            .sum();
-        let mut builder = Builder::with_capacity(records.len(), bound);
-        for (value, mut postings) in records {
-            builder.push(&value, &mut postings)?;
-        }
-        Ok(builder.finish().index(hasher, true, true))
-    }
-
     /// Adds, with `exact`, the exact-match table and, with `grams`, the substring index.
     pub(super) fn index(self, hasher: &RandomState, exact: bool, grams: bool) -> Self {
         // The two structures read only the records: build them side by side when the
@@ -120,6 +97,42 @@ impl Segment {
             }
         }
         self
+    }
+}
+
+/// Writes the segment a delta applied in place adds ([`crate::table`]): whole records,
+/// pushed in folded order, with their postings `(attribute, slot, count)`.
+pub(crate) struct PatchBuilder {
+    builder: Builder,
+    values: usize,
+}
+
+impl PatchBuilder {
+    /// A builder for about `values` values.
+    pub(crate) fn new(values: usize) -> Self {
+        Self {
+            builder: Builder::with_capacity(values, values * 64),
+            values: 0,
+        }
+    }
+
+    /// Adds the next value, after every one before in folded order and folding to other
+    /// bytes; postings of count 0 are left out, and a value with none.
+    pub(crate) fn push(
+        &mut self,
+        spelling: &[u8],
+        postings: &mut [(u32, u32, u64)],
+    ) -> Result<(), SegmentOverflow> {
+        if postings.iter().all(|p| p.2 == 0) {
+            return Ok(());
+        }
+        self.values += 1;
+        self.builder.push(spelling, postings)
+    }
+
+    /// The indexed segment; `None` when no value was pushed.
+    pub(crate) fn finish(self, hasher: &RandomState) -> Option<Segment> {
+        (self.values > 0).then(|| self.builder.finish().index(hasher, true, true))
     }
 }
 

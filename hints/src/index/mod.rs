@@ -67,7 +67,7 @@ mod merge;
 mod search;
 mod segment;
 
-pub(crate) use builder::Record;
+pub(crate) use builder::PatchBuilder;
 pub(crate) use bulk::BulkBuilder;
 pub(crate) use exact::hash_lower;
 pub(crate) use segment::{Group, Segment, SegmentOverflow, TOUCH_BATCH, attr_mask, cmp_folded};

@@ -139,7 +139,7 @@ pub use config::{
     DEFAULT_MAX_VALUE_LEN, ENTRY_BUDGET_BYTES, PROVENANCE_BUDGET_BYTES, TableConfig, TableLimits,
 };
 pub use eval::{Route, TableRow};
-pub use patch::EntryChange;
+pub use patch::{CountChange, ListChanges};
 pub use state::RoutingTable;
 pub(crate) use state::attr_key;
 use state::{PeerEntry, PendingBuild, Snapshot};

@@ -7,32 +7,31 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::hint::{AttrSpec, CipHint};
-use crate::index::{Record, Segment, hash_lower};
+use crate::index::{PatchBuilder, cmp_folded, hash_lower};
 
 use super::config::{entry_charge, provenance_charge};
 use super::state::{PeerEntry, RoutingTable};
 use super::{ImportError, PeerMeta, ReplaceOutcome, thresholds_of};
 
-/// One weightlist entry a delta changes, as [`RoutingTable::apply_delta`] takes it.
+/// The entries of one weightlist a delta changes, as [`RoutingTable::apply_delta`] takes
+/// them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EntryChange {
-    /// Its weightlist.
+pub struct ListChanges {
+    /// The weightlist.
     pub attribute: AttrSpec,
+    /// Its entries that differ.
+    pub entries: Vec<CountChange>,
+}
+
+/// One entry of a weightlist whose count a delta changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountChange {
     /// The value, as the hint spells it.
     pub value: Bytes,
     /// Its count in the hint the table holds; 0 when that hint does not list it.
     pub before: u64,
     /// Its count in the new hint; 0 when the new hint does not list it.
     pub after: u64,
-}
-
-/// What one folded value's changes do to the peer's postings.
-#[derive(Default)]
-struct ValueChange<'c> {
-    /// `(attribute id, count after - count before)`, summed per attribute.
-    diffs: Vec<(u32, i128)>,
-    /// The spellings the new hint lists it by.
-    spellings: Vec<&'c [u8]>,
 }
 
 impl RoutingTable {
@@ -56,7 +55,7 @@ impl RoutingTable {
         &self,
         peer: PeerMeta,
         hint: &CipHint,
-        changes: &[EntryChange],
+        changes: &[ListChanges],
     ) -> Result<ReplaceOutcome, ImportError> {
         let limits = &self.config.limits;
         let _writer = self.lock();
@@ -85,35 +84,38 @@ impl RoutingTable {
         let mut budget = old.budget - provenance_charge(&old.provenance).min(old.budget)
             + provenance_charge(&provenance);
         let mut max_count = old.max_count;
-        for (index, c) in changes.iter().enumerate() {
-            match (c.before > 0, c.after > 0) {
-                (false, true) => {
-                    listed += 1;
-                    budget += entry_charge(c.value.len());
+        for list in changes {
+            let name = || format!("{}:{}", list.attribute.template, list.attribute.attribute);
+            for (index, c) in list.entries.iter().enumerate() {
+                match (c.before > 0, c.after > 0) {
+                    (false, true) => {
+                        listed += 1;
+                        budget += entry_charge(c.value.len());
+                    }
+                    (true, false) => {
+                        listed = listed.saturating_sub(1);
+                        budget = budget.saturating_sub(entry_charge(c.value.len()));
+                    }
+                    _ => {}
                 }
-                (true, false) => {
-                    listed = listed.saturating_sub(1);
-                    budget = budget.saturating_sub(entry_charge(c.value.len()));
+                if c.after > total {
+                    return Err(ImportError::CountAboveTotal {
+                        attribute: name(),
+                        index,
+                        count: c.after,
+                        total,
+                    });
                 }
-                _ => {}
+                if c.after > 0 && c.value.len() > limits.max_value_len {
+                    return Err(ImportError::ValueTooLong {
+                        attribute: name(),
+                        index,
+                        len: c.value.len(),
+                        max: limits.max_value_len,
+                    });
+                }
+                max_count = max_count.max(c.after);
             }
-            if c.after > total {
-                return Err(ImportError::CountAboveTotal {
-                    attribute: format!("{}:{}", c.attribute.template, c.attribute.attribute),
-                    index,
-                    count: c.after,
-                    total,
-                });
-            }
-            if c.after > 0 && c.value.len() > limits.max_value_len {
-                return Err(ImportError::ValueTooLong {
-                    attribute: format!("{}:{}", c.attribute.template, c.attribute.attribute),
-                    index,
-                    len: c.value.len(),
-                    max: limits.max_value_len,
-                });
-            }
-            max_count = max_count.max(c.after);
         }
         if listed > limits.max_entries_per_hint {
             return Err(ImportError::TooManyEntries {
@@ -121,44 +123,43 @@ impl RoutingTable {
                 max: limits.max_entries_per_hint,
             });
         }
-        let mut held = next.budget_held();
+        let held = next.budget_held();
         let others = Self::check_budget(limits, &next, &peer.dsi, budget, &held)?;
-        held = others + budget;
         let specs = changes
             .iter()
             .map(|c| &c.attribute)
             .chain(hint.thresholds.iter().map(|(s, _)| s));
         Self::intern_attrs(limits, &mut next, specs)?;
 
-        // The changes by folded value (entries that fold alike share a posting).
-        let mut by_value: BTreeMap<Vec<u8>, ValueChange<'_>> = BTreeMap::new();
-        for c in changes {
-            let Some(attr) = next.attrs.id(&c.attribute) else {
-                continue;
-            };
-            let diff = i128::from(c.after) - i128::from(c.before);
-            let v = by_value.entry(c.value.to_ascii_lowercase()).or_default();
-            match v.diffs.iter_mut().find(|d| d.0 == attr) {
-                Some(d) => d.1 += diff,
-                None => v.diffs.push((attr, diff)),
-            }
-            if c.after > 0 {
-                v.spellings.push(&c.value);
+        // Every changed entry with its attribute id, in folded value order: entries that
+        // fold alike share a posting, and the patch is written in that order.
+        let mut order: Vec<(u32, &CountChange)> = Vec::new();
+        for list in changes {
+            if let Some(attr) = next.attrs.id(&list.attribute) {
+                order.extend(list.entries.iter().map(|c| (attr, c)));
             }
         }
+        order.sort_unstable_by(|a, b| cmp_folded(&a.1.value, &b.1.value));
 
         let mut hide: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
-        let mut records: Vec<Record> = Vec::new();
+        let mut patch = PatchBuilder::new(order.len());
         let (mut distinct, mut entries) = (old.distinct_values as i64, old.entries as i64);
-        let mut spelling = Vec::new();
-        for (folded, change) in &by_value {
-            let hash = hash_lower(&self.hasher, folded);
+        // Reused per value: its folded bytes, postings, summed changes, spellings.
+        let (mut lower, mut spelling, mut best) = (Vec::new(), Vec::new(), Vec::new());
+        let mut postings: Vec<(u32, u32, u64)> = Vec::new();
+        let mut diffs: Vec<(u32, i128)> = Vec::new();
+        for group in order.chunk_by(|a, b| cmp_folded(&a.1.value, &b.1.value).is_eq()) {
+            lower.clear();
+            lower.extend_from_slice(&group[0].1.value);
+            lower.make_ascii_lowercase();
+            let hash = hash_lower(&self.hasher, &lower);
             // The records holding the peer's postings of this value (one per segment at
             // most), copied whole: the segments they leave hide them.
-            let mut postings: Vec<(u32, u32, u64)> = Vec::new();
-            let mut best: Option<Vec<u8>> = None;
+            postings.clear();
+            best.clear();
+            let mut found = false;
             for (si, seg) in next.segments.iter().enumerate() {
-                let Some(id) = seg.find_exact(hash, folded) else {
+                let Some(id) = seg.find_exact(hash, &lower) else {
                     continue;
                 };
                 if !seg.postings(id).any(|p| p.0 == slot) {
@@ -167,13 +168,27 @@ impl RoutingTable {
                 postings.extend(seg.postings(id).map(|(s, a, n)| (a, s, n)));
                 spelling.clear();
                 seg.write_value(id, &mut spelling);
-                if best.as_ref().is_none_or(|b| spelling < *b) {
-                    best = Some(spelling.clone());
+                if !found || spelling < best {
+                    best.clone_from(&spelling);
                 }
+                found = true;
                 hide.entry(si).or_default().push(id);
             }
+            diffs.clear();
+            for &(attr, c) in group {
+                let diff = i128::from(c.after) - i128::from(c.before);
+                match diffs.iter_mut().find(|d| d.0 == attr) {
+                    Some(d) => d.1 += diff,
+                    None => diffs.push((attr, diff)),
+                }
+                if c.after > 0 && (!found || c.value[..] < best[..]) {
+                    best.clear();
+                    best.extend_from_slice(&c.value);
+                    found = true;
+                }
+            }
             let had = postings.iter().filter(|p| p.1 == slot).count() as i64;
-            for &(attr, diff) in &change.diffs {
+            for &(attr, diff) in &diffs {
                 match postings.iter_mut().find(|p| p.0 == attr && p.1 == slot) {
                     Some(p) => {
                         let n = (i128::from(p.2) + diff).clamp(0, i128::from(u64::MAX));
@@ -189,20 +204,15 @@ impl RoutingTable {
             let has = postings.iter().filter(|p| p.1 == slot).count() as i64;
             entries += has - had;
             distinct += i64::from(has > 0) - i64::from(had > 0);
-            for s in &change.spellings {
-                if best.as_ref().is_none_or(|b| *s < &b[..]) {
-                    best = Some(s.to_vec());
-                }
-            }
-            if let (Some(best), false) = (best, postings.is_empty()) {
-                records.push((best, postings));
+            if found {
+                patch
+                    .push(&best, &mut postings)
+                    .map_err(|_| ImportError::TooLarge)?;
             }
         }
-        let patch = if records.is_empty() {
-            None
-        } else {
-            Some(Segment::from_records(records, &self.hasher).map_err(|_| ImportError::TooLarge)?)
-        };
+        // Indexing the patch is the peak of the change: what served the walk goes first.
+        drop((order, postings, diffs, lower, spelling, best));
+        let patch = patch.finish(&self.hasher);
         for (si, ids) in hide {
             next.segments[si] = Arc::new(next.segments[si].hiding(&ids));
         }
@@ -229,7 +239,7 @@ impl RoutingTable {
             entries: entry.entries,
         };
         next.slots[slot as usize] = Some(Arc::new(entry));
-        debug_assert_eq!(next.budget_held(), held);
+        debug_assert_eq!(next.budget_held(), others + budget);
         next.compact(
             &self.hasher,
             false,
