@@ -207,15 +207,29 @@ fn digest_parts(p: &Parts) -> u64 {
     mix(&p.url, header, entries)
 }
 
-/// The digest itself: the URL and the sorted header hashed in turn, then each weightlist
-/// entry's hash added (so that entries count in any order, and one can be taken out or put
-/// in by subtracting or adding its hash).
+/// The digest itself: the URL and the sorted header hashed in turn ([`header_hash`]), then
+/// each weightlist entry's hash added ([`entry_hash`]; so that entries count in any order,
+/// and one can be taken out or put in by subtracting or adding its hash).
 fn mix<'a, E: Iterator<Item = WeightEntry>>(
     url: &[u8],
     header: impl Iterator<Item = (&'a str, &'a Bytes)>,
     lists: impl Iterator<Item = (&'a AttrSpec, E)>,
 ) -> u64 {
-    use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+    let mut sum = header_hash(url, header);
+    let mut buf = Vec::new();
+    for (spec, entries) in lists {
+        let name = spec.to_string().to_ascii_lowercase();
+        for e in entries {
+            sum = sum.wrapping_add(entry_hash(&name, &e.value, e.count, &mut buf));
+        }
+    }
+    sum
+}
+
+/// The URL and the header attributes but `Date`, sorted, hashed in turn: the digest's part
+/// that is not a sum.
+fn header_hash<'a>(url: &[u8], header: impl Iterator<Item = (&'a str, &'a Bytes)>) -> u64 {
+    use xxhash_rust::xxh3::Xxh3;
     let mut header: Vec<(&str, &Bytes)> = header
         .filter(|(n, _)| !n.eq_ignore_ascii_case(DATE))
         .collect();
@@ -229,21 +243,28 @@ fn mix<'a, E: Iterator<Item = WeightEntry>>(
         h.update(&(v.len() as u64).to_le_bytes());
         h.update(v);
     }
-    let mut sum = h.digest();
-    let mut buf = Vec::new();
-    for (spec, entries) in lists {
-        let name = spec.to_string().to_ascii_lowercase();
-        for e in entries {
-            buf.clear();
-            buf.extend_from_slice(name.as_bytes());
-            buf.push(0);
-            buf.extend_from_slice(&e.value);
-            buf.push(0);
-            buf.extend_from_slice(&e.count.to_le_bytes());
-            sum = sum.wrapping_add(xxh3_64(&buf));
-        }
-    }
-    sum
+    h.digest()
+}
+
+/// One weightlist entry's share of the digest; `list` is the weightlist's `T:A` lowercased,
+/// `buf` scratch space.
+fn entry_hash(list: &str, value: &[u8], count: u64, buf: &mut Vec<u8>) -> u64 {
+    buf.clear();
+    buf.extend_from_slice(list.as_bytes());
+    buf.push(0);
+    buf.extend_from_slice(value);
+    buf.push(0);
+    buf.extend_from_slice(&count.to_le_bytes());
+    xxhash_rust::xxh3::xxh3_64(buf)
+}
+
+/// The order a delta-made hint lists each weightlist in, as cipd's aggregation does: by
+/// count, highest first, then by value folded to lowercase, then by value bytes.
+fn list_order(x: &WeightEntry, y: &WeightEntry) -> std::cmp::Ordering {
+    y.count
+        .cmp(&x.count)
+        .then_with(|| crate::index::cmp_folded(&x.value, &y.value))
+        .then_with(|| x.value.cmp(&y.value))
 }
 
 impl HintDelta {
@@ -414,61 +435,110 @@ impl HintDelta {
     /// # Errors
     /// As [`HintDelta::apply`].
     pub fn apply_changes(&self, hint: &CipHint) -> Result<(CipHint, Vec<ListChanges>), DeltaError> {
-        let mut p = parts(hint).ok_or(DeltaError::WrongBase {
+        let wrong_base = |found| DeltaError::WrongBase {
             expected: self.base,
-            found: digest(hint),
-        })?;
-        let found = digest_parts(&p);
-        if found != self.base {
-            return Err(DeltaError::WrongBase {
-                expected: self.base,
-                found,
-            });
-        }
-        let removed = |name: &str| self.removed.iter().any(|r| r == name);
-        p.header.retain(|(n, _)| !removed(n));
-        for (name, values) in &self.set {
-            match p.header.iter_mut().find(|(n, _)| n == name) {
-                Some(slot) => slot.1.clone_from(values),
-                None => p.header.push((name.clone(), values.clone())),
+            found,
+        };
+        // The header as the digest sees it (the weightlists are read below, once, and not
+        // written: a parsed weightlist is shared text, cloned by reference).
+        let mut head = hint.clone();
+        head.weightlists.clear();
+        let obj = head.try_to_soif().map_err(|_| wrong_base(0))?;
+        let mut header: Vec<(String, Vec<Bytes>)> = Vec::new();
+        for a in &obj.attributes {
+            let name = a.name.as_str();
+            if bracketed(name, LIST_PREFIX).is_some() {
+                continue;
+            }
+            match header.iter_mut().find(|(n, _)| n == name) {
+                Some(h) => h.1.push(a.value.clone()),
+                None => header.push((name.to_owned(), vec![a.value.clone()])),
             }
         }
+        let flat = |h: &[(String, Vec<Bytes>)]| -> Vec<(String, Bytes)> {
+            h.iter()
+                .flat_map(|(n, vs)| vs.iter().map(move |v| (n.clone(), v.clone())))
+                .collect()
+        };
+        let base_header = flat(&header);
+        let base_head = header_hash(obj.url(), base_header.iter().map(|(n, v)| (n.as_str(), v)));
+        drop(obj);
+
+        let removed = |name: &str| self.removed.iter().any(|r| r == name);
+        // One pass over each held weightlist: its entries summed into the base's digest,
+        // those the delta leaves alone kept in order, the changed ones' old counts noted.
+        let mut sum = 0u64;
+        let mut result_sum = 0u64;
+        let mut buf = Vec::new();
         let mut entry_changes = Vec::new();
-        for (spec, map) in p.lists.iter().filter(|(s, _)| removed(&list_name(s))) {
-            entry_changes.push(ListChanges {
-                attribute: spec.clone(),
-                entries: map
-                    .iter()
-                    .map(|(value, &count)| CountChange {
-                        value: value.clone(),
-                        before: count,
+        let mut lists: Vec<(AttrSpec, Vec<WeightEntry>)> = Vec::new();
+        let mut seen: Vec<&AttrSpec> = Vec::new();
+        for (spec, list) in &hint.weightlists {
+            if seen.contains(&spec) {
+                // Two weightlists of one name: no delta can say which is meant.
+                return Err(wrong_base(digest(hint)));
+            }
+            seen.push(spec);
+            let name = spec.to_string().to_ascii_lowercase();
+            let gone = removed(&list_name(spec));
+            let changes = self
+                .lists
+                .iter()
+                .find(|(s, _)| s == spec)
+                .map(|(_, c)| c.as_slice())
+                .unwrap_or_default();
+            let changed: HashMap<&[u8], u64> =
+                changes.iter().map(|e| (&e.value[..], e.count)).collect();
+            let mut kept = Vec::with_capacity(list.len());
+            let mut sorted = true;
+            let mut removals = Vec::new();
+            let mut olds = Vec::new();
+            for e in list.entries() {
+                let h = entry_hash(&name, &e.value, e.count, &mut buf);
+                sum = sum.wrapping_add(h);
+                if gone {
+                    removals.push(CountChange {
+                        value: e.value,
+                        before: e.count,
                         after: 0,
-                    })
-                    .collect(),
-            });
-        }
-        p.lists.retain(|(s, _)| !removed(&list_name(s)));
-        for (spec, changes) in &self.lists {
-            let i = match p.lists.iter().position(|(s, _)| s == spec) {
-                Some(i) => i,
-                None => {
-                    p.lists.push((spec.clone(), BTreeMap::new()));
-                    p.lists.len() - 1
+                    });
+                    continue;
                 }
-            };
-            let map = &mut p.lists[i].1;
+                if changed.contains_key(&e.value[..]) {
+                    olds.push((e.value.clone(), e.count));
+                    continue;
+                }
+                result_sum = result_sum.wrapping_add(h);
+                if kept
+                    .last()
+                    .is_some_and(|l: &WeightEntry| list_order(l, &e).is_gt())
+                {
+                    sorted = false;
+                }
+                kept.push(e);
+            }
+            if gone {
+                // Made anew below if the delta lists it, after the held ones.
+                entry_changes.push(ListChanges {
+                    attribute: spec.clone(),
+                    entries: removals,
+                });
+                continue;
+            }
+            let before: HashMap<&[u8], u64> = olds.iter().map(|(v, c)| (&v[..], *c)).collect();
+            let mut added: Vec<WeightEntry> = Vec::new();
             let mut entries = Vec::with_capacity(changes.len());
             for e in changes {
-                let before = if e.count == 0 {
-                    map.remove(&e.value)
-                } else {
-                    map.insert(e.value.clone(), e.count)
+                let old = before.get(&e.value[..]).copied().unwrap_or(0);
+                if e.count > 0 {
+                    result_sum =
+                        result_sum.wrapping_add(entry_hash(&name, &e.value, e.count, &mut buf));
+                    added.push(e.clone());
                 }
-                .unwrap_or(0);
-                if before != e.count {
+                if old != e.count {
                     entries.push(CountChange {
                         value: e.value.clone(),
-                        before,
+                        before: old,
                         after: e.count,
                     });
                 }
@@ -479,16 +549,61 @@ impl HintDelta {
                     entries,
                 });
             }
+            lists.push((spec.clone(), merge_sorted(kept, added, sorted)));
         }
-        p.url = self.url.clone();
-        let found = digest_parts(&p);
+        // Weightlists the held hint does not have, or that the delta removes and makes
+        // anew: after the others, in the delta's order.
+        for (spec, changes) in &self.lists {
+            if hint.weightlists.iter().any(|(s, _)| s == spec) && !removed(&list_name(spec)) {
+                continue;
+            }
+            let name = spec.to_string().to_ascii_lowercase();
+            let mut added = Vec::new();
+            let mut entries = Vec::new();
+            for e in changes.iter().filter(|e| e.count > 0) {
+                result_sum =
+                    result_sum.wrapping_add(entry_hash(&name, &e.value, e.count, &mut buf));
+                added.push(e.clone());
+                entries.push(CountChange {
+                    value: e.value.clone(),
+                    before: 0,
+                    after: e.count,
+                });
+            }
+            if !entries.is_empty() {
+                entry_changes.push(ListChanges {
+                    attribute: spec.clone(),
+                    entries,
+                });
+            }
+            lists.push((spec.clone(), merge_sorted(Vec::new(), added, true)));
+        }
+        let found = base_head.wrapping_add(sum);
+        if found != self.base {
+            return Err(wrong_base(found));
+        }
+
+        header.retain(|(n, _)| !removed(n));
+        for (name, values) in &self.set {
+            match header.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1.clone_from(values),
+                None => header.push((name.clone(), values.clone())),
+            }
+        }
+        let result_header = flat(&header);
+        let found = header_hash(
+            &self.url,
+            result_header.iter().map(|(n, v)| (n.as_str(), v)),
+        )
+        .wrapping_add(result_sum);
         if found != self.result {
             return Err(DeltaError::WrongResult {
                 expected: self.result,
                 found,
             });
         }
-        Ok((rebuild(p)?, entry_changes))
+        let made = write_hint(self.url.clone(), header, lists)?;
+        Ok((made, entry_changes))
     }
 
     /// The delta as a `CIP-HINT-DELTA` SOIF object.
@@ -619,11 +734,43 @@ fn read_hex(value: &[u8]) -> Result<u64, (usize, String)> {
 }
 
 /// The hint `p` describes, its weightlists by count (highest first), then value bytes.
-fn rebuild(p: Parts) -> Result<CipHint, DeltaError> {
-    let url = if p.url.is_empty() {
+/// Merges `kept` (in [`list_order`] when `sorted`) with `added` into that order.
+fn merge_sorted(
+    mut kept: Vec<WeightEntry>,
+    mut added: Vec<WeightEntry>,
+    sorted: bool,
+) -> Vec<WeightEntry> {
+    if !sorted {
+        kept.append(&mut added);
+        kept.sort_by(list_order);
+        return kept;
+    }
+    added.sort_by(list_order);
+    if added.is_empty() {
+        return kept;
+    }
+    let mut out = Vec::with_capacity(kept.len() + added.len());
+    let mut a = added.into_iter().peekable();
+    for e in kept {
+        while a.peek().is_some_and(|n| list_order(n, &e).is_lt()) {
+            out.extend(a.next());
+        }
+        out.push(e);
+    }
+    out.extend(a);
+    out
+}
+
+/// The hint of `url`, `header` and weightlists whose entries are in [`list_order`].
+fn write_hint(
+    url: Bytes,
+    header: Vec<(String, Vec<Bytes>)>,
+    lists: Vec<(AttrSpec, Vec<WeightEntry>)>,
+) -> Result<CipHint, DeltaError> {
+    let url = if url.is_empty() {
         Bytes::from_static(cip_proto::soif::NO_URL)
     } else {
-        p.url
+        url
     };
     let mut obj =
         SoifObject::new(crate::hint::TEMPLATE, url).map_err(|e| DeltaError::BadValue {
@@ -636,23 +783,13 @@ fn rebuild(p: Parts) -> Result<CipHint, DeltaError> {
         offset: 0,
         reason: e.to_string(),
     };
-    for (name, values) in p.header {
+    for (name, values) in header {
         for v in values {
             obj.attributes
                 .push(Attribute::new(&name, v).map_err(|e| name_error(&name, e))?);
         }
     }
-    for (spec, map) in p.lists {
-        let mut entries: Vec<WeightEntry> = map
-            .into_iter()
-            .map(|(value, count)| WeightEntry { value, count })
-            .collect();
-        entries.sort_by(|x, y| {
-            y.count
-                .cmp(&x.count)
-                .then_with(|| crate::index::cmp_folded(&x.value, &y.value))
-                .then_with(|| x.value.cmp(&y.value))
-        });
+    for (spec, entries) in lists {
         let name = list_name(&spec);
         let text = crate::weightlist::encode(&Weightlist::new(entries));
         obj.attributes
