@@ -1,7 +1,8 @@
-//! The table's configuration and import limits, and what a hint is charged against the
-//! memory budgets.
+//! The table's configuration and import limits, what a hint is charged against the
+//! memory budgets, and what an import did or why it was refused.
 
 use cip_proto::Dsi;
+use cip_proto::dsi::DsiError;
 
 use crate::substring::SummaryConfig;
 
@@ -107,4 +108,145 @@ impl TableConfig {
             n => n,
         }
     }
+}
+
+/// What [`RoutingTable::replace`](super::RoutingTable::replace) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplaceOutcome {
+    /// True when the peer had a hint that this one replaced.
+    pub replaced: bool,
+    /// Distinct values in the new hint.
+    pub distinct_values: usize,
+    /// `(attribute, value)` entries in the new hint.
+    pub entries: usize,
+}
+
+/// Why a hint was not imported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// The hint claims this node's own DSI.
+    #[error("hint carries this node's own dsi {dsi}")]
+    OwnDsi {
+        /// The DSI.
+        dsi: Dsi,
+    },
+    /// The hint was derived from this node's own out-bound hint.
+    #[error("hint from {peer} lists this node ({node}) in its provenance: a routing loop")]
+    Loop {
+        /// The peer's DSI.
+        peer: Dsi,
+        /// This node's DSI.
+        node: Dsi,
+    },
+    /// A provenance value is not a DSI.
+    #[error("provenance value {value:?} is not a dsi: {source}")]
+    BadProvenance {
+        /// The value.
+        value: String,
+        /// Why.
+        source: DsiError,
+    },
+    /// A `Path` that cannot be a route here: not DSIs, empty, naming a DSI twice, through
+    /// this node, or longer than allowed.
+    #[error("path {value:?} refused: {reason}")]
+    BadPath {
+        /// The path as written.
+        value: String,
+        /// Why.
+        reason: String,
+    },
+    /// Too many provenance DSIs.
+    #[error("hint lists {count} provenance dsis, the limit is {max}")]
+    TooManyProvenance {
+        /// How many.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A value longer than the limit.
+    #[error("value {index} of weightlist {attribute} is {len} bytes long, the limit is {max}")]
+    ValueTooLong {
+        /// The weightlist's attribute, as spelled.
+        attribute: String,
+        /// Position of the value in its weightlist.
+        index: usize,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More entries than the limit.
+    #[error("hint has {count} weightlist entries, the limit is {max}")]
+    TooManyEntries {
+        /// How many.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The table holds the most peers it may.
+    #[error("routing table is full ({max} peers)")]
+    TooManyPeers {
+        /// The limit.
+        max: usize,
+    },
+    /// The table holds the most attributes it may.
+    #[error("routing table holds the limit of {max} attributes")]
+    TooManyAttributes {
+        /// The limit.
+        max: usize,
+    },
+    /// A delta that cannot be applied in place ([`RoutingTable::apply_delta`](super::RoutingTable::apply_delta)): import
+    /// the new hint whole.
+    #[error("delta not applicable in place: {0}")]
+    NeedsWhole(String),
+    /// The hint's index would exceed 32-bit offsets.
+    #[error("hint too large to index")]
+    TooLarge,
+    /// The hint alone is charged more than [`TableLimits::max_peer_bytes`].
+    #[error(
+        "hint needs {bytes} bytes of table memory, above the per-peer budget of {max}          (limits.max_peer_table_bytes)"
+    )]
+    OverPeerBudget {
+        /// Its charge ([`budget_bytes`](super::budget_bytes)).
+        bytes: u64,
+        /// The budget.
+        max: u64,
+    },
+    /// Taking the hint would put the table over [`TableLimits::max_table_bytes`].
+    #[error(
+        "hint needs {bytes} bytes of table memory; the table holds {held} of its budget of          {max} (limits.max_table_bytes)"
+    )]
+    OverTableBudget {
+        /// Its charge.
+        bytes: u64,
+        /// What the other hints are charged.
+        held: u64,
+        /// The budget.
+        max: u64,
+    },
+    /// `Total-Object-Count` above [`TableLimits::max_total_objects`].
+    #[error("Total-Object-Count {total} is above the plausible maximum {max}")]
+    ImplausibleTotal {
+        /// The claimed total.
+        total: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A weightlist count above the hint's own `Total-Object-Count`: more objects hold the
+    /// value than the collection has (a missing total counts as 0).
+    #[error(
+        "value {index} of weightlist {attribute} has a count of {count}, above the hint's \
+         Total-Object-Count {total}"
+    )]
+    CountAboveTotal {
+        /// The weightlist's attribute, as spelled.
+        attribute: String,
+        /// Position of the value in its weightlist.
+        index: usize,
+        /// The count.
+        count: u64,
+        /// The hint's total.
+        total: u64,
+    },
 }

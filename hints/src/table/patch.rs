@@ -9,9 +9,10 @@ use bytes::Bytes;
 use crate::hint::{AttrSpec, CipHint};
 use crate::index::{PatchBuilder, cmp_folded, hash_lower};
 
-use super::config::{entry_charge, provenance_charge};
-use super::state::{PeerEntry, RoutingTable};
-use super::{ImportError, PeerMeta, ReplaceOutcome, thresholds_of};
+use crate::peer::PeerMeta;
+
+use super::config::{ImportError, ReplaceOutcome, entry_charge, provenance_charge};
+use super::state::{AttrTable, PeerEntry, RoutingTable};
 
 /// The entries of one weightlist a delta changes, as [`RoutingTable::apply_delta`] takes
 /// them.
@@ -251,4 +252,23 @@ impl RoutingTable {
         self.publish(next);
         Ok(outcome)
     }
+}
+
+/// A hint's thresholds by attribute id, sorted, the highest kept for an attribute named
+/// twice (every threshold attribute interned).
+pub(super) fn thresholds_of(attrs: &AttrTable, hint: &CipHint) -> Vec<(u32, u64)> {
+    let mut thresholds: Vec<(u32, u64)> = hint
+        .thresholds
+        .iter()
+        .filter_map(|(s, t)| Some((attrs.id(s)?, *t)))
+        .collect();
+    thresholds.sort_unstable();
+    thresholds.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1 = a.1.max(b.1);
+        }
+        same
+    });
+    thresholds
 }
