@@ -61,6 +61,7 @@
 //! | `BENCH_KEEP` | unset | when set, the hub's directory (configuration, log, spool) is kept |
 //! | `BENCH_HUB_WRAP` | none | a command the hub runs under (`heaptrack -o /tmp/hub`), split at spaces |
 //! | `BENCH_KINDS` | all | comma-separated kinds to load (`mixed,substring`), for profiling one |
+//! | `BENCH_CHURN_SECS` | 0 | when above 0, after the answer checks: every peer changes `BENCH_CHURN_PERCENT` (1) of its values once a minute, spread over the minute, for this many seconds, and serves them as deltas; the hub polls every `BENCH_CHURN_POLL_SECS` (5). Prints the probe's p99 during it (an exact query every 20 ms), the hub's RSS against settled (sampled every 250 ms), the changed entries applied and the hub's CPU per changed entry |
 //! | `BENCH_INPROC` | unset | when set, no hub: the hints are loaded into a table in this process and the first N `substring new` queries (`BENCH_INPROC=N`; 0: all) are timed on one thread: what a first asking costs the table |
 
 mod common;
@@ -262,6 +263,10 @@ struct Settings {
     kinds: Vec<String>,
     cpus: usize,
     nginx: PathBuf,
+    /// `BENCH_CHURN_SECS`, `BENCH_CHURN_PERCENT`, `BENCH_CHURN_POLL_SECS`.
+    churn_secs: f64,
+    churn_percent: f64,
+    churn_poll: f64,
 }
 
 impl Settings {
@@ -283,6 +288,9 @@ impl Settings {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             nginx: std::env::var_os("CIPD_BENCH_NGINX")
                 .map_or_else(|| PathBuf::from("/usr/sbin/nginx"), PathBuf::from),
+            churn_secs: env_or("BENCH_CHURN_SECS", 0.0),
+            churn_percent: env_or("BENCH_CHURN_PERCENT", 1.0),
+            churn_poll: env_or("BENCH_CHURN_POLL_SECS", 5.0),
         };
         assert!(settings.peers >= 1, "BENCH_PEERS must be at least 1");
         assert!(settings.entries >= 3, "BENCH_ENTRIES must be at least 3");
@@ -420,6 +428,9 @@ struct PeerData {
     ranks: [Vec<u32>; 3],
     /// Its hint, encoded.
     payload: Bytes,
+    /// With churn: the hint itself, its weightlists in the order a delta-made hint lists
+    /// them (so that deltas apply byte for byte).
+    hint: Option<CipHint>,
 }
 
 /// Every peer's hint, and who holds what.
@@ -447,7 +458,10 @@ impl Mesh {
                     scope.spawn(move || {
                         (t..s.peers)
                             .step_by(threads)
-                            .map(|i| (i, make_peer(i, s.seed, zipf, vocab, per_attr)))
+                            .map(|i| {
+                                let churn = s.churn_secs > 0.0;
+                                (i, make_peer(i, s.seed, zipf, vocab, per_attr, churn))
+                            })
                             .collect::<Vec<_>>()
                     })
                 })
@@ -524,6 +538,7 @@ fn make_peer(
     zipf: &Zipf,
     vocab: &Vocabulary,
     per_attr: &[usize; 3],
+    churn: bool,
 ) -> PeerData {
     let mut rng = fastrand::Rng::with_seed(mix(seed ^ mix(i as u64 + 1)));
     let mut ranks: [Vec<u32>; 3] = Default::default();
@@ -532,13 +547,16 @@ fn make_peer(
     for (a, &want) in per_attr.iter().enumerate() {
         let (drawn, draws) = draw(zipf, want, &mut rng);
         objects = objects.max(draws);
-        let entries = drawn
+        let mut entries: Vec<WeightEntry> = drawn
             .iter()
             .map(|&(rank, count)| WeightEntry {
                 value: Bytes::from(vocab.value(a, rank)),
                 count,
             })
             .collect();
+        if churn {
+            entries.sort_by(list_order);
+        }
         weightlists.push((spec(a), Weightlist::new(entries)));
         ranks[a] = drawn.into_iter().map(|(rank, _)| rank).collect();
     }
@@ -555,7 +573,18 @@ fn make_peer(
     PeerData {
         ranks,
         payload: Bytes::from(hint.to_soif().to_bytes()),
+        hint: churn.then_some(hint),
     }
+}
+
+/// The order a delta-made hint lists a weightlist in: count, highest first, then value
+/// ignoring ASCII case, then value bytes.
+fn list_order(x: &WeightEntry, y: &WeightEntry) -> std::cmp::Ordering {
+    let folded = |v: &Bytes| v.iter().map(u8::to_ascii_lowercase).collect::<Vec<u8>>();
+    y.count
+        .cmp(&x.count)
+        .then_with(|| folded(&x.value).cmp(&folded(&y.value)))
+        .then_with(|| x.value.cmp(&y.value))
 }
 
 /// Draws objects' values until `want` distinct ranks are held: `(rank, objects)` by rank, and
@@ -831,18 +860,115 @@ impl Pools {
 
 // ---- fake peers ------------------------------------------------------------------------
 
-/// Answers polls with one fixed index object.
+/// Answers polls with one index object: fixed, or with churn the peer's current hint, as
+/// a delta from the last one to a poller that holds that and asks for deltas.
 struct FakePeer {
     result: PollResult,
     polls: Arc<AtomicU64>,
+    churn: Option<Arc<Mutex<ChurnState>>>,
+}
+
+/// A churning peer's hint: the current one, its version, and the delta from the one
+/// before.
+struct ChurnState {
+    hint: CipHint,
+    whole: Bytes,
+    version: u64,
+    /// `(version before, the delta from it)`.
+    delta: Option<(u64, Bytes)>,
+    /// Weightlist entries changed so far, by count (a changed count) or value (one entry
+    /// out, one in).
+    changed: u64,
+    /// Changes whose delta could not be made (served whole).
+    whole_only: u64,
+}
+
+impl ChurnState {
+    fn new(hint: CipHint, whole: Bytes) -> Self {
+        Self {
+            version: hints::delta::digest(&hint),
+            hint,
+            whole,
+            delta: None,
+            changed: 0,
+            whole_only: 0,
+        }
+    }
+
+    /// Changes `percent` of the values: half have their count raised by one, half are
+    /// replaced by a value of generation `generation`.
+    fn change(&mut self, percent: f64, generation: u64, rng: &mut fastrand::Rng) {
+        let old = self.hint.clone();
+        let mut max = 0;
+        for (_, list) in &mut self.hint.weightlists {
+            let mut entries = std::mem::take(list).into_entries();
+            let n = ((entries.len() as f64 * percent / 100.0).round() as usize).max(1);
+            for k in 0..n {
+                let i = rng.usize(..entries.len());
+                let e = &mut entries[i];
+                if k % 2 == 0 {
+                    e.count += 1;
+                    self.changed += 1;
+                } else {
+                    let value = format!(
+                        "{} g{generation}",
+                        String::from_utf8_lossy(&e.value)
+                            .split(" g")
+                            .next()
+                            .unwrap_or_default()
+                    );
+                    e.value = Bytes::from(value);
+                    self.changed += 2;
+                }
+            }
+            entries.sort_by(list_order);
+            entries.dedup_by(|b, a| a.value == b.value);
+            max = entries.iter().map(|e| e.count).max().unwrap_or(0).max(max);
+            *list = Weightlist::new(entries);
+        }
+        self.hint.total_object_count = self.hint.total_object_count.max(max);
+        self.whole = Bytes::from(self.hint.to_soif().to_bytes());
+        let before = self.version;
+        self.version = hints::delta::digest(&self.hint);
+        self.delta = match hints::delta::HintDelta::between(&old, &self.hint) {
+            Some(d) => Some((before, Bytes::from(d.to_soif().to_bytes()))),
+            None => {
+                self.whole_only += 1;
+                None
+            }
+        };
+    }
 }
 
 impl RequestHandler for FakePeer {
     async fn handle(&self, request: Request, _peer: &PeerContext) -> Reply {
         match request {
-            Request::Poll { .. } => {
+            Request::Poll { params, .. } => {
                 self.polls.fetch_add(1, Ordering::Relaxed);
-                Reply::result(self.result.clone())
+                let Some(churn) = &self.churn else {
+                    return Reply::result(self.result.clone());
+                };
+                let param = |name: &str| params.iter().find(|(n, _)| n == name).map(|p| &p.1);
+                let have = param("have").and_then(|v| u64::from_str_radix(v, 16).ok());
+                let deltas = param("delta").is_some_and(|v| v == "yes");
+                let state = lock(churn);
+                if have == Some(state.version) {
+                    return Reply::status(
+                        cip_proto::cip::ResponseCode::Ok,
+                        format!("unchanged since version {:016x}", state.version),
+                    );
+                }
+                let payload = match &state.delta {
+                    Some((base, delta)) if deltas && have == Some(*base) => delta.clone(),
+                    _ => state.whole.clone(),
+                };
+                let mut result = self.result.clone();
+                if let Some(first) = result.objects.first_mut() {
+                    first.payload = payload;
+                }
+                let mut reply = Reply::result(result);
+                reply.comment = Some(format!("version {:016x}", state.version));
+                reply
             }
             _ => Reply::ok(),
         }
@@ -854,9 +980,14 @@ async fn start_peers(
     peers: Vec<PeerData>,
     polls: Arc<AtomicU64>,
     token: CancellationToken,
-) -> Vec<SocketAddr> {
+) -> (Vec<SocketAddr>, Vec<Arc<Mutex<ChurnState>>>) {
     let mut addrs = Vec::with_capacity(peers.len());
+    let mut states = Vec::new();
     for (i, p) in peers.into_iter().enumerate() {
+        let churn = p
+            .hint
+            .map(|h| Arc::new(Mutex::new(ChurnState::new(h, p.payload.clone()))));
+        states.extend(churn.clone());
         let object = IndexObject {
             index_type: IndexType::harvest_soif(),
             dsi: peer_dsi(i),
@@ -869,6 +1000,7 @@ async fn start_peers(
                 objects: vec![object],
             },
             polls: polls.clone(),
+            churn,
         });
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
@@ -897,7 +1029,186 @@ async fn start_peers(
             }
         });
     }
-    addrs
+    (addrs, states)
+}
+
+// ---- churn -----------------------------------------------------------------------------
+
+/// The churn phase (`BENCH_CHURN_SECS`): every peer changes `BENCH_CHURN_PERCENT` of its
+/// values once a minute, peer `i` at `i / n` of each minute, while a probe asks an exact
+/// query every 20 ms on a keep-alive connection (on a thread of its own) and the hub's RSS
+/// is read every 250 ms. Prints the probe's latencies, the RSS against `settled_kib`, the
+/// changes the hub took and its CPU per changed entry.
+async fn churn(
+    settings: &Settings,
+    hub: &Hub,
+    pools: &Pools,
+    peers: &[Arc<Mutex<ChurnState>>],
+    settled_kib: u64,
+) {
+    let (addr, pid, n) = (hub.addr, hub.proc.pid(), peers.len());
+    let period = Duration::from_secs(60);
+    let length = Duration::from_secs_f64(settings.churn_secs);
+    let page = metrics(addr).await.unwrap_or_default();
+    let metrics_before_churn = page.clone();
+    let counter = |page: &[u8], name: &str| gauge(page, name).unwrap_or(0.0);
+    let before = [
+        "cipd_deltas_applied_total",
+        "cipd_deltas_in_place_total",
+        "cipd_deltas_refused_total",
+    ]
+    .map(|c| counter(&page, c));
+    let changed_before: u64 = peers.iter().map(|p| lock(p).changed).sum();
+    // What the polls alone cost (every answer "unchanged"), to tell the changes' cost apart.
+    let idle = Duration::from_secs(10);
+    let cpu_idle = cpu_secs(pid);
+    tokio::time::sleep(idle).await;
+    let polls_rate = (cpu_secs(pid) - cpu_idle) / idle.as_secs_f64();
+    let cpu_before = cpu_secs(pid);
+    let start = Instant::now();
+    let driver = {
+        let (peers, percent) = (peers.to_vec(), settings.churn_percent);
+        std::thread::spawn(move || {
+            let mut rng = fastrand::Rng::with_seed(7);
+            let mut generation = 0u64;
+            loop {
+                generation += 1;
+                for (i, p) in peers.iter().enumerate() {
+                    let at = period * (generation as u32 - 1) + period.mul_f64(i as f64 / n as f64);
+                    if at >= length {
+                        return;
+                    }
+                    if let Some(wait) = at.checked_sub(start.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                    lock(p).change(percent, generation, &mut rng);
+                }
+            }
+        })
+    };
+    let probe = {
+        let paths = [pools.probe[0].path(None), pools.probe[1].path(None)];
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the churn probe's runtime starts")
+                .block_on(async move {
+                    let mut waits = Vec::new();
+                    let mut failed = 0u64;
+                    let mut sender = connect(addr).await.ok();
+                    let mut ticks = tokio::time::interval(Duration::from_millis(20));
+                    let mut k = 0;
+                    while start.elapsed() < length {
+                        ticks.tick().await;
+                        k += 1;
+                        let sent = Instant::now();
+                        let ok = match sender.as_mut() {
+                            Some(s) => exchange(s, addr, &paths[k % 2])
+                                .await
+                                .is_ok_and(|(status, _)| status.is_success()),
+                            None => false,
+                        };
+                        if ok {
+                            waits.push(sent.elapsed());
+                        } else {
+                            failed += 1;
+                            sender = connect(addr).await.ok();
+                        }
+                    }
+                    (waits, failed)
+                })
+        })
+    };
+    let mut rss_max = 0u64;
+    while start.elapsed() < length {
+        if let Some((rss, _)) = memory_kib(pid) {
+            rss_max = rss_max.max(rss);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let _ = driver.join();
+    let (mut waits, failed) = probe.join().expect("the churn probe panicked");
+    // The last changes are polled within one interval.
+    tokio::time::sleep(Duration::from_secs_f64(settings.churn_poll + 1.0)).await;
+    if let Some((rss, _)) = memory_kib(pid) {
+        rss_max = rss_max.max(rss);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = cpu_secs(pid) - cpu_before;
+    let polls_cpu = (polls_rate * elapsed).min(cpu);
+    let page = metrics(addr).await.unwrap_or_default();
+    let [applied, in_place, refused] = [
+        "cipd_deltas_applied_total",
+        "cipd_deltas_in_place_total",
+        "cipd_deltas_refused_total",
+    ]
+    .map(|c| counter(&page, c));
+    let changed: u64 = peers.iter().map(|p| lock(p).changed).sum::<u64>() - changed_before;
+    let whole_only: u64 = peers.iter().map(|p| lock(p).whole_only).sum();
+    waits.sort_unstable();
+    let at = |q: f64| {
+        waits
+            .get(((waits.len() as f64 * q) as usize).min(waits.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
+    let met = |ok: bool| if ok { "MET" } else { "MISSED" };
+    println!(
+        "churn: {:.0} s, {n} peers each changing {} % of its values once a minute (polled every {} s): {changed} entries changed; the hub applied {} deltas ({} in place, {} refused; {whole_only} changes served whole)",
+        settings.churn_secs,
+        settings.churn_percent,
+        settings.churn_poll,
+        applied - before[0],
+        in_place - before[1],
+        refused - before[2],
+    );
+    println!(
+        "churn probe: {} exact queries every 20 ms, {failed} failed; p50 {}, p99 {} (target 5 ms: {}), max {}",
+        waits.len(),
+        ms(at(0.5)),
+        ms(at(0.99)),
+        met(at(0.99) <= Duration::from_millis(5)),
+        ms(waits.last().copied().unwrap_or_default()),
+    );
+    let ratio = rss_max as f64 / settled_kib.max(1) as f64;
+    let before_page = metrics_before_churn;
+    let mb = |page: &[u8], n: &str| counter(page, n) / 1e6;
+    println!(
+        "churn memory: VmRSS at most {} MiB against {} MiB settled = {ratio:.2}x (target 1.1x: {}); table {:.1} -> {:.1} MB (table's estimate), {} -> {} distinct values (summed over segments)",
+        rss_max / 1024,
+        settled_kib / 1024,
+        met(ratio <= 1.1),
+        mb(&before_page, "cipd_table_bytes"),
+        mb(&page, "cipd_table_bytes"),
+        counter(&before_page, "cipd_table_values"),
+        counter(&page, "cipd_table_values"),
+    );
+    let per_entry = (cpu - polls_cpu) / changed.max(1) as f64;
+    let rate = settings.cpus as f64 / per_entry.max(1e-12);
+    println!(
+        "churn CPU: the hub used {cpu:.1} s of CPU in {elapsed:.0} s, {polls_cpu:.1} s of it the polls' (measured over 10 s without changes) = {:.1} us a changed entry: {:.2} M changed entries a second on {} cores (target 1 M: {})",
+        per_entry * 1e6,
+        rate / 1e6,
+        settings.cpus,
+        met(rate >= 1e6),
+    );
+}
+
+/// User and system CPU seconds of process `pid` so far.
+fn cpu_secs(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name (which may hold spaces): utime is the 12th,
+            // stime the 13th, in clock ticks of 1/100 s.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some(ticks as f64 / 100.0)
+        })
+        .unwrap_or(0.0)
 }
 
 // ---- child processes -------------------------------------------------------------------
@@ -1019,7 +1330,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The hub's configuration.
-fn hub_config(dir: &Path, peers: &[SocketAddr], conns: usize, entries: usize) -> String {
+fn hub_config(
+    dir: &Path,
+    peers: &[SocketAddr],
+    conns: usize,
+    entries: usize,
+    poll: &str,
+) -> String {
     let mut toml = format!(
         r#"data_dir = {data:?}
 
@@ -1063,7 +1380,7 @@ level = "info"
     for (i, addr) in peers.iter().enumerate() {
         toml.push_str(&format!(
             "\n[[peer]]\nname = \"peer{i}\"\nhost = \"{}\"\nport = {}\nrole = \"poll\"\n\
-             poll_interval = \"1h\"\n",
+             poll_interval = \"{poll}\"\n",
             addr.ip(),
             addr.port()
         ));
@@ -1083,9 +1400,15 @@ struct Hub {
 
 /// Starts the `cipd` binary of this build on a generated configuration in `dir` and waits
 /// for its HTTP listener.
-async fn start_hub(dir: &Path, peers: &[SocketAddr], conns: usize, entries: usize) -> Hub {
+async fn start_hub(
+    dir: &Path,
+    peers: &[SocketAddr],
+    conns: usize,
+    entries: usize,
+    poll: &str,
+) -> Hub {
     let config = dir.join("cipd.toml");
-    std::fs::write(&config, hub_config(dir, peers, conns, entries))
+    std::fs::write(&config, hub_config(dir, peers, conns, entries, poll))
         .expect("write the hub's config");
     let (tx, rx) = mpsc::channel::<SocketAddr>();
     let tx = Mutex::new(Some(tx));
@@ -1677,10 +2000,23 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
         .expect("a temporary directory");
     let token = CancellationToken::new();
     let polls = Arc::new(AtomicU64::new(0));
-    let peer_addrs = start_peers(mesh.peers, polls.clone(), token.clone()).await;
+    let (peer_addrs, churning) = start_peers(mesh.peers, polls.clone(), token.clone()).await;
     println!("{} fake peers listening", peer_addrs.len());
 
-    let mut hub = start_hub(dir.path(), &peer_addrs, settings.conns, settings.entries).await;
+    // Without churn only the start-up polls happen.
+    let poll = if churning.is_empty() {
+        "1h".to_owned()
+    } else {
+        format!("{}ms", (settings.churn_poll * 1000.0) as u64)
+    };
+    let mut hub = start_hub(
+        dir.path(),
+        &peer_addrs,
+        settings.conns,
+        settings.entries,
+        &poll,
+    )
+    .await;
     let addr = hub.addr;
     println!(
         "hub (pid {}) listening on http://{addr} after {}; log: {}",
@@ -1754,6 +2090,10 @@ async fn run(settings: &Settings, mesh: Mesh, pools: Pools) -> Summary {
     }
 
     let checks = check_answers(addr, &pools).await;
+    if !churning.is_empty() {
+        let settled = memory.map_or(0, |m| m.0);
+        churn(settings, &hub, &pools, &churning, settled).await;
+    }
 
     let mut loads = Vec::new();
     for (label, paths, once) in pools.kinds() {

@@ -458,7 +458,10 @@ impl RoutingTable {
         let cfg = self.config.summaries;
         let mut all_ties: Option<Arc<[u32]>> = None;
         for seg in &snap.segments {
-            if !seg.wants_summaries(&cfg, || snap.live_entries(seg)) || !seg.claim_summaries() {
+            // Summaries count the values a segment hides (queries check those apart), so
+            // only peers gone thin them out.
+            if !seg.wants_summaries(&cfg, || snap.live_slot_entries(seg)) || !seg.claim_summaries()
+            {
                 continue;
             }
             // Narrow summaries keep slots in rank order; a slot's tie position among the

@@ -245,6 +245,15 @@ impl Snapshot {
         self.metas.get(slot as usize).and_then(Option::as_ref)
     }
 
+    /// Postings of live slots in `seg`, hidden ones included.
+    pub(super) fn live_slot_entries(&self, seg: &Segment) -> u64 {
+        seg.slots()
+            .iter()
+            .filter(|(s, _)| self.entry(*s).is_some())
+            .map(|e| e.1)
+            .sum()
+    }
+
     /// Postings of live slots in `seg`, less those it hides.
     pub(super) fn live_entries(&self, seg: &Segment) -> u64 {
         let hides = seg.hidden_entries() > 0;
