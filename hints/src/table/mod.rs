@@ -526,6 +526,20 @@ impl RoutingTable {
         }
     }
 
+    /// Ends a write: merges `next`'s segments by the policy, ranks its slots, starts the
+    /// summaries its big segments lack and publishes it (under the writer lock).
+    fn commit(&self, mut next: Snapshot) {
+        next.compact(
+            &self.hasher,
+            false,
+            self.bulk(),
+            self.config.index_threads(),
+        );
+        next.rerank();
+        self.summarize(&next);
+        self.publish(next);
+    }
+
     /// Publishes `next` as the new current snapshot with the next generation. Callers hold
     /// the writer lock, so generations are published in order.
     fn publish(&self, mut next: Snapshot) {
@@ -576,15 +590,7 @@ impl RoutingTable {
         entry.entries = segment.entries();
         let outcome = install(&mut next, slot, entry);
         next.segments.push(Arc::new(segment));
-        next.compact(
-            &self.hasher,
-            false,
-            self.bulk(),
-            self.config.index_threads(),
-        );
-        next.rerank();
-        self.summarize(&next);
-        self.publish(next);
+        self.commit(next);
         Ok(outcome)
     }
 
@@ -665,15 +671,7 @@ impl RoutingTable {
             }
             next.segments.extend(run.segments.into_iter().map(Arc::new));
         }
-        next.compact(
-            &self.hasher,
-            false,
-            self.bulk(),
-            self.config.index_threads(),
-        );
-        next.rerank();
-        self.summarize(&next);
-        self.publish(next);
+        self.commit(next);
         results
     }
 
@@ -870,15 +868,7 @@ impl RoutingTable {
         if !next.kill(dsi) {
             return false;
         }
-        next.compact(
-            &self.hasher,
-            false,
-            self.bulk(),
-            self.config.index_threads(),
-        );
-        next.rerank();
-        self.summarize(&next);
-        self.publish(next);
+        self.commit(next);
         true
     }
 
@@ -898,15 +888,7 @@ impl RoutingTable {
         for d in &gone {
             next.kill(d);
         }
-        next.compact(
-            &self.hasher,
-            false,
-            self.bulk(),
-            self.config.index_threads(),
-        );
-        next.rerank();
-        self.summarize(&next);
-        self.publish(next);
+        self.commit(next);
         gone
     }
 

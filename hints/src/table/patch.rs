@@ -241,15 +241,7 @@ impl RoutingTable {
         };
         next.slots[slot as usize] = Some(Arc::new(entry));
         debug_assert_eq!(next.budget_held(), others + budget);
-        next.compact(
-            &self.hasher,
-            false,
-            self.bulk(),
-            self.config.index_threads(),
-        );
-        next.rerank();
-        self.summarize(&next);
-        self.publish(next);
+        self.commit(next);
         Ok(outcome)
     }
 }
