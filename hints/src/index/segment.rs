@@ -72,8 +72,6 @@ pub(crate) struct Hidden {
     /// is in any of them (a needle holding a 0 byte may match across two: then summaries
     /// are passed over for nothing, which costs only time).
     text: Vec<u8>,
-    /// Their postings.
-    entries: usize,
     /// Their postings by slot, sorted by slot.
     by_slot: Vec<(u32, u64)>,
 }
@@ -571,9 +569,9 @@ impl Segment {
         self.hidden.ids.len()
     }
 
-    /// Postings of the values hidden.
-    pub(crate) fn hidden_entries(&self) -> usize {
-        self.hidden.entries
+    /// True when this version hides any value.
+    pub(crate) fn hides(&self) -> bool {
+        !self.hidden.ids.is_empty()
     }
 
     /// Postings of `slot` among the values hidden.
@@ -601,7 +599,6 @@ impl Segment {
         let mut hidden = Hidden {
             ids: Vec::with_capacity(self.hidden.ids.len() + ids.len()),
             text: self.hidden.text.clone(),
-            entries: self.hidden.entries,
             by_slot: self.hidden.by_slot.clone(),
         };
         for &id in &ids {
@@ -609,7 +606,6 @@ impl Segment {
             hidden.text.push(0);
             let r = self.rec(id);
             for g in self.groups_raw(r.groups, r.ngroups) {
-                hidden.entries += g.len;
                 for (slot, _) in self.group_postings(g) {
                     match hidden.by_slot.binary_search_by_key(&slot, |e| e.0) {
                         Ok(k) => hidden.by_slot[k].1 += 1,

@@ -163,10 +163,13 @@ impl RoutingTable {
                 let Some(id) = seg.find_exact(hash, &lower) else {
                     continue;
                 };
-                if !seg.postings(id).any(|p| p.0 == slot) {
+                // Read once: kept only when the peer has a posting here.
+                let before = postings.len();
+                postings.extend(seg.postings(id).map(|(s, a, n)| (a, s, n)));
+                if !postings[before..].iter().any(|p| p.1 == slot) {
+                    postings.truncate(before);
                     continue;
                 }
-                postings.extend(seg.postings(id).map(|(s, a, n)| (a, s, n)));
                 spelling.clear();
                 seg.write_value(id, &mut spelling);
                 if !found || spelling < best {

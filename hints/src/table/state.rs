@@ -256,7 +256,7 @@ impl Snapshot {
 
     /// Postings of live slots in `seg`, less those it hides.
     pub(super) fn live_entries(&self, seg: &Segment) -> u64 {
-        let hides = seg.hidden_entries() > 0;
+        let hides = seg.hides();
         seg.slots()
             .iter()
             .filter(|(s, _)| self.entry(*s).is_some())

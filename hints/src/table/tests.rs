@@ -1698,6 +1698,78 @@ mod deltas_in_place {
     }
 
     #[test]
+    fn a_delta_breaking_a_limit_is_refused_and_changes_nothing() {
+        let t = RoutingTable::new(TableConfig {
+            node: Some(dsi("9.9")),
+            limits: TableLimits {
+                max_value_len: 32,
+                max_entries_per_hint: 42,
+                ..TableLimits::default()
+            },
+            ..TableConfig::default()
+        });
+        let a = make(20, &[(0, 0, 2)], false);
+        t.replace(meta("1.0"), &a).unwrap();
+        let (rows_before, generation) = (rows(&t), t.generation());
+        let change = |value: &str, after: u64| {
+            vec![ListChanges {
+                attribute: spec("DOCUMENT", "Author"),
+                entries: vec![CountChange {
+                    value: Bytes::from(value.to_owned()),
+                    before: 0,
+                    after,
+                }],
+            }]
+        };
+        // A count above the total.
+        let r = t.apply_delta(meta("1.0"), &a, &change("Smith", 21));
+        assert!(
+            matches!(
+                r,
+                Err(ImportError::CountAboveTotal {
+                    count: 21,
+                    total: 20,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        // A value over the length limit.
+        let long = "x".repeat(33);
+        let r = t.apply_delta(meta("1.0"), &a, &change(&long, 1));
+        assert!(
+            matches!(
+                r,
+                Err(ImportError::ValueTooLong {
+                    len: 33,
+                    max: 32,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        // One entry more than the limit (the hint holds 41: 40 fillers and Garcia).
+        let r = t.apply_delta(meta("1.0"), &a, &change("Smith", 1));
+        assert!(r.is_ok(), "{r:?}");
+        let r = t.apply_delta(meta("1.0"), &a, &change("Jones", 1));
+        assert!(
+            matches!(r, Err(ImportError::TooManyEntries { count: 43, max: 42 })),
+            "{r:?}"
+        );
+        // Only the change within the limits went in.
+        assert_eq!(t.generation(), generation + 1);
+        let mut want = rows_before;
+        want.push((
+            "document:author".into(),
+            b"smith".to_vec(),
+            1,
+            vec![(dsi("1.0"), 1)],
+        ));
+        want.sort();
+        assert_eq!(rows(&t), want);
+    }
+
+    #[test]
     fn a_delta_moves_only_the_changed_values() {
         let t = table(true, false);
         let big: Vec<(usize, usize, u64)> = (0..WORDS.len()).map(|w| (0, w, 2)).collect();
