@@ -93,6 +93,79 @@ pub enum DeltaError {
     /// The result is not a hint that can be read.
     #[error("the result is not a hint: {0}")]
     BadResult(#[from] HintError),
+    /// Applied to a hint's head alone ([`HintDelta::apply_to_head`]), it needs the whole
+    /// hint (it removes a weightlist): apply it with [`HintDelta::apply_changes`].
+    #[error("the delta needs the whole hint held: {0}")]
+    NeedsHint(String),
+}
+
+/// What a receiver keeps of a hint it holds so that a delta applies without the hint
+/// itself ([`HintDelta::apply_to_head`]): the URL, the header (every attribute but the
+/// weightlists) and the digest. Its size is the header's, whatever the weightlists hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HintHead {
+    /// The URL, as written.
+    pub url: Bytes,
+    /// Header attributes with their values, per name, in order of first appearance.
+    pub header: Vec<(String, Vec<Bytes>)>,
+    /// The hint's [`digest`].
+    pub digest: u64,
+}
+
+impl HintHead {
+    /// The head of `hint`, whose [`digest`] is `digest` (as a delta's result names it);
+    /// `None` when the hint cannot be written.
+    pub fn of(hint: &CipHint, digest: u64) -> Option<Self> {
+        let (url, header) = split_header(hint)?;
+        Some(Self {
+            url,
+            header,
+            digest,
+        })
+    }
+
+    /// Bytes it holds (names and values), for the memory it costs.
+    pub fn bytes(&self) -> usize {
+        self.url.len()
+            + self
+                .header
+                .iter()
+                .map(|(n, vs)| n.len() + vs.iter().map(Bytes::len).sum::<usize>())
+                .sum::<usize>()
+    }
+}
+
+/// Header attributes with their values, per name, in order of first appearance.
+type Header = Vec<(String, Vec<Bytes>)>;
+
+/// `hint`'s written URL and header attributes (weightlists left out), per name in order of
+/// first appearance; `None` when the hint cannot be written.
+fn split_header(hint: &CipHint) -> Option<(Bytes, Header)> {
+    let mut head = hint.clone();
+    head.weightlists.clear();
+    let obj = head.try_to_soif().ok()?;
+    let mut header: Vec<(String, Vec<Bytes>)> = Vec::new();
+    for a in &obj.attributes {
+        let name = a.name.as_str();
+        if bracketed(name, LIST_PREFIX).is_some() {
+            continue;
+        }
+        match header.iter_mut().find(|(n, _)| n == name) {
+            Some(h) => h.1.push(a.value.clone()),
+            None => header.push((name.to_owned(), vec![a.value.clone()])),
+        }
+    }
+    Some((obj.url().clone(), header))
+}
+
+/// [`header_hash`] of a header grouped per name.
+fn grouped_header_hash(url: &[u8], header: &[(String, Vec<Bytes>)]) -> u64 {
+    header_hash(
+        url,
+        header
+            .iter()
+            .flat_map(|(n, vs)| vs.iter().map(move |v| (n.as_str(), v))),
+    )
 }
 
 /// The change from one hint to another ([`HintDelta::between`], [`HintDelta::apply`]).
@@ -441,28 +514,8 @@ impl HintDelta {
         };
         // The header as the digest sees it (the weightlists are read below, once, and not
         // written: a parsed weightlist is shared text, cloned by reference).
-        let mut head = hint.clone();
-        head.weightlists.clear();
-        let obj = head.try_to_soif().map_err(|_| wrong_base(0))?;
-        let mut header: Vec<(String, Vec<Bytes>)> = Vec::new();
-        for a in &obj.attributes {
-            let name = a.name.as_str();
-            if bracketed(name, LIST_PREFIX).is_some() {
-                continue;
-            }
-            match header.iter_mut().find(|(n, _)| n == name) {
-                Some(h) => h.1.push(a.value.clone()),
-                None => header.push((name.to_owned(), vec![a.value.clone()])),
-            }
-        }
-        let flat = |h: &[(String, Vec<Bytes>)]| -> Vec<(String, Bytes)> {
-            h.iter()
-                .flat_map(|(n, vs)| vs.iter().map(move |v| (n.clone(), v.clone())))
-                .collect()
-        };
-        let base_header = flat(&header);
-        let base_head = header_hash(obj.url(), base_header.iter().map(|(n, v)| (n.as_str(), v)));
-        drop(obj);
+        let (url, mut header) = split_header(hint).ok_or_else(|| wrong_base(0))?;
+        let base_head = grouped_header_hash(&url, &header);
 
         let removed = |name: &str| self.removed.iter().any(|r| r == name);
         // One pass over each held weightlist: its entries summed into the base's digest,
@@ -583,19 +636,8 @@ impl HintDelta {
             return Err(wrong_base(found));
         }
 
-        header.retain(|(n, _)| !removed(n));
-        for (name, values) in &self.set {
-            match header.iter_mut().find(|(n, _)| n == name) {
-                Some(slot) => slot.1.clone_from(values),
-                None => header.push((name.clone(), values.clone())),
-            }
-        }
-        let result_header = flat(&header);
-        let found = header_hash(
-            &self.url,
-            result_header.iter().map(|(n, v)| (n.as_str(), v)),
-        )
-        .wrapping_add(result_sum);
+        self.set_header(&mut header);
+        let found = grouped_header_hash(&self.url, &header).wrapping_add(result_sum);
         if found != self.result {
             return Err(DeltaError::WrongResult {
                 expected: self.result,
@@ -604,6 +646,104 @@ impl HintDelta {
         }
         let made = write_hint(self.url.clone(), header, lists)?;
         Ok((made, entry_changes))
+    }
+
+    /// Applies it to a hint held as its head alone, the weightlists being elsewhere (in a
+    /// routing table): `before` gives the count the held hint lists for a value of a
+    /// weightlist (0 when none). Returns the result's head, the result as a hint with its
+    /// header only, and the entries that change (as [`HintDelta::apply_changes`]).
+    ///
+    /// The digest is a sum over the entries, so the result's is the base's, less the old
+    /// entries' shares and plus the new ones'. So a wrong `before` (a count that was not
+    /// the held hint's: the table sums values that fold alike) gives a wrong digest and
+    /// is refused, never applied.
+    ///
+    /// # Errors
+    /// [`DeltaError::WrongBase`] when `head` is not the base; [`DeltaError::NeedsHint`]
+    /// when the delta removes a weightlist (its entries are not known here);
+    /// [`DeltaError::WrongResult`] when the result is not the hint the delta names (or
+    /// `before` was wrong); [`DeltaError::BadResult`] when the header is not a hint's.
+    pub fn apply_to_head(
+        &self,
+        head: &HintHead,
+        mut before: impl FnMut(&AttrSpec, &[u8]) -> u64,
+    ) -> Result<(HintHead, CipHint, Vec<ListChanges>), DeltaError> {
+        if head.digest != self.base {
+            return Err(DeltaError::WrongBase {
+                expected: self.base,
+                found: head.digest,
+            });
+        }
+        if let Some(list) = self
+            .removed
+            .iter()
+            .find(|r| bracketed(r, LIST_PREFIX).is_some())
+        {
+            return Err(DeltaError::NeedsHint(format!("it removes {list}")));
+        }
+        let mut header = head.header.clone();
+        self.set_header(&mut header);
+        let mut sum = self
+            .base
+            .wrapping_sub(grouped_header_hash(&head.url, &head.header))
+            .wrapping_add(grouped_header_hash(&self.url, &header));
+        let mut buf = Vec::new();
+        let mut changes = Vec::new();
+        for (spec, entries) in &self.lists {
+            let name = spec.to_string().to_ascii_lowercase();
+            let mut out = Vec::new();
+            for e in entries {
+                let old = before(spec, &e.value);
+                if old > 0 {
+                    sum = sum.wrapping_sub(entry_hash(&name, &e.value, old, &mut buf));
+                }
+                if e.count > 0 {
+                    sum = sum.wrapping_add(entry_hash(&name, &e.value, e.count, &mut buf));
+                }
+                if old != e.count {
+                    out.push(CountChange {
+                        value: e.value.clone(),
+                        before: old,
+                        after: e.count,
+                    });
+                }
+            }
+            if !out.is_empty() {
+                changes.push(ListChanges {
+                    attribute: spec.clone(),
+                    entries: out,
+                });
+            }
+        }
+        if sum != self.result {
+            return Err(DeltaError::WrongResult {
+                expected: self.result,
+                found: sum,
+            });
+        }
+        let hint = write_hint(self.url.clone(), header.clone(), Vec::new())?;
+        let url = if self.url.is_empty() {
+            Bytes::from_static(cip_proto::soif::NO_URL)
+        } else {
+            self.url.clone()
+        };
+        let head = HintHead {
+            url,
+            header,
+            digest: self.result,
+        };
+        Ok((head, hint, changes))
+    }
+
+    /// Applies its header changes to `header`: names removed, `Set-` values put in.
+    fn set_header(&self, header: &mut Vec<(String, Vec<Bytes>)>) {
+        header.retain(|(n, _)| !self.removed.iter().any(|r| r == n));
+        for (name, values) in &self.set {
+            match header.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1.clone_from(values),
+                None => header.push((name.clone(), values.clone())),
+            }
+        }
     }
 
     /// The delta as a `CIP-HINT-DELTA` SOIF object.
@@ -659,12 +799,9 @@ impl HintDelta {
         }
         let mut base = None;
         let mut result = None;
+        // Kept as written, `-` too: the digests hash the URL as the hint writes it.
         let mut delta = Self {
-            url: if obj.url().as_ref() == cip_proto::soif::NO_URL {
-                Bytes::new()
-            } else {
-                obj.url().clone()
-            },
+            url: obj.url().clone(),
             ..Self::default()
         };
         let bad = |a: &Attribute, offset: usize, reason: String| DeltaError::BadValue {

@@ -394,7 +394,13 @@ impl Node {
         let limits = soif_limits(&config);
         self.startup
             .begin("restoring the spool", "hints", admitted.len() as u64);
-        let parsed = parse_spooled(admitted, limits, &self.payload_hasher, &self.startup);
+        let parsed = parse_spooled(
+            admitted,
+            &self.spool,
+            limits,
+            &self.payload_hasher,
+            &self.startup,
+        );
         let mut batch = Vec::with_capacity(parsed.len());
         let mut restored_from = Vec::with_capacity(parsed.len());
         for (e, result) in parsed {
@@ -580,6 +586,7 @@ impl Node {
             self.table.remove(dsi)
         };
         self.forget_hints(std::slice::from_ref(dsi));
+        self.forget_dataset_heads(dsi);
         if let Some(peer) = self.bindings.forget_dsi(dsi) {
             tracing::info!(%peer, %dsi, "peer's learned dsi forgotten");
             self.update_peer(&peer, |s| s.dsi = None);

@@ -10,7 +10,7 @@ use hints::aggregate::Filter;
 use hints::table::{ImportError, PeerMeta};
 
 use crate::model::config::soif_limits;
-use crate::pipeline::import::{InPlace, QueueError};
+use crate::pipeline::import::QueueError;
 use crate::pipeline::inbound::parse_hint;
 use hints::delta::HintDelta;
 
@@ -83,15 +83,29 @@ impl Node {
         let mut offered = BTreeSet::new();
         for (i, mut obj) in answer.objects.into_iter().enumerate() {
             let mut in_place = None;
+            let mut head = None;
             if i == 0 && obj.payload.starts_with(DELTA_MARK) {
+                // The short way first: by the hint's head, at the cost of the change.
+                match self.take_delta_by_head(peer, &obj).await {
+                    Ok(true) => {
+                        Metrics::inc(&self.metrics.deltas_applied);
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        refused.push(e.to_string());
+                        continue;
+                    }
+                }
                 match self
                     .rebuild_from_delta(peer, &obj.dsi, obj.payload.clone())
                     .await
                 {
-                    Ok((whole, changes)) => {
+                    Ok((whole, changes, made)) => {
                         Metrics::inc(&self.metrics.deltas_applied);
                         obj.payload = whole;
                         in_place = Some(changes);
+                        head = Some(made);
                     }
                     Err(why) => {
                         // Nothing changed: the next poll (now) names no version and takes
@@ -105,7 +119,15 @@ impl Node {
                 }
             }
             let done = if i == 0 {
-                self.accept_index_with(peer, obj, in_place).await
+                let dsi = obj.dsi.clone();
+                // A hint taken whole (or made whole of a delta) leaves no head until it is
+                // in; one made of a delta leaves its own.
+                self.forget_head(peer, &dsi);
+                let done = self.accept_index_with(peer, obj, in_place).await;
+                if let (Ok(()), Some(made)) = (&done, head) {
+                    self.took_delta(peer, &dsi, made);
+                }
+                done
             } else {
                 self.accept_transit(peer, obj).await.map(|dsi| {
                     offered.insert(dsi);
@@ -217,57 +239,6 @@ impl Node {
             Metrics::inc(&self.metrics.deltas_sent);
         }
         wire
-    }
-
-    /// The whole hint a delta from `peer` for dataset `dsi` makes of the one spooled from
-    /// it (the last it sent us), as SOIF bytes, with the entries it changes and the payload
-    /// digest of the hint it applies to (for the table to apply it in place).
-    ///
-    /// # Errors
-    /// Why it cannot be applied: no hint held, the delta unreadable, or not for the hint
-    /// held (a delta missed, or the hint held changed since), or not making what it says.
-    async fn rebuild_from_delta(
-        &self,
-        peer: &str,
-        dsi: &Dsi,
-        delta: Bytes,
-    ) -> Result<(Bytes, InPlace), String> {
-        let limits = soif_limits(&self.config());
-        let spool = self.spool.clone();
-        let hasher = self.payload_hasher.clone();
-        let (peer, dsi) = (peer.to_owned(), dsi.clone());
-        crate::sys::net::spawn_blocking(move || {
-            let held = spool
-                .load(&peer, &dsi)
-                .map_err(|e| format!("no hint of {dsi} held from {peer}: {e}"))?;
-            // As `import_object` digests what it imports.
-            let base_digest =
-                hasher.hash_one((&held.payload[..], &held.base_uris, &held.description));
-            let base = parse_hint(&held.payload, limits).map_err(|e| e.to_string())?;
-            let objects = cip_proto::soif::parse_all(delta, limits)
-                .map_err(|e| format!("delta is not SOIF: {e}"))?;
-            let [obj] = objects.as_slice() else {
-                return Err(format!(
-                    "expected one delta object, found {}",
-                    objects.len()
-                ));
-            };
-            let delta = HintDelta::from_soif(obj).map_err(|e| e.to_string())?;
-            let (made, changes) = delta.apply_changes(&base).map_err(|e| e.to_string())?;
-            let whole = made
-                .try_to_soif()
-                .map(|o| Bytes::from(o.to_bytes()))
-                .map_err(|e| e.to_string())?;
-            Ok((
-                whole,
-                InPlace {
-                    changes,
-                    base: base_digest,
-                },
-            ))
-        })
-        .await
-        .map_err(|e| e.to_string())?
     }
 
     /// The routes' exchange state.

@@ -56,6 +56,7 @@ use crate::pipeline::index_types::Rejection;
 use crate::store::local::QueryError;
 
 mod accept;
+mod deltas;
 pub mod exchange;
 mod hosts;
 mod queries;
@@ -152,6 +153,9 @@ pub struct Node {
     /// always describes what the table holds for that DSI.
     imported: Digests,
     payload_hasher: std::hash::RandomState,
+    /// The heads of peers' hints whose deltas apply without reading the hint
+    /// ([`deltas`]).
+    heads: crate::store::heads::Heads,
     /// Recent `/v1/referrals` answers.
     answers: AnswerCache,
     /// Bounds the queries that may scan, evaluated at once.
@@ -302,6 +306,7 @@ impl Node {
             metrics: Metrics::default(),
             imported,
             payload_hasher: std::hash::RandomState::new(),
+            heads: crate::store::heads::Heads::default(),
             answers: AnswerCache::new(answer_cache_bytes),
             scans: tokio::sync::Semaphore::new(scans),
             polls: tokio::sync::Semaphore::new(polls),
@@ -975,6 +980,7 @@ fn collection_status(
 #[allow(clippy::type_complexity)]
 fn parse_spooled(
     entries: Vec<SpoolEntry>,
+    spool: &Spool,
     limits: cip_proto::soif::Limits,
     hasher: &std::hash::RandomState,
     progress: &crate::sys::startup::Startup,
@@ -1003,7 +1009,24 @@ fn parse_spooled(
                     None => Err(Rejection::UnsupportedType(e.index_type.clone())),
                 }
                 .map(|h| {
-                    let digest = hasher.hash_one((&e.payload[..], &e.base_uris, &e.description));
+                    // The deltas journalled since the file was written.
+                    let (deltas, torn) = spool.journal(&e.peer, &e.dsi);
+                    let (h, applied, stopped) = if deltas.is_empty() {
+                        (h, 0, None)
+                    } else {
+                        crate::store::spool::replay(h, &deltas, limits)
+                    };
+                    if let Some(why) = torn.or(stopped) {
+                        tracing::warn!(peer = %e.peer, dsi = %e.dsi, error = %why, applied,
+                            "spool journal read in part; the peer's next answer brings the rest");
+                    }
+                    // As `import_object` digests what it imports (a hint re-polled the same
+                    // is then only refreshed); one the journal changed is another hint.
+                    let mut digest =
+                        hasher.hash_one((&e.payload[..], &e.base_uris, &e.description));
+                    if applied > 0 {
+                        digest = hasher.hash_one((digest, applied));
+                    }
                     (h, digest)
                 });
                 progress.advance(1);

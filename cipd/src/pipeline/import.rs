@@ -71,6 +71,10 @@ pub struct InPlace {
     pub changes: Vec<ListChanges>,
     /// The payload digest (as the jobs carry) of the hint the delta applies to.
     pub base: u64,
+    /// The job's hint is the new header alone (the receiver kept no copy of the hint):
+    /// when the table no longer holds the base, the job fails with
+    /// [`ImportError::NeedsWhole`] instead of being imported whole.
+    pub header_only: bool,
 }
 
 /// Asked by the import thread, under the digests lock, right before a job is written:
@@ -252,6 +256,8 @@ fn import_batch(
         InPlace,
         Refresh,
         Veto,
+        /// A header-only delta whose base the table no longer holds.
+        NotHeld,
     }
     let mut jobs_of: HashMap<&Dsi, usize> = HashMap::new();
     for j in batch.iter() {
@@ -277,6 +283,8 @@ fn import_batch(
                 // The table holds the delta's base, and nothing else in the batch
                 // changes the dataset.
                 Step::InPlace
+            } else if j.in_place.as_ref().is_some_and(|d| d.header_only) {
+                Step::NotHeld
             } else {
                 Step::Index
             }
@@ -291,7 +299,7 @@ fn import_batch(
             && let Some(d) = &j.in_place
         {
             match table.apply_delta(j.meta.clone(), &j.hint, &d.changes) {
-                Err(ImportError::NeedsWhole(why)) => {
+                Err(ImportError::NeedsWhole(why)) if !d.header_only => {
                     tracing::debug!(dsi = %j.meta.dsi, %why, "delta imported whole");
                     *step = Step::Index;
                 }
@@ -327,6 +335,11 @@ fn import_batch(
         .map(|((job, step), in_place)| {
             match step {
                 Step::Veto => return Err(QueueError::Unvouched),
+                Step::NotHeld => {
+                    return Err(QueueError::Refused(ImportError::NeedsWhole(
+                        "the table no longer holds the delta's base".into(),
+                    )));
+                }
                 Step::Refresh => {
                     return Ok(Imported {
                         changed: false,
@@ -405,7 +418,11 @@ mod tests {
             .unwrap()
             .apply_changes(&a)
             .unwrap();
-        let delta = InPlace { changes, base: 1 };
+        let delta = InPlace {
+            changes,
+            base: 1,
+            header_only: false,
+        };
         let done = importer
             .import(meta("1.1"), made, 2, None, Some(delta))
             .await
@@ -420,15 +437,55 @@ mod tests {
             .unwrap()
             .apply_changes(&a)
             .unwrap();
-        let stale = InPlace { changes, base: 1 };
+        let stale = InPlace {
+            changes: changes.clone(),
+            base: 1,
+            header_only: false,
+        };
         let done = importer
-            .import(meta("1.1"), made, 3, None, Some(stale))
+            .import(meta("1.1"), made.clone(), 3, None, Some(stale))
             .await
             .unwrap();
         assert!(done.changed && !done.in_place);
         let rows = table.entries(None, None, None, 10);
         assert_eq!(rows.len(), 1);
         assert_eq!(&rows[0].value[..], b"v3");
+        // A header alone is never imported whole: off its base, it is refused and the
+        // table keeps what it holds.
+        let mut header = made;
+        header.weightlists.clear();
+        let alone = InPlace {
+            changes,
+            base: 1,
+            header_only: true,
+        };
+        let refused = importer
+            .import(meta("1.1"), header.clone(), 4, None, Some(alone))
+            .await;
+        assert!(
+            matches!(
+                refused,
+                Err(QueueError::Refused(ImportError::NeedsWhole(_)))
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(&table.entries(None, None, None, 10)[0].value[..], b"v3");
+        // On its base (digest 3), the header and the changes make the next hint.
+        let (_, changes) = HintDelta::between(&c, &a)
+            .unwrap()
+            .apply_changes(&c)
+            .unwrap();
+        let on_base = InPlace {
+            changes,
+            base: 3,
+            header_only: true,
+        };
+        let done = importer
+            .import(meta("1.1"), header, 5, None, Some(on_base))
+            .await
+            .unwrap();
+        assert!(done.changed && done.in_place);
+        assert_eq!(&table.entries(None, None, None, 10)[0].value[..], b"v1");
     }
 
     #[tokio::test]

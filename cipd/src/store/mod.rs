@@ -9,6 +9,7 @@ pub mod answers;
 pub mod binding;
 pub mod clients;
 pub mod collection;
+pub mod heads;
 pub mod health;
 pub mod journal;
 pub mod local;

@@ -42,6 +42,10 @@ const TMP_MARK: &str = ".tmp.";
 const SET_ASIDE: &str = ".set-aside";
 /// Largest header we read before giving up on a file.
 const MAX_HEADER: usize = 64 << 10;
+/// Suffix of a spool file's delta journal (added to the file's name).
+const JOURNAL: &str = ".deltas";
+/// Starts each journal record: `cipd-delta 1 <length> <crc32>\n<delta>\n`.
+const RECORD_MAGIC: &str = "cipd-delta 1 ";
 
 /// One stored in-bound index object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,12 +179,72 @@ impl Spool {
         Ok(StagedEntry { staged, target })
     }
 
+    /// The journal of (peer, dsi): the deltas applied to its hint since the file was
+    /// written ([`Spool::append_delta`]).
+    pub fn journal_path(&self, peer: &str, dsi: &Dsi) -> PathBuf {
+        journal_of(&self.path_for(peer, dsi))
+    }
+
+    /// Appends `delta` (a `CIP-HINT-DELTA` object's bytes) to the journal of (peer, dsi),
+    /// durably: the stored hint is now the file's with the journal's deltas applied in
+    /// turn ([`Spool::journal`]). So a change costs the spool its own size, not the
+    /// hint's. Returns the journal's length and the file's, for the caller to decide when
+    /// to write the hint whole again ([`Spool::store`] empties the journal).
+    ///
+    /// # Errors
+    /// When no file is stored for (peer, dsi), or on I/O failure (a record torn by a crash
+    /// is dropped when the journal is read).
+    pub fn append_delta(
+        &self,
+        peer: &str,
+        dsi: &Dsi,
+        delta: &[u8],
+    ) -> Result<(u64, u64), SpoolError> {
+        let path = self.path_for(peer, dsi);
+        let io_err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| SpoolError::Io { path, source }
+        };
+        let file_len = fs::metadata(&path).map_err(io_err(&path))?.len();
+        let journal = journal_of(&path);
+        let mut record = format!(
+            "{RECORD_MAGIC}{} {:08x}\n",
+            delta.len(),
+            crc32fast::hash(delta)
+        )
+        .into_bytes();
+        record.extend_from_slice(delta);
+        record.push(b'\n');
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&journal)
+            .map_err(io_err(&journal))?;
+        file.write_all(&record).map_err(io_err(&journal))?;
+        file.sync_data().map_err(io_err(&journal))?;
+        let len = file.metadata().map_err(io_err(&journal))?.len();
+        Ok((len, file_len))
+    }
+
+    /// The deltas journalled for (peer, dsi), in order, and why reading stopped early,
+    /// if it did (a record torn by a crash, or damaged): the records before it stand.
+    pub fn journal(&self, peer: &str, dsi: &Dsi) -> (Vec<Bytes>, Option<String>) {
+        let path = self.journal_path(peer, dsi);
+        match fs::read(&path) {
+            Ok(bytes) => read_journal(&bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), None),
+            Err(e) => (Vec::new(), Some(format!("{}: {e}", path.display()))),
+        }
+    }
+
     /// Removes the object stored for (peer, dsi); absent is fine.
     ///
     /// # Errors
     /// When the file exists and cannot be removed.
     pub fn remove(&self, peer: &str, dsi: &Dsi) -> Result<(), SpoolError> {
         let path = self.path_for(peer, dsi);
+        // The journal first: a journal without its file is never read.
+        let _ = fs::remove_file(journal_of(&path));
         match fs::remove_file(&path) {
             Ok(()) => {
                 durable::sync_dir(&self.dir).map_err(|source| SpoolError::Io { path, source })
@@ -200,6 +264,7 @@ impl Spool {
         let mut aside = path.clone().into_os_string();
         aside.push(SET_ASIDE);
         let aside = PathBuf::from(aside);
+        let _ = fs::remove_file(journal_of(&path));
         match fs::rename(&path, &aside) {
             Ok(()) => {
                 durable::sync_dir(&self.dir).map_err(|source| SpoolError::Io {
@@ -253,6 +318,7 @@ impl Spool {
         for path in self.files()? {
             match read_entry(&path) {
                 Ok(e) if expired(&e, now, ttl) => {
+                    let _ = fs::remove_file(journal_of(&path));
                     let _ = fs::remove_file(&path);
                     out.expired += 1;
                 }
@@ -262,6 +328,7 @@ impl Spool {
                         let mut aside = path.clone().into_os_string();
                         aside.push(".corrupt");
                         let _ = fs::rename(&path, aside);
+                        let _ = fs::remove_file(journal_of(&path));
                     }
                     out.corrupt.push(err);
                 }
@@ -324,8 +391,88 @@ impl StagedEntry {
             path: target.clone(),
             source,
         })?;
+        // The whole hint replaces what the journal led to. Should this fail or a crash
+        // come first, the journal's first delta names a base the new file is not, and is
+        // left unapplied.
+        match fs::remove_file(journal_of(&target)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(file = %target.display(), error = %e, "cannot empty a spool journal")
+            }
+        }
         Ok(target)
     }
+}
+
+/// `hint` (a spool file's) with `deltas` (its journal's) applied in turn: the hint the
+/// spool holds. Returns how many were applied and, when one could not be (unreadable, or
+/// not for the hint before it: a journal left by a crash), why; the deltas before it stand
+/// and the ones after are not applied.
+pub fn replay(
+    mut hint: hints::hint::CipHint,
+    deltas: &[Bytes],
+    limits: cip_proto::soif::Limits,
+) -> (hints::hint::CipHint, usize, Option<String>) {
+    for (i, d) in deltas.iter().enumerate() {
+        let applied = cip_proto::soif::parse_all(d.clone(), limits)
+            .map_err(|e| e.to_string())
+            .and_then(|objs| match objs.as_slice() {
+                [obj] => hints::delta::HintDelta::from_soif(obj).map_err(|e| e.to_string()),
+                other => Err(format!("{} objects, expected one delta", other.len())),
+            })
+            .and_then(|delta| delta.apply(&hint).map_err(|e| e.to_string()));
+        match applied {
+            Ok(next) => hint = next,
+            Err(why) => return (hint, i, Some(format!("journal delta {}: {why}", i + 1))),
+        }
+    }
+    let n = deltas.len();
+    (hint, n, None)
+}
+
+fn journal_of(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(JOURNAL);
+    PathBuf::from(p)
+}
+
+/// The records of a journal's bytes, and why reading stopped before the end, if it did.
+fn read_journal(bytes: &[u8]) -> (Vec<Bytes>, Option<String>) {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let bad = |why: &str| Some(format!("journal byte {at}: {why}"));
+        let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
+            return (out, bad("record header not terminated (torn write?)"));
+        };
+        let Some(head) = std::str::from_utf8(&rest[..nl])
+            .ok()
+            .and_then(|h| h.strip_prefix(RECORD_MAGIC))
+        else {
+            return (out, bad("not a cipd-delta record"));
+        };
+        let parsed = head.split_once(' ').and_then(|(len, crc)| {
+            Some((
+                len.parse::<usize>().ok()?,
+                u32::from_str_radix(crc, 16).ok()?,
+            ))
+        });
+        let Some((len, crc)) = parsed else {
+            return (out, bad("bad record header"));
+        };
+        let body = nl + 1;
+        let Some(delta) = rest.get(body..body.saturating_add(len)) else {
+            return (out, bad("record truncated (torn write?)"));
+        };
+        if crc32fast::hash(delta) != crc || rest.get(body + len) != Some(&b'\n') {
+            return (out, bad("record damaged (crc32)"));
+        }
+        out.push(Bytes::copy_from_slice(delta));
+        at += body + len + 1;
+    }
+    (out, None)
 }
 
 /// The whole file of `e` (tests).
@@ -499,6 +646,83 @@ mod tests {
         let mut got = out.entries;
         got.sort_by(|x, y| x.dsi.cmp(&y.dsi));
         assert_eq!(got, vec![a2, b]);
+    }
+
+    fn hint(values: &[(&str, u64)]) -> hints::hint::CipHint {
+        let spec = hints::hint::AttrSpec::new("DOCUMENT", "Author").unwrap();
+        hints::hint::CipHint::with_weightlist(spec, 10, values.iter().copied())
+    }
+
+    #[test]
+    fn a_journal_holds_the_deltas_since_the_file_and_a_whole_write_empties_it() {
+        use hints::delta::HintDelta;
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let limits = cip_proto::soif::Limits::default();
+        let (a, b, c) = (
+            hint(&[("Garcia", 2), ("Smith", 1)]),
+            hint(&[("Garcia", 3), ("Smith", 1)]),
+            hint(&[("Garcia", 3), ("Jones", 1)]),
+        );
+        let e = entry("leaf", "1.2.3", &a.to_soif().to_bytes());
+        // No file: nothing to append to.
+        assert!(spool.append_delta("leaf", &e.dsi, b"x").is_err());
+        spool.store(&e).unwrap();
+        let ab = HintDelta::between(&a, &b).unwrap().to_soif().to_bytes();
+        let bc = HintDelta::between(&b, &c).unwrap().to_soif().to_bytes();
+        let (len, file) = spool.append_delta("leaf", &e.dsi, &ab).unwrap();
+        assert!(len > ab.len() as u64 && file > 0);
+        spool.append_delta("leaf", &e.dsi, &bc).unwrap();
+        let (deltas, torn) = spool.journal("leaf", &e.dsi);
+        assert_eq!(torn, None);
+        assert_eq!(
+            deltas,
+            vec![Bytes::from(ab.clone()), Bytes::from(bc.clone())]
+        );
+        let (made, applied, stopped) = replay(a.clone(), &deltas, limits);
+        assert_eq!((applied, stopped), (2, None));
+        assert_eq!(hints::delta::digest(&made), hints::delta::digest(&c));
+        // The journal is not a spool file of its own.
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_100);
+        assert_eq!(
+            spool
+                .load_all(now, Duration::from_secs(3600))
+                .unwrap()
+                .entries,
+            vec![e.clone()]
+        );
+
+        // A torn last record (a crash mid-append) is dropped; the ones before stand.
+        let path = spool.journal_path("leaf", &e.dsi);
+        let full = fs::read(&path).unwrap();
+        fs::write(&path, &full[..full.len() - 5]).unwrap();
+        let (deltas, torn) = spool.journal("leaf", &e.dsi);
+        assert_eq!(deltas.len(), 1);
+        assert!(torn.unwrap().contains("truncated"));
+        // A damaged record: the same.
+        let mut damaged = full.clone();
+        let at = full.len() - 10;
+        damaged[at] ^= 1;
+        fs::write(&path, &damaged).unwrap();
+        let (deltas, torn) = spool.journal("leaf", &e.dsi);
+        assert_eq!(deltas.len(), 1);
+        assert!(torn.unwrap().contains("crc32"), "damaged");
+        // Out of order (a journal left beside a newer file): applied up to the gap.
+        let (made, applied, stopped) =
+            replay(a.clone(), &[Bytes::from(bc), Bytes::from(ab)], limits);
+        assert_eq!(applied, 0);
+        assert!(stopped.unwrap().contains("journal delta 1"));
+        assert_eq!(hints::delta::digest(&made), hints::delta::digest(&a));
+
+        // Written whole, the file stands alone.
+        spool
+            .store(&entry("leaf", "1.2.3", &c.to_soif().to_bytes()))
+            .unwrap();
+        assert!(!path.exists());
+        assert_eq!(spool.journal("leaf", &e.dsi), (Vec::new(), None));
+        spool.append_delta("leaf", &e.dsi, b"y").unwrap();
+        spool.remove("leaf", &e.dsi).unwrap();
+        assert!(!path.exists());
     }
 
     #[test]

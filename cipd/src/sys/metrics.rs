@@ -185,6 +185,9 @@ pub struct Metrics {
     /// Of those, the ones the routing table applied in place (the others were imported
     /// whole).
     pub deltas_in_place: Counter,
+    /// Of those, the ones taken by the hint's head alone: neither the hint nor its spool
+    /// file read (PROTOCOL.md "Applied by the head").
+    pub deltas_by_head: Counter,
     /// Deltas from polled peers refused (base not held, inconsistent, corrupt): the whole
     /// hint is asked at once.
     pub deltas_refused: Counter,
@@ -411,6 +414,11 @@ impl Default for Metrics {
             "cipd_deltas_in_place_total",
             "Deltas from polled peers the routing table applied in place (not re-importing the whole hint).",
         );
+        let deltas_by_head = counter(
+            r,
+            "cipd_deltas_by_head_total",
+            "Deltas from polled peers taken by the hint's head alone, neither the hint nor its spool file read.",
+        );
         let deltas_refused = counter(
             r,
             "cipd_deltas_refused_total",
@@ -536,6 +544,7 @@ impl Default for Metrics {
             deltas_sent,
             deltas_applied,
             deltas_in_place,
+            deltas_by_head,
             deltas_refused,
             index_objects_implausible,
             index_objects_over_budget,

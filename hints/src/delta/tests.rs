@@ -123,6 +123,60 @@ proptest! {
     }
 
     #[test]
+    fn applied_to_the_head_alone_a_delta_gives_what_applied_whole_gives(
+        (ta, la, ha) in (0u64..500, lists(), header()),
+        (tb, lb, hb) in (0u64..500, lists(), header()),
+        wrong in any::<bool>(),
+    ) {
+        let a = hint(ta, &la, &ha, "Mon, 01 Jan 2024 00:00:00 GMT");
+        let b = hint(tb, &lb, &hb, "Tue, 02 Jan 2024 00:00:00 GMT");
+        let d = HintDelta::between(&a, &b).expect("distinct values: a delta");
+        let head = HintHead::of(&a, digest(&a)).unwrap();
+        // The old counts as a table would give them: looked up in the held hint.
+        let count = |spec: &AttrSpec, value: &[u8]| {
+            a.weightlists
+                .iter()
+                .filter(|(s, _)| s == spec)
+                .flat_map(|(_, l)| l.entries())
+                .find(|e| e.value[..] == *value)
+                .map_or(0, |e| e.count)
+        };
+        let whole = d.apply_changes(&a);
+        if d.removed.iter().any(|r| r.starts_with(LIST_PREFIX)) {
+            let needs = d.apply_to_head(&head, count);
+            prop_assert!(matches!(needs, Err(DeltaError::NeedsHint(_))), "{:?}", needs);
+            return Ok(());
+        }
+        let (made, changes) = whole.unwrap();
+        let (next, header_only, head_changes) = d.apply_to_head(&head, count).unwrap();
+        // The same changes, in any order.
+        let sorted = |mut c: Vec<ListChanges>| {
+            for l in &mut c {
+                l.entries.sort_by(|x, y| x.value.cmp(&y.value));
+            }
+            c.sort_by_key(|l| l.attribute.to_string());
+            c
+        };
+        prop_assert_eq!(sorted(head_changes), sorted(changes.clone()));
+        prop_assert_eq!(next.digest, digest(&made));
+        prop_assert_eq!(Some(next.clone()), HintHead::of(&made, digest(&made)));
+        let mut header = made.clone();
+        header.weightlists.clear();
+        prop_assert_eq!(header_only, header);
+        // An old count that is not the held hint's is refused.
+        if wrong && !changes.is_empty() {
+            let off = |spec: &AttrSpec, value: &[u8]| count(spec, value) + 1;
+            let refused = d.apply_to_head(&head, off);
+            prop_assert!(matches!(refused, Err(DeltaError::WrongResult { .. })), "{:?}", refused);
+        }
+        // Not on its base: refused.
+        if d.base != d.result {
+            let again = d.apply_to_head(&next, count);
+            prop_assert!(matches!(again, Err(DeltaError::WrongBase { .. })), "{:?}", again);
+        }
+    }
+
+    #[test]
     fn the_digest_ignores_order_and_date(l in lists(), h in header()) {
         let a = hint(7, &l, &h, "Mon, 01 Jan 2024 00:00:00 GMT");
         let mut b = hint(7, &l, &h, "Wed, 03 Jan 2024 00:00:00 GMT");
@@ -333,4 +387,22 @@ fn an_aggregate_s_change_travels_as_a_byte_exact_delta() {
         .unwrap()
         .0;
     assert_eq!(delta.apply(&held).unwrap().to_soif().to_bytes(), whole);
+}
+
+#[test]
+fn a_hint_without_url_takes_its_delta_through_the_wire() {
+    // `-` is how a hint without URL (a node with no broker URL) writes it; the digests
+    // hash it so, and the delta read back must too.
+    let mut a = hint(5, &big(3), &[], "Mon, 01 Jan 2024 00:00:00 GMT");
+    a.url = "-".into();
+    let mut b = a.clone();
+    b.total_object_count = 6;
+    let d = HintDelta::between(&a, &b).unwrap();
+    let objects = soif(&d.to_soif().to_bytes()).unwrap();
+    let read = HintDelta::from_soif(&objects[0]).unwrap();
+    let made = read.apply(&a).unwrap();
+    assert_eq!(digest(&made), digest(&b));
+    let head = HintHead::of(&a, digest(&a)).unwrap();
+    let (next, _, _) = read.apply_to_head(&head, |_, _| 0).unwrap();
+    assert_eq!(next, HintHead::of(&b, digest(&b)).unwrap());
 }

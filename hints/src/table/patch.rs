@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use cip_proto::Dsi;
 
 use crate::hint::{AttrSpec, CipHint};
 use crate::index::{PatchBuilder, cmp_folded, hash_lower};
@@ -246,6 +247,49 @@ impl RoutingTable {
         debug_assert_eq!(next.budget_held(), others + budget);
         self.commit(next);
         Ok(outcome)
+    }
+}
+
+impl RoutingTable {
+    /// The counts the hint held for `dsi` lists for `wanted` values, each `(weightlist,
+    /// value)`: its entries that fold alike summed (the value ASCII-case-folded, the
+    /// weightlist matched as the table matches attributes), 0 when it lists none; `None`
+    /// when no hint of `dsi` is held. A receiver that keeps no copy of a peer's hint reads
+    /// a delta's old counts here ([`crate::delta::HintDelta::apply_to_head`]); the delta's
+    /// digest then tells whether they were the hint's own.
+    pub fn held_counts<'a>(
+        &self,
+        dsi: &Dsi,
+        wanted: impl IntoIterator<Item = (&'a AttrSpec, &'a [u8])>,
+    ) -> Option<Vec<u64>> {
+        let snap = self.current.load_full();
+        let &slot = snap.peers.get(dsi)?;
+        snap.entry(slot)?;
+        let mut lower = Vec::new();
+        let counts = wanted
+            .into_iter()
+            .map(|(spec, value)| {
+                let Some(attr) = snap.attrs.id(spec) else {
+                    return 0;
+                };
+                lower.clear();
+                lower.extend_from_slice(value);
+                lower.make_ascii_lowercase();
+                let hash = hash_lower(&self.hasher, &lower);
+                snap.segments
+                    .iter()
+                    .filter_map(|seg| {
+                        let id = seg.find_exact(hash, &lower)?;
+                        Some(
+                            seg.postings(id)
+                                .filter(|&(s, a, _)| s == slot && a == attr)
+                                .fold(0u64, |n, p| n.saturating_add(p.2)),
+                        )
+                    })
+                    .fold(0u64, u64::saturating_add)
+            })
+            .collect();
+        Some(counts)
     }
 }
 

@@ -54,6 +54,10 @@ fn in_place(n: &TestNode) -> u64 {
     n.daemon.node().metrics().deltas_in_place.get()
 }
 
+fn by_head(n: &TestNode) -> u64 {
+    n.daemon.node().metrics().deltas_by_head.get()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_travels_as_a_delta_and_a_lost_base_brings_the_whole_hint() {
     let start = authors(&[]);
@@ -76,19 +80,30 @@ async fn a_change_travels_as_a_delta_and_a_lost_base_brings_the_whole_hint() {
     assert!(sent(&leaf) >= 1);
     assert_eq!(refused(&hub), 0);
     assert_eq!(hub.query("Author=Author7").await.referrals.len(), 1);
+    // The first delta took the long way (the spooled hint read); it left the head.
+    assert_eq!(by_head(&hub), 0);
 
-    // The hub loses the base (its spooled copy): the next delta is refused, nothing is
-    // lost, and the whole hint comes at once.
+    // The hub loses its spooled copy. The next delta still applies by the head kept in
+    // memory, but cannot be journalled: the head is dropped, so that the delta after
+    // takes the long way, finds no base and is refused, and the whole hint comes at once
+    // (and is spooled). Nothing is lost.
     assert!(forget_spooled(&hub, "leaf") >= 1);
     let two = authors(&["Newcomer", "Latecomer"]);
     leaf.set_authors(&refs(&two)).await;
     hub.wait_query("Author=Latecomer", |a| a.referrals.len() == 1)
         .await;
+    assert_eq!(by_head(&hub), 1, "applied by the head");
+    assert_eq!(refused(&hub), 0);
+    let two = authors(&["Newcomer", "Latecomer", "Second"]);
+    leaf.set_authors(&refs(&two)).await;
+    hub.wait_query("Author=Second", |a| a.referrals.len() == 1)
+        .await;
     assert_eq!(refused(&hub), 1, "the delta without its base");
+    assert_eq!(by_head(&hub), 1);
     for q in ["Author=Author7", "Author=Newcomer", "Author=Author299"] {
         assert_eq!(hub.query(q).await.referrals.len(), 1, "{q}");
     }
-    // And deltas flow again from the whole hint on.
+    // And deltas flow again from the whole hint on: the long way once, then by the head.
     let before = applied(&hub);
     let three = authors(&["Newcomer", "Latecomer", "Third"]);
     leaf.set_authors(&refs(&three)).await;
@@ -96,19 +111,64 @@ async fn a_change_travels_as_a_delta_and_a_lost_base_brings_the_whole_hint() {
         .await;
     eventually("deltas again", || applied(&hub) > before).await;
 
-    // A value removed, in place: gone from the answers, the rest kept.
+    // A value removed, in place and by the head: gone from the answers, the rest kept.
     let before = in_place(&hub);
     let four = authors(&["Latecomer", "Third"]);
     leaf.set_authors(&refs(&four)).await;
     hub.wait_query("Author=Newcomer", |a| a.referrals.is_empty())
         .await;
     eventually("the removal applied in place", || in_place(&hub) > before).await;
+    assert_eq!(by_head(&hub), 2, "the removal by the head");
     for q in ["Author=Author7", "Author=Latecomer", "Author=Third"] {
         assert_eq!(hub.query(q).await.referrals.len(), 1, "{q}");
     }
     assert_eq!(refused(&hub), 1);
     hub.stop().await;
     leaf.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_hub_holds_what_its_spool_journal_brought() {
+    let leaf_spec = NodeSpec::new("1.3.6.1.4.1.99999.651", &refs(&authors(&[])));
+    let mut leaf = TestNode::start(leaf_spec.clone()).await;
+    let hub_spec = NodeSpec::new("1.3.6.1.4.1.99999.650", &["Hub"]).peer("leaf", &leaf, &["poll"]);
+    let hub = TestNode::start(hub_spec.clone()).await;
+    leaf.reconfigure(leaf_spec.peer("hub", &hub, &["poller"]))
+        .await;
+    hub.wait_query("Author=Author7", |a| a.referrals.len() == 1)
+        .await;
+    // The long way, then twice by the head: journalled beside the spool file.
+    for (i, extra) in [&["First"][..], &["First", "Second"], &["Second", "Third"]]
+        .into_iter()
+        .enumerate()
+    {
+        leaf.set_authors(&refs(&authors(extra))).await;
+        let last = extra.last().unwrap();
+        hub.wait_query(&format!("Author={last}"), |a| a.referrals.len() == 1)
+            .await;
+        eventually("the delta counted", || applied(&hub) > i as u64).await;
+    }
+    assert_eq!(by_head(&hub), 2);
+    assert_eq!(refused(&hub), 0);
+    let journals = std::fs::read_dir(hub.dir.path().join("spool"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".deltas"))
+        .count();
+    assert_eq!(journals, 1, "one peer's journal");
+    // Restarted with the leaf gone: the table is the spool file and its journal.
+    leaf.stop().await;
+    let dir = hub.stop().await;
+    let hub = TestNode::start_in(hub_spec, dir).await;
+    for (q, n) in [
+        ("Author=Author7", 1),
+        ("Author=Third", 1),
+        ("Author=Second", 1),
+        ("Author=First", 0),
+    ] {
+        assert_eq!(hub.query(q).await.referrals.len(), n, "{q}");
+    }
+    hub.stop().await;
 }
 
 /// A poller's poll as a cipd node makes it (its own answer, datasets apart named), holding
