@@ -57,6 +57,7 @@
 //! | `BENCH_SECS` | 5 | seconds of load per query kind |
 //! | `CIPD_BENCH_NGINX` | `/usr/sbin/nginx` | the nginx binary of the yardstick |
 //! | `BENCH_ANSWER_CACHE` | the daemon's | `limits.answer_cache_bytes` of the hub (0: every answer computed, as on a hub whose table changes all the time) |
+//! | `BENCH_HUB_LIMITS` | none | lines added to the hub's `[limits]` (`max_peer_table_bytes = 67108864`; `\n` for a line break) |
 //! | `BENCH_HUB_TOML` | none | tables added to the hub's configuration (`\n` for a line break) |
 //! | `BENCH_KEEP` | unset | when set, the hub's directory (configuration, log, spool) is kept |
 //! | `BENCH_HUB_WRAP` | none | a command the hub runs under (`heaptrack -o /tmp/hub`), split at spaces |
@@ -1396,6 +1397,13 @@ level = "info"
         toml = toml.replace(
             "[limits]\n",
             &format!("[limits]\nanswer_cache_bytes = {bytes}\n"),
+        );
+    }
+    // Extra limits (`BENCH_HUB_LIMITS="max_peer_table_bytes = 67108864"`).
+    if let Ok(extra) = std::env::var("BENCH_HUB_LIMITS") {
+        toml = toml.replace(
+            "[limits]\n",
+            &format!("[limits]\n{}\n", extra.replace("\\n", "\n")),
         );
     }
     // Extra tables for experiments (`BENCH_HUB_TOML="[index]\nsummaries = false"`).

@@ -6,7 +6,10 @@
 //! offset (and attribute index) points inside what was read; a weightlist or spec that
 //! parses writes back to one that parses equal; a hint that reads writes back to SOIF that
 //! parses, and reads back to an equal hint (thresholds may move next to their weightlists,
-//! which is the canonical order), which then writes identically.
+//! which is the canonical order), which then writes identically. When every object reads
+//! as a hint, the charge `ChargeScanner` reads from the bytes (fed in pieces) is at most
+//! the table's charge of the largest hint: a poller refusing a hint as it arrives never
+//! refuses one the table would take.
 
 #![no_main]
 
@@ -121,6 +124,25 @@ fn check_hint(obj: &SoifObject) {
     assert_eq!(again.to_soif(), written, "canonical form is stable");
 }
 
+fn check_charge(data: &[u8], objects: &[SoifObject]) {
+    let hints: Option<Vec<CipHint>> = objects
+        .iter()
+        .map(|o| CipHint::from_soif(o).ok().map(|(h, _)| h))
+        .collect();
+    let Some(hints) = hints else { return };
+    let piece = data.first().map_or(1, |&b| usize::from(b % 13) + 1);
+    let mut scanner = hints::table::ChargeScanner::new();
+    for chunk in data.chunks(piece) {
+        scanner.feed(chunk);
+    }
+    let most = hints.iter().map(hints::table::budget_bytes).max().unwrap_or(0);
+    assert!(
+        scanner.largest() <= most,
+        "scanned {} above the table's charge {most}",
+        scanner.largest()
+    );
+}
+
 fuzz_target!(|data: &[u8]| {
     let input = Bytes::copy_from_slice(data);
     check_weightlist(&input);
@@ -131,5 +153,6 @@ fuzz_target!(|data: &[u8]| {
         for obj in &objects {
             check_hint(obj);
         }
+        check_charge(data, &objects);
     }
 });

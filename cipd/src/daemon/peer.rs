@@ -153,6 +153,8 @@ fn transient_code(code: ResponseCode) -> bool {
 /// heal in seconds.
 pub fn transient(e: &PeerError) -> bool {
     match e {
+        // Refused as it arrived (over the memory budget): it will be again.
+        PeerError::Transport(TransportError::Refused(_)) => false,
         PeerError::Transport(_) | PeerError::Http(_) | PeerError::Timeout => true,
         PeerError::Refused { code, .. } => transient_code(*code),
         PeerError::Rejected { .. }
@@ -447,8 +449,13 @@ async fn ask(node: &Node, peer: &PeerConfig) -> Result<(ClientReply, IndexType),
                 body: Bytes::new(),
             };
             note_phase(node, &peer.name, "waiting for its answer");
-            let r = match session.request(&request).await {
+            let budget = config.limits.table.max_peer_bytes;
+            let r = match session.poll(&request, budget).await {
                 Ok(r) => r,
+                Err(PeerError::Transport(TransportError::Refused(why))) => {
+                    node.refused_while_arriving(&peer.name, &why);
+                    return Err(PeerError::Transport(TransportError::Refused(why)));
+                }
                 // A server that closes after every answer (ROADS' wppd): ask again on a
                 // new connection, once.
                 Err(_) if answered.is_some() && !reconnected => {
@@ -506,6 +513,28 @@ enum Session {
 }
 
 impl Session {
+    /// A poll, whose answer is refused as it arrives once one of its hints would be charged
+    /// more than `budget` bytes of table memory (`limits.max_peer_table_bytes`), before it
+    /// is all in memory. (Over HTTP the answer is read whole, then checked.)
+    async fn poll(&mut self, request: &Request, budget: u64) -> Result<ClientReply, PeerError> {
+        let Self::Stream(c) = self else {
+            return self.request(request).await;
+        };
+        let mut scanner = hints::table::ChargeScanner::new();
+        let mut watch = move |bytes: &[u8]| {
+            scanner.feed(bytes);
+            let charge = scanner.largest();
+            if charge > budget {
+                Err(format!(
+                    "a hint needs at least {charge} bytes of table memory, more than the per-peer budget of {budget} (limits.max_peer_table_bytes)"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        Ok(c.request_watched(request, Some(&mut watch)).await?)
+    }
+
     async fn request(&mut self, request: &Request) -> Result<ClientReply, PeerError> {
         Ok(match self {
             Self::Stream(c) => c.request(request).await?,

@@ -90,6 +90,19 @@ impl Node {
         result
     }
 
+    /// A poll's answer from `peer` was refused while it arrived: a hint in it would be
+    /// charged more than `limits.max_peer_table_bytes` (`why` says how much). Counted as
+    /// a hint refused for the memory budget.
+    pub fn refused_while_arriving(&self, peer: &str, why: &str) {
+        tracing::warn!(%peer, error = %why, "index object refused while it arrived: memory budget");
+        Metrics::inc(&self.metrics.index_objects_over_budget);
+        Metrics::inc(&self.metrics.index_objects_rejected);
+        self.update_status(|s| {
+            s.budget_refusals += 1;
+            s.hints_rejected += 1;
+        });
+    }
+
     pub(super) async fn accept_index_inner(
         &self,
         peer: &str,

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::handler::{
-    ConnHooks, PeerContext, Phase, Reply, RequestHandler, TransportConfig, TransportError,
+    ConnHooks, PeerContext, Phase, Reply, RequestHandler, TransportConfig, TransportError, Watch,
 };
 
 /// Read-buffer growth step.
@@ -459,6 +459,21 @@ impl CipConnection {
     /// [`TransportError`]: I/O, timeout, a closed connection, a request that cannot be
     /// encoded within the limits, or a poll result that does not parse.
     pub async fn request(&mut self, request: &Request) -> Result<ClientReply, TransportError> {
+        self.request_watched(request, None).await
+    }
+
+    /// [`Self::request`], showing each piece of the result's bytes to `watch` as they
+    /// arrive: its error refuses the result before the rest is read
+    /// ([`TransportError::Refused`]; drop the connection then). A poller refuses a hint
+    /// over its memory budget so.
+    ///
+    /// # Errors
+    /// As [`Self::request`], and [`TransportError::Refused`].
+    pub async fn request_watched(
+        &mut self,
+        request: &Request,
+        watch: Option<&mut Watch>,
+    ) -> Result<ClientReply, TransportError> {
         let deadline = Instant::now() + self.config.transfer_timeout;
         let wait = Wait::until(deadline, Phase::Transfer);
         if !self.conn.rbuf.is_empty() {
@@ -499,7 +514,11 @@ impl CipConnection {
             }
         }
         if status.code == ResponseCode::OkOutputFollows {
-            let output = match self.conn.read_frame(Expect::Result, wait, None).await? {
+            let output = match self
+                .conn
+                .read_frame_watched(Expect::Result, wait, None, watch)
+                .await?
+            {
                 Read::Frame(Frame::Message(m)) => m,
                 _ => {
                     return Err(TransportError::Closed {
@@ -658,7 +677,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         wait: Wait,
         cancel: Option<&CancellationToken>,
     ) -> Result<Read, TransportError> {
+        self.read_frame_watched(expect, wait, cancel, None).await
+    }
+
+    /// [`Self::read_frame`], showing each piece of bytes read to `watch`, whose error ends
+    /// the read ([`TransportError::Refused`]; the connection is then mid-frame: drop it).
+    async fn read_frame_watched(
+        &mut self,
+        expect: Expect,
+        wait: Wait,
+        cancel: Option<&CancellationToken>,
+        mut watch: Option<&mut Watch>,
+    ) -> Result<Read, TransportError> {
         self.codec.expect(expect);
+        // What came with earlier reads (the status line's) first.
+        if let Some(w) = watch.as_deref_mut()
+            && !self.rbuf.is_empty()
+        {
+            w(&self.rbuf[..]).map_err(TransportError::Refused)?;
+        }
         let mut started = (!self.rbuf.is_empty()).then(Instant::now);
         loop {
             if let Some(frame) = self.codec.decode(&mut self.rbuf)? {
@@ -683,6 +720,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 crate::sys::alloc::reserve(&mut self.rbuf, more);
             }
             let (step, passed) = self.step_deadline(deadline, phase);
+            let before = self.rbuf.len();
             let mut rbuf = (&mut self.rbuf).limit(room);
             let read = timeout_at(step, self.io.read_buf(&mut rbuf));
             let read = match cancel.filter(|_| started.is_none()) {
@@ -695,6 +733,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             };
             let Ok(n) = read else { return Err(passed) };
             let n = n?;
+            if let Some(w) = watch.as_deref_mut() {
+                w(&self.rbuf[before..]).map_err(TransportError::Refused)?;
+            }
             if n == 0 {
                 return Ok(match self.codec.decode_eof(&mut self.rbuf)? {
                     Some(frame) => Read::Frame(frame),

@@ -92,6 +92,10 @@ impl std::fmt::Display for Phase {
     }
 }
 
+/// Sees the bytes of a result as they arrive ([`crate::transport::CipConnection::request_watched`]);
+/// an error refuses the result.
+pub type Watch = dyn FnMut(&[u8]) -> Result<(), String> + Send;
+
 /// A connection that failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -152,6 +156,10 @@ pub enum TransportError {
         /// The status line.
         status: Status,
     },
+    /// A result refused while it arrived (by the caller's watch: a hint over its memory
+    /// budget).
+    #[error("result refused while it arrived: {0}")]
+    Refused(String),
     /// A result that does not parse.
     #[error("bad result: {0}")]
     Result(#[from] MessageError),

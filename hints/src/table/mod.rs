@@ -125,12 +125,14 @@ use crate::index::{BulkBuilder, Segment, SegmentOverflow};
 use crate::threads::on_threads;
 
 pub mod answer;
+mod charge;
 mod config;
 mod eval;
 mod patch;
 pub(crate) mod state;
 
 pub use crate::peer::PeerMeta;
+pub use charge::ChargeScanner;
 use config::entry_charge;
 pub use config::{
     DEFAULT_MAX_ATTRIBUTES, DEFAULT_MAX_ENTRIES_PER_HINT, DEFAULT_MAX_PEER_BYTES,

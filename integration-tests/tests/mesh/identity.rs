@@ -299,6 +299,23 @@ async fn hints_over_the_memory_budgets_are_refused_and_the_good_hint_stays() {
         hub.wait_for(what, |s| s.budget_refusals >= before + 2)
             .await;
         assert_eq!(garcia_referrals(&hub).await, good, "{what}");
+        if n == 120 {
+            // Over the peer budget, the answer is refused as it arrives, before it is all
+            // read (PROTOCOL.md "Memory budgets").
+            let error = hub
+                .daemon
+                .node()
+                .peer_states()
+                .into_iter()
+                .find(|p| p.name == "good")
+                .and_then(|p| p.last_error)
+                .unwrap_or_default();
+            assert!(
+                error.contains("refused while it arrived")
+                    && error.contains("limits.max_peer_table_bytes"),
+                "{error}"
+            );
+        }
     }
     let m = hub.daemon.node().render_metrics();
     assert!(metric(&m, "cipd_index_objects_over_budget_total") >= 4.0);
