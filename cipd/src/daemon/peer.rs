@@ -520,9 +520,18 @@ impl Session {
         let Self::Stream(c) = self else {
             return self.request(request).await;
         };
-        let mut scanner = hints::table::ChargeScanner::new();
-        let mut watch = move |bytes: &[u8]| {
-            scanner.feed(bytes);
+        // Scanned only once the answer is long enough to be charged more than the budget
+        // (a byte adds at most `MAX_CHARGE_PER_BYTE`): ordinary answers cost nothing.
+        let mut scanner: Option<hints::table::ChargeScanner> = None;
+        let mut scanned = 0;
+        let mut watch = move |so_far: &[u8]| {
+            let most = (so_far.len() as u64).saturating_mul(hints::table::MAX_CHARGE_PER_BYTE);
+            if scanner.is_none() && most <= budget {
+                return Ok(());
+            }
+            let scanner = scanner.get_or_insert_with(hints::table::ChargeScanner::new);
+            scanner.feed(so_far.get(scanned..).unwrap_or_default());
+            scanned = so_far.len();
             let charge = scanner.largest();
             if charge > budget {
                 Err(format!(

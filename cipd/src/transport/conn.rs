@@ -462,8 +462,8 @@ impl CipConnection {
         self.request_watched(request, None).await
     }
 
-    /// [`Self::request`], showing each piece of the result's bytes to `watch` as they
-    /// arrive: its error refuses the result before the rest is read
+    /// [`Self::request`], showing `watch` the result's bytes so far (from its first byte)
+    /// each time more arrive: its error refuses the result before the rest is read
     /// ([`TransportError::Refused`]; drop the connection then). A poller refuses a hint
     /// over its memory budget so.
     ///
@@ -680,8 +680,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         self.read_frame_watched(expect, wait, cancel, None).await
     }
 
-    /// [`Self::read_frame`], showing each piece of bytes read to `watch`, whose error ends
-    /// the read ([`TransportError::Refused`]; the connection is then mid-frame: drop it).
+    /// [`Self::read_frame`], showing `watch` the frame's bytes so far (from its first byte:
+    /// the codec takes nothing of a frame before it is whole) after each read; its error
+    /// ends the read ([`TransportError::Refused`]; the connection is then mid-frame: drop
+    /// it).
     async fn read_frame_watched(
         &mut self,
         expect: Expect,
@@ -694,7 +696,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         if let Some(w) = watch.as_deref_mut()
             && !self.rbuf.is_empty()
         {
-            w(&self.rbuf[..]).map_err(TransportError::Refused)?;
+            w(&self.rbuf).map_err(TransportError::Refused)?;
         }
         let mut started = (!self.rbuf.is_empty()).then(Instant::now);
         loop {
@@ -733,8 +735,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             };
             let Ok(n) = read else { return Err(passed) };
             let n = n?;
-            if let Some(w) = watch.as_deref_mut() {
-                w(&self.rbuf[before..]).map_err(TransportError::Refused)?;
+            if let Some(w) = watch.as_deref_mut()
+                && self.rbuf.len() > before
+            {
+                w(&self.rbuf).map_err(TransportError::Refused)?;
             }
             if n == 0 {
                 return Ok(match self.codec.decode_eof(&mut self.rbuf)? {

@@ -92,8 +92,8 @@ impl std::fmt::Display for Phase {
     }
 }
 
-/// Sees the bytes of a result as they arrive ([`crate::transport::CipConnection::request_watched`]);
-/// an error refuses the result.
+/// Sees a result's bytes so far, from its first, each time more arrive
+/// ([`crate::transport::CipConnection::request_watched`]); an error refuses the result.
 pub type Watch = dyn FnMut(&[u8]) -> Result<(), String> + Send;
 
 /// A connection that failed.

@@ -132,7 +132,7 @@ mod patch;
 pub(crate) mod state;
 
 pub use crate::peer::PeerMeta;
-pub use charge::ChargeScanner;
+pub use charge::{ChargeScanner, MAX_CHARGE_PER_BYTE};
 use config::entry_charge;
 pub use config::{
     DEFAULT_MAX_ATTRIBUTES, DEFAULT_MAX_ENTRIES_PER_HINT, DEFAULT_MAX_PEER_BYTES,
