@@ -63,7 +63,8 @@ impl Node {
     }
 
     /// Notes the head of the hint `peer`'s `dsi` now holds, after a delta was taken, with
-    /// the digest the import queue holds it under.
+    /// the digest the import queue holds it under (read under the import thread's lock,
+    /// which a long table write holds: call it off the async workers).
     fn keep_head(&self, peer: &str, dsi: &Dsi, head: HintHead) {
         let Some(imported) = lock(&self.imported).get(dsi).copied() else {
             return;
@@ -195,7 +196,15 @@ impl Node {
         Metrics::inc(&self.metrics.deltas_in_place);
         Metrics::inc(&self.metrics.deltas_by_head);
         self.trust.accepted(peer, &made.verdict);
-        self.keep_head(peer, &dsi, made.head);
+        // The digest it was imported under is the one given: no lock to wait on.
+        self.heads.keep(
+            peer,
+            &dsi,
+            HeldHead {
+                head: made.head,
+                imported: made.imported,
+            },
+        );
         self.journal_delta(peer, &dsi, obj.payload.clone(), limits)
             .await;
         self.update_peer(peer, |s| {
@@ -318,10 +327,21 @@ impl Node {
 
     /// After a delta taken the long way was imported: keeps the result's head, so that the
     /// next delta takes the short way.
-    pub(super) fn took_delta(&self, peer: &str, dsi: &Dsi, head: Option<HintHead>) {
-        match head {
-            Some(head) => self.keep_head(peer, dsi, head),
-            None => self.forget_head(peer, dsi),
+    /// Off the async workers: the digest is read under the import thread's lock.
+    pub(super) async fn took_delta(
+        self: &Arc<Self>,
+        peer: &str,
+        dsi: &Dsi,
+        head: Option<HintHead>,
+    ) {
+        let Some(head) = head else {
+            self.forget_head(peer, dsi);
+            return;
+        };
+        let (node, peer, dsi) = (self.clone(), peer.to_owned(), dsi.clone());
+        let kept = crate::sys::net::spawn_blocking(move || node.keep_head(&peer, &dsi, head)).await;
+        if let Err(e) = kept {
+            tracing::warn!(error = %e, "cannot keep a hint's head; its next delta takes the long way");
         }
     }
 }

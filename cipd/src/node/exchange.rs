@@ -125,7 +125,7 @@ impl Node {
                 self.forget_head(peer, &dsi);
                 let done = self.accept_index_with(peer, obj, in_place).await;
                 if let (Ok(()), Some(made)) = (&done, head) {
-                    self.took_delta(peer, &dsi, made);
+                    self.took_delta(peer, &dsi, made).await;
                 }
                 done
             } else {
