@@ -90,6 +90,30 @@ impl Node {
         result
     }
 
+    /// Asked by the import thread right before the write: `peer` still delivers `dsi`.
+    pub(super) fn vouch(&self, peer: &str, dsi: &Dsi) -> crate::pipeline::import::Vouch {
+        let (bindings, peer, dsi) = (self.bindings.clone(), peer.to_owned(), dsi.clone());
+        Box::new(move || bindings.get(&peer).is_some_and(|b| b.dsi == dsi))
+    }
+
+    /// What the signature check of `peer`'s hints needs: its trust settings, the date of
+    /// the last signed hint it sent, and the clock skew allowed.
+    pub(super) fn signature_policy(
+        &self,
+        config: &Config,
+        peer: &str,
+    ) -> (
+        crate::model::trust::signature::PeerTrust,
+        Option<SystemTime>,
+        std::time::Duration,
+    ) {
+        let trust = config
+            .peer(peer)
+            .map(|p| p.trust.clone())
+            .unwrap_or_default();
+        (trust, self.trust.last(peer), config.signing.max_clock_skew)
+    }
+
     /// A poll's answer from `peer` was refused while it arrived: a hint in it would be
     /// charged more than `limits.max_peer_table_bytes` (`why` says how much). Counted as
     /// a hint refused for the memory budget.
@@ -154,12 +178,7 @@ impl Node {
                 obj.dsi_description.clone(),
             );
             let hasher = self.payload_hasher.clone();
-            let trust = config
-                .peer(peer)
-                .map(|p| p.trust.clone())
-                .unwrap_or_default();
-            let last = self.trust.last(peer);
-            let skew = config.signing.max_clock_skew;
+            let (trust, last, skew) = self.signature_policy(&config, peer);
             // Only a tagged update applies to what is held; SOIF hints are always totals.
             let previous = (kind == crate::model::index_kind::IndexKind::Tagged)
                 .then(|| self.index_state.stored(&obj.dsi))
@@ -202,13 +221,8 @@ impl Node {
         // payload, before the table's new segment is finished.
         drop(payload);
         let meta = PeerMeta {
-            dsi: dsi.clone(),
-            base_uris: base_uris.clone(),
-            dsi_description: dsi_description.clone(),
-            received,
-            expires: Some(received + config.spool_ttl),
-            via: Some(peer.to_owned()),
             path: Vec::new(),
+            ..received_meta(&config, peer, &dsi, &base_uris, &dsi_description, received)
         };
         let objects = hint.total_object_count;
         // The tagged total is remembered (updates apply to it); a SOIF hint is not.
@@ -238,10 +252,7 @@ impl Node {
         // the import thread asks the binding right before the write (and the reload drops
         // the dataset under the same lock), so the outcome holds even if this future is
         // dropped mid-import (a poller restarted by that reload).
-        let vouch: crate::pipeline::import::Vouch = {
-            let (bindings, peer, dsi) = (self.bindings.clone(), peer.to_owned(), dsi.clone());
-            Box::new(move || bindings.get(&peer).is_some_and(|b| b.dsi == dsi))
-        };
+        let vouch = self.vouch(peer, &dsi);
         match self
             .importer
             .import(meta, hint, digest, Some(vouch), in_place)
@@ -634,5 +645,26 @@ async fn spool_io<T: Send + 'static>(
             tracing::error!(%peer, error = %e, "cannot write the spool; the hint is kept in memory only");
             None
         }
+    }
+}
+
+/// The table's record of `dsi`'s hint received from `peer` at `received`: it lives
+/// `spool.ttl` from then (no path: set it for a passed-on object).
+pub(super) fn received_meta(
+    config: &Config,
+    peer: &str,
+    dsi: &Dsi,
+    base_uris: &[String],
+    description: &Option<String>,
+    received: SystemTime,
+) -> PeerMeta {
+    PeerMeta {
+        dsi: dsi.clone(),
+        base_uris: base_uris.to_vec(),
+        dsi_description: description.clone(),
+        received,
+        expires: Some(received + config.spool_ttl),
+        via: Some(peer.to_owned()),
+        path: Vec::new(),
     }
 }

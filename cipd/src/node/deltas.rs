@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use hints::delta::{HintDelta, HintHead};
-use hints::table::{ImportError, ListChanges, PeerMeta};
+use hints::table::{ImportError, ListChanges};
 
 use crate::model::config::soif_limits;
 use crate::model::trust::signature::Verdict;
@@ -94,12 +94,7 @@ impl Node {
         }
         let config = self.config();
         let limits = soif_limits(&config);
-        let trust = config
-            .peer(peer)
-            .map(|p| p.trust.clone())
-            .unwrap_or_default();
-        let last = self.trust.last(peer);
-        let skew = config.signing.max_clock_skew;
+        let (trust, last, skew) = self.signature_policy(&config, peer);
         let (table, hasher) = (self.table.clone(), self.payload_hasher.clone());
         let (payload, base_uris, description) = (
             obj.payload.clone(),
@@ -154,19 +149,9 @@ impl Node {
         };
         let received = SystemTime::now();
         let objects = made.header.total_object_count;
-        let meta = PeerMeta {
-            dsi: dsi.clone(),
-            base_uris,
-            dsi_description: description,
-            received,
-            expires: Some(received + config.spool_ttl),
-            via: Some(peer.to_owned()),
-            path: Vec::new(),
-        };
-        let vouch: crate::pipeline::import::Vouch = {
-            let (bindings, peer, dsi) = (self.bindings.clone(), peer.to_owned(), dsi.clone());
-            Box::new(move || bindings.get(&peer).is_some_and(|b| b.dsi == dsi))
-        };
+        let meta =
+            super::accept::received_meta(&config, peer, &dsi, &base_uris, &description, received);
+        let vouch = self.vouch(peer, &dsi);
         let in_place = InPlace {
             changes: made.changes,
             base,

@@ -488,13 +488,15 @@ impl Node {
         }
         let received = SystemTime::now();
         let meta = PeerMeta {
-            dsi: origin.clone(),
-            base_uris,
-            dsi_description: description,
-            received,
-            expires: Some(received + config.spool_ttl),
-            via: Some(peer.to_owned()),
             path,
+            ..super::accept::received_meta(
+                &config,
+                peer,
+                &origin,
+                &base_uris,
+                &description,
+                received,
+            )
         };
         self.importer
             .import(meta, hint, digest, None, None)
