@@ -154,7 +154,8 @@ fn transient_code(code: ResponseCode) -> bool {
 pub fn transient(e: &PeerError) -> bool {
     match e {
         // Refused as it arrived (over the memory budget): it will be again.
-        PeerError::Transport(TransportError::Refused(_)) => false,
+        PeerError::Transport(TransportError::Refused(_))
+        | PeerError::Http(HttpError::Refused(_)) => false,
         PeerError::Transport(_) | PeerError::Http(_) | PeerError::Timeout => true,
         PeerError::Refused { code, .. } => transient_code(*code),
         PeerError::Rejected { .. }
@@ -452,9 +453,12 @@ async fn ask(node: &Node, peer: &PeerConfig) -> Result<(ClientReply, IndexType),
             let budget = config.limits.table.max_peer_bytes;
             let r = match session.poll(&request, budget).await {
                 Ok(r) => r,
-                Err(PeerError::Transport(TransportError::Refused(why))) => {
-                    node.refused_while_arriving(&peer.name, &why);
-                    return Err(PeerError::Transport(TransportError::Refused(why)));
+                Err(
+                    e @ (PeerError::Transport(TransportError::Refused(_))
+                    | PeerError::Http(HttpError::Refused(_))),
+                ) => {
+                    node.refused_while_arriving(&peer.name, &e.to_string());
+                    return Err(e);
                 }
                 // A server that closes after every answer (ROADS' wppd): ask again on a
                 // new connection, once.
@@ -515,11 +519,8 @@ enum Session {
 impl Session {
     /// A poll, whose answer is refused as it arrives once one of its hints would be charged
     /// more than `budget` bytes of table memory (`limits.max_peer_table_bytes`), before it
-    /// is all in memory. (Over HTTP the answer is read whole, then checked.)
+    /// is all in memory.
     async fn poll(&mut self, request: &Request, budget: u64) -> Result<ClientReply, PeerError> {
-        let Self::Stream(c) = self else {
-            return self.request(request).await;
-        };
         // Scanned only once the answer is long enough to be charged more than the budget
         // (a byte adds at most `MAX_CHARGE_PER_BYTE`): ordinary answers cost nothing.
         let mut scanner: Option<hints::table::ChargeScanner> = None;
@@ -541,7 +542,10 @@ impl Session {
                 Ok(())
             }
         };
-        Ok(c.request_watched(request, Some(&mut watch)).await?)
+        Ok(match self {
+            Self::Stream(c) => c.request_watched(request, Some(&mut watch)).await?,
+            Self::Http(c) => c.request_watched(request, Some(&mut watch)).await?,
+        })
     }
 
     async fn request(&mut self, request: &Request) -> Result<ClientReply, PeerError> {

@@ -60,6 +60,9 @@ pub struct ClientSettings {
     pub read_timeout: Option<Duration>,
 }
 
+/// Sees a body's bytes so far, from its first, each time more arrive; an error refuses it.
+pub type BodyWatch = dyn FnMut(&[u8]) -> Result<(), String> + Send;
+
 /// Bounds on one request.
 #[derive(Debug, Clone, Copy)]
 pub struct FetchLimits {
@@ -137,6 +140,14 @@ pub enum FetchError {
         url: String,
         /// The status.
         status: StatusCode,
+    },
+    /// The caller's watch refused the body while it arrived ([`HttpClient::post_watched`]).
+    #[error("{url}: refused while it arrived: {reason}")]
+    Refused {
+        /// The URL.
+        url: String,
+        /// The watch's reason.
+        reason: String,
     },
     /// The (decoded) body is larger than allowed.
     #[error("{url}: the body is larger than {limit} bytes")]
@@ -265,7 +276,7 @@ impl HttpClient {
             headers.insert(header::IF_MODIFIED_SINCE, v);
         }
         let answer = self
-            .send(reqwest::Method::GET, url, headers, None, limits)
+            .send(reqwest::Method::GET, url, headers, None, limits, None)
             .await?;
         match answer.status {
             StatusCode::NOT_MODIFIED => Ok(Fetched::NotModified),
@@ -291,7 +302,7 @@ impl HttpClient {
         headers: HeaderMap,
         limits: FetchLimits,
     ) -> Result<Answer, FetchError> {
-        self.send(reqwest::Method::GET, url, headers, None, limits)
+        self.send(reqwest::Method::GET, url, headers, None, limits, None)
             .await
     }
 
@@ -307,8 +318,31 @@ impl HttpClient {
         body: Bytes,
         limits: FetchLimits,
     ) -> Result<Answer, FetchError> {
-        self.send(reqwest::Method::POST, url, headers, Some(body), limits)
-            .await
+        self.post_watched(url, headers, body, limits, None).await
+    }
+
+    /// [`HttpClient::post`], showing `watch` the body's bytes so far (from its first) each
+    /// time more arrive; its error ends the read ([`FetchError::Refused`]).
+    ///
+    /// # Errors
+    /// As [`HttpClient::post`], and [`FetchError::Refused`].
+    pub async fn post_watched(
+        &self,
+        url: &str,
+        headers: HeaderMap,
+        body: Bytes,
+        limits: FetchLimits,
+        watch: Option<&mut BodyWatch>,
+    ) -> Result<Answer, FetchError> {
+        self.send(
+            reqwest::Method::POST,
+            url,
+            headers,
+            Some(body),
+            limits,
+            watch,
+        )
+        .await
     }
 
     async fn send(
@@ -318,6 +352,7 @@ impl HttpClient {
         headers: HeaderMap,
         body: Option<Bytes>,
         limits: FetchLimits,
+        watch: Option<&mut BodyWatch>,
     ) -> Result<Answer, FetchError> {
         let parsed = check_url(url)?;
         let mut request = self.inner.request(method, parsed).headers(headers);
@@ -326,7 +361,7 @@ impl HttpClient {
         }
         let exchange = async {
             let response = request.send().await.map_err(|e| self.error(url, &e))?;
-            read(url, response, limits.max_bytes, self).await
+            read(url, response, limits.max_bytes, self, watch).await
         };
         match tokio::time::timeout(limits.timeout, exchange).await {
             Ok(r) => r,
@@ -398,6 +433,7 @@ async fn read(
     mut response: reqwest::Response,
     max: u64,
     client: &HttpClient,
+    mut watch: Option<&mut BodyWatch>,
 ) -> Result<Answer, FetchError> {
     let too_large = || FetchError::TooLarge {
         url: url.to_owned(),
@@ -417,6 +453,12 @@ async fn read(
         }
         crate::sys::alloc::reserve(&mut body, chunk.len());
         body.extend_from_slice(&chunk);
+        if let Some(w) = watch.as_deref_mut() {
+            w(&body).map_err(|reason| FetchError::Refused {
+                url: url.to_owned(),
+                reason,
+            })?;
+        }
     }
     Ok(Answer {
         status,

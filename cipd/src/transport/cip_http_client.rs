@@ -55,6 +55,10 @@ pub enum HttpError {
         /// The cause.
         message: String,
     },
+    /// The answer was refused while it arrived (by the caller's watch: a hint over its
+    /// memory budget).
+    #[error("result refused while it arrived: {0}")]
+    Refused(String),
     /// HTTP itself failed (connection closed, malformed answer).
     #[error("{url}: http error: {message}")]
     Http {
@@ -130,6 +134,20 @@ impl CipHttpClient {
     /// [`HttpError`]: I/O, timeout, a request over the limits, an HTTP status that carries
     /// no CIP answer, or a poll result that does not parse.
     pub async fn request(&mut self, request: &Request) -> Result<ClientReply, HttpError> {
+        self.request_watched(request, None).await
+    }
+
+    /// [`Self::request`], showing `watch` the answer's body so far (from its first byte)
+    /// each time more arrives: its error refuses the answer before the rest is read
+    /// ([`HttpError::Refused`]). A poller refuses a hint over its memory budget so.
+    ///
+    /// # Errors
+    /// As [`Self::request`], and [`HttpError::Refused`].
+    pub async fn request_watched(
+        &mut self,
+        request: &Request,
+        watch: Option<&mut crate::sys::http::BodyWatch>,
+    ) -> Result<ClientReply, HttpError> {
         let limits = self.config.limits;
         let message = request.to_mime()?;
         let entity = Entity::parse(&message, &limits)?;
@@ -161,7 +179,7 @@ impl CipHttpClient {
         };
         let answer = self
             .client
-            .post(&self.url, headers, entity.body, fetch)
+            .post_watched(&self.url, headers, entity.body, fetch, watch)
             .await
             .map_err(|e| self.fetch_error(e))?;
         interpret(
@@ -187,6 +205,7 @@ impl CipHttpClient {
                 limit: self.config.limits.max_message,
             },
             FetchError::BadUrl { reason, .. } => HttpError::BadUrl(reason),
+            FetchError::Refused { reason, .. } => HttpError::Refused(reason),
             other => HttpError::Http {
                 url,
                 message: other.to_string(),

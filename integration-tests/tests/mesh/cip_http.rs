@@ -213,3 +213,35 @@ async fn a_change_travels_over_http_as_a_delta() {
     hub.stop().await;
     leaf.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hint_over_the_peer_budget_is_refused_while_it_arrives_over_http() {
+    let authors: Vec<String> = (0..300).map(|i| format!("Author{i}")).collect();
+    let names: Vec<&str> = authors.iter().map(String::as_str).collect();
+    let leaf = TestNode::start(serving(NodeSpec::new(LEAF, &names))).await;
+    let mut spec = NodeSpec::new(HUB, &["Hugo"]);
+    spec.extra = http_peer("leaf", &leaf, "\"poll\"");
+    // 300 values of about 8 bytes are charged about 24 KB.
+    spec.extra_limits = "max_peer_table_bytes = 5000".into();
+    let hub = TestNode::start(spec).await;
+    hub.wait_for("the refusal", |s| s.budget_refusals >= 1)
+        .await;
+    let node = hub.daemon.node().clone();
+    let error = || {
+        node.peer_states()
+            .into_iter()
+            .find(|p| p.name == "leaf")
+            .and_then(|p| p.last_error)
+            .unwrap_or_default()
+    };
+    // The refusal is counted first, the poll's failure noted right after.
+    crate::harness::eventually("the poll's error", || !error().is_empty()).await;
+    let error = error();
+    assert!(
+        error.contains("refused while it arrived") && error.contains("limits.max_peer_table_bytes"),
+        "{error}"
+    );
+    assert!(hub.query("Author=Author7").await.referrals.is_empty());
+    hub.stop().await;
+    leaf.stop().await;
+}
