@@ -29,7 +29,6 @@ use hints::table::{ImportError, ListChanges};
 use crate::model::config::soif_limits;
 use crate::model::trust::signature::Verdict;
 use crate::pipeline::import::{InPlace, QueueError};
-use crate::pipeline::inbound::parse_hint;
 use crate::store::heads::HeldHead;
 
 use super::*;
@@ -213,26 +212,10 @@ impl Node {
         let spool = self.spool.clone();
         let (p, d) = (peer.to_owned(), dsi.clone());
         let done = crate::sys::net::spawn_blocking(move || -> Result<(), String> {
-            let (journal, file) = spool
+            spool
                 .append_delta(&p, &d, &delta)
                 .map_err(|e| e.to_string())?;
-            if journal <= file.max(JOURNAL_MIN_FOLD) {
-                return Ok(());
-            }
-            // Folded: the hint the file and the journal make, written whole (which empties
-            // the journal). Its cost is the hint's, once per hint's worth of deltas.
-            let mut entry = spool.load(&p, &d).map_err(|e| e.to_string())?;
-            let hint = parse_hint(&entry.payload, limits).map_err(|e| e.to_string())?;
-            let (deltas, torn) = spool.journal(&p, &d);
-            let (hint, _, stopped) = crate::store::spool::replay(hint, &deltas, limits);
-            if let Some(why) = torn.or(stopped) {
-                return Err(format!("not folded: {why}"));
-            }
-            entry.payload = hint
-                .try_to_soif()
-                .map(|o| Bytes::from(o.to_bytes()))
-                .map_err(|e| e.to_string())?;
-            spool.store(&entry).map_err(|e| e.to_string())?;
+            spool.fold(&p, &d, JOURNAL_MIN_FOLD, limits)?;
             Ok(())
         })
         .await
@@ -266,15 +249,13 @@ impl Node {
         let kept = self.held_head(peer, dsi);
         let (peer, dsi) = (peer.to_owned(), dsi.clone());
         crate::sys::net::spawn_blocking(move || {
-            let held = spool
-                .load(&peer, &dsi)
+            let stored = spool
+                .load_hint(&peer, &dsi, limits)
                 .map_err(|e| format!("no hint of {dsi} held from {peer}: {e}"))?;
-            let base = parse_hint(&held.payload, limits).map_err(|e| e.to_string())?;
-            let (deltas, torn) = spool.journal(&peer, &dsi);
-            let (base, applied, stopped) = crate::store::spool::replay(base, &deltas, limits);
-            if let Some(why) = torn.or(stopped) {
-                tracing::warn!(%peer, %dsi, error = %why, applied, "spool journal read in part");
+            if let Some(why) = &stored.partial {
+                tracing::warn!(%peer, %dsi, error = %why, applied = stored.applied, "spool journal read in part");
             }
+            let (held, base) = (&stored.entry, &stored.hint);
             let objects = cip_proto::soif::parse_all(delta, limits)
                 .map_err(|e| format!("delta is not SOIF: {e}"))?;
             let [obj] = objects.as_slice() else {
@@ -287,10 +268,10 @@ impl Node {
             // As `import_object` digests what it imports; a hint taken by its head is held
             // under the digest noted with the head.
             let base_digest = match &kept {
-                Some(k) if k.head.digest == delta.base && deltas.len() == applied => k.imported,
+                Some(k) if k.head.digest == delta.base && stored.partial.is_none() => k.imported,
                 _ => hasher.hash_one((&held.payload[..], &held.base_uris, &held.description)),
             };
-            let (made, changes) = delta.apply_changes(&base).map_err(|e| e.to_string())?;
+            let (made, changes) = delta.apply_changes(base).map_err(|e| e.to_string())?;
             let head = HintHead::of(&made, delta.result);
             let whole = made
                 .try_to_soif()

@@ -66,6 +66,19 @@ pub struct SpoolEntry {
     pub payload: Bytes,
 }
 
+/// A stored hint, journal applied ([`Spool::load_hint`]).
+#[derive(Debug)]
+pub struct StoredHint {
+    /// The file as read (its payload the hint before the journal).
+    pub entry: SpoolEntry,
+    /// The hint: the file's with the journal's deltas applied.
+    pub hint: hints::hint::CipHint,
+    /// Why the journal was read or applied only in part, if it was.
+    pub partial: Option<String>,
+    /// Deltas applied.
+    pub applied: usize,
+}
+
 /// Why a spool file could not be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -235,6 +248,72 @@ impl Spool {
             Err(e) if e.kind() == io::ErrorKind::NotFound => (Vec::new(), None),
             Err(e) => (Vec::new(), Some(format!("{}: {e}", path.display()))),
         }
+    }
+
+    /// The hint stored for (peer, dsi): the file's, with its journal's deltas applied in
+    /// turn ([`replay`]).
+    ///
+    /// # Errors
+    /// When no file is stored, or its payload is not one hint.
+    pub fn load_hint(
+        &self,
+        peer: &str,
+        dsi: &Dsi,
+        limits: cip_proto::soif::Limits,
+    ) -> Result<StoredHint, String> {
+        let entry = self.load(peer, dsi).map_err(|e| e.to_string())?;
+        let objects = cip_proto::soif::parse_all(entry.payload.clone(), limits)
+            .map_err(|e| format!("spooled payload is not SOIF: {e}"))?;
+        let [obj] = objects.as_slice() else {
+            return Err(format!(
+                "expected one spooled hint, found {}",
+                objects.len()
+            ));
+        };
+        let (hint, _) = hints::hint::CipHint::from_soif(obj).map_err(|e| e.to_string())?;
+        let (deltas, torn) = self.journal(peer, dsi);
+        let (hint, applied, stopped) = replay(hint, &deltas, limits);
+        Ok(StoredHint {
+            entry,
+            hint,
+            partial: torn.or(stopped),
+            applied,
+        })
+    }
+
+    /// Writes the hint stored for (peer, dsi) whole (emptying its journal) once the journal
+    /// holds more than the file and `min` bytes: a change costs the spool its own size,
+    /// and the file's size once per file's worth of deltas. True when it was written.
+    ///
+    /// # Errors
+    /// When it cannot be read or written, or the journal is read only in part (the file
+    /// and its journal are then left as they are).
+    pub fn fold(
+        &self,
+        peer: &str,
+        dsi: &Dsi,
+        min: u64,
+        limits: cip_proto::soif::Limits,
+    ) -> Result<bool, String> {
+        let len = |p: PathBuf| fs::metadata(p).map_or(0, |m| m.len());
+        let (journal, file) = (
+            len(self.journal_path(peer, dsi)),
+            len(self.path_for(peer, dsi)),
+        );
+        if journal <= file.max(min) {
+            return Ok(false);
+        }
+        let mut stored = self.load_hint(peer, dsi, limits)?;
+        if let Some(why) = stored.partial {
+            return Err(format!("not folded: {why}"));
+        }
+        stored.entry.payload = stored
+            .hint
+            .try_to_soif()
+            .map(|o| Bytes::from(o.to_bytes()))
+            .map_err(|e| e.to_string())?;
+        self.store(&stored.entry).map_err(|e| e.to_string())?;
+        Ok(true)
     }
 
     /// Removes the object stored for (peer, dsi); absent is fine.
@@ -723,6 +802,40 @@ mod tests {
         spool.append_delta("leaf", &e.dsi, b"y").unwrap();
         spool.remove("leaf", &e.dsi).unwrap();
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_journal_larger_than_its_file_is_folded_into_it() {
+        use hints::delta::HintDelta;
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let limits = cip_proto::soif::Limits::default();
+        let a = hint(&[("Garcia", 2)]);
+        let names: Vec<String> = (0..200).map(|i| format!("Author{i}")).collect();
+        let many: Vec<(&str, u64)> = names.iter().map(|n| (n.as_str(), 1)).collect();
+        let b = hint(&many);
+        let e = entry("leaf", "1.2.3", &a.to_soif().to_bytes());
+        spool.store(&e).unwrap();
+        let ab = HintDelta::between(&a, &b).unwrap().to_soif().to_bytes();
+        spool.append_delta("leaf", &e.dsi, &ab).unwrap();
+        let path = spool.journal_path("leaf", &e.dsi);
+        // Under the minimum: left as it is.
+        assert!(!spool.fold("leaf", &e.dsi, 1 << 20, limits).unwrap());
+        assert!(path.exists());
+        // Past it and past the file: the file holds the result, the journal is gone.
+        assert!(spool.fold("leaf", &e.dsi, 0, limits).unwrap());
+        assert!(!path.exists());
+        let folded = spool.load_hint("leaf", &e.dsi, limits).unwrap();
+        assert!(folded.partial.is_none() && folded.applied == 0);
+        assert_eq!(hints::delta::digest(&folded.hint), hints::delta::digest(&b));
+        // A damaged journal is not folded: an error, and both files are left.
+        fs::write(&path, vec![b'x'; 100_000]).unwrap();
+        let refused = spool.fold("leaf", &e.dsi, 0, limits).unwrap_err();
+        assert!(refused.contains("not folded"), "{refused}");
+        assert!(path.exists());
+        let read = spool.load_hint("leaf", &e.dsi, limits).unwrap();
+        assert!(read.partial.is_some());
+        assert_eq!(hints::delta::digest(&read.hint), hints::delta::digest(&b));
     }
 
     #[test]
