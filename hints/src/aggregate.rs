@@ -25,8 +25,11 @@ use cip_proto::Dsi;
 use cip_proto::soif::Attribute;
 
 use crate::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
-use crate::index::cmp_folded;
-use crate::table::{PROVENANCE_ATTRIBUTE, RoutingTable, attr_key, provenance};
+use crate::index::{Segment, cmp_folded};
+mod kept;
+pub use kept::{Kept, Stale};
+
+use crate::table::{PROVENANCE_ATTRIBUTE, RoutingTable, Snapshot, attr_key, provenance};
 
 /// This node, as its out-bound hints name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,6 +208,26 @@ impl Group {
         }
     }
 
+    /// Adds value `id` of segment `s`: per attribute, the counts of the slots included.
+    fn add_segment(
+        &mut self,
+        s: &Segment,
+        id: u32,
+        included_slots: &[bool],
+        table_attrs: &[usize],
+    ) {
+        for g in s.groups(id) {
+            let mut sum = 0u64;
+            for (slot, count) in s.group_postings(g) {
+                if included_slots.get(slot as usize).copied().unwrap_or(false) {
+                    sum = sum.saturating_add(count);
+                }
+            }
+            let attr = table_attrs[g.attr as usize];
+            self.add(attr, sum, |out| s.write_value(id, out));
+        }
+    }
+
     /// Moves the sums into their attributes' value lists and starts the next value.
     fn flush(&mut self, acc: &mut Acc) {
         if self.sums.is_empty() {
@@ -261,10 +284,61 @@ pub fn aggregate_filtered(
     node: &NodeIdentity,
     filter: &Filter,
 ) -> Aggregate {
+    let snap = table.snapshot();
+    let mut inputs = gather(local, &snap, node, filter);
+    merge(&mut inputs, &snap);
+    let Inputs {
+        acc,
+        included,
+        skipped,
+        path,
+        ..
+    } = inputs;
+    let mut hint = finish(acc, &node.url);
+    if let Some(p) = path {
+        let text: Vec<&str> = p.iter().map(Dsi::as_str).collect();
+        match Attribute::new(crate::table::PATH_ATTRIBUTE, Bytes::from(text.join(" "))) {
+            Ok(a) => hint.extra.push(a),
+            // Invariant: `Path` is an identifier; this arm never runs.
+            Err(e) => tracing::error!(%e, "path attribute rejected"),
+        }
+    }
+    Aggregate {
+        hint,
+        included,
+        skipped,
+        generation: snap.generation,
+    }
+}
+
+/// What an aggregate reads, gathered: the header summed ([`Acc`], its attributes interned
+/// in a fixed order), which table slots it includes and the local entries.
+struct Inputs<'a> {
+    acc: Acc,
+    /// Table attribute id -> out-bound attribute.
+    table_attrs: Vec<usize>,
+    /// By table slot: summed in.
+    included_slots: Vec<bool>,
+    included: Vec<Dsi>,
+    skipped: Vec<(Dsi, SkipReason)>,
+    /// The `Path` of a passed-on entry ([`Filter::only`]).
+    path: Option<Vec<Dsi>>,
+    /// The local entries with a count, in folded order like the segments' values:
+    /// `(value, out-bound attribute, count)`.
+    local_entries: Vec<(Cow<'a, [u8]>, usize, u64)>,
+}
+
+/// Reads the local hint's header and every table entry's, and decides which entries are
+/// summed in (the first half of [`aggregate_filtered`]).
+fn gather<'a>(
+    local: Option<&'a CipHint>,
+    snap: &Snapshot,
+    node: &NodeIdentity,
+    filter: &Filter,
+) -> Inputs<'a> {
     let local = if filter.only.is_some() { None } else { local };
     let exclude = filter.exclude.as_ref();
     let mut path = None;
-    let snap = table.snapshot();
     let mut acc = Acc::default();
     acc.provenance.insert(node.dsi.clone());
     if let Some(h) = local {
@@ -344,14 +418,12 @@ pub fn aggregate_filtered(
         acc.provenance.extend(entry.provenance.iter().cloned());
         acc.provenance.extend(entry.meta.path.iter().cloned());
     }
-    // Table attribute id -> out-bound attribute.
     let table_attrs: Vec<usize> = snap
         .attrs
         .infos
         .iter()
         .map(|i| acc.attr_index(&i.spelling))
         .collect();
-    // The local entries, in folded order like the segments' values.
     let mut local_entries: Vec<(Cow<'_, [u8]>, usize, u64)> = Vec::new();
     if let Some(h) = local {
         for (spec, list) in &h.weightlists {
@@ -364,6 +436,27 @@ pub fn aggregate_filtered(
         }
         local_entries.sort_by(|x, y| cmp_folded(&x.0, &y.0));
     }
+    Inputs {
+        acc,
+        table_attrs,
+        included_slots,
+        included,
+        skipped,
+        path,
+        local_entries,
+    }
+}
+
+/// Sums every folded value of the table's segments and of the local entries into
+/// `inputs.acc` (the second half of [`aggregate_filtered`]): a merge in folded order.
+fn merge(inputs: &mut Inputs<'_>, snap: &Snapshot) {
+    let Inputs {
+        acc,
+        table_attrs,
+        included_slots,
+        local_entries,
+        ..
+    } = inputs;
     let segments = &snap.segments;
     let mut heap = BinaryHeap::with_capacity(segments.len() + 1);
     for (seg, s) in segments.iter().enumerate() {
@@ -386,23 +479,14 @@ pub fn aggregate_filtered(
     let mut group_key: Vec<u8> = Vec::new();
     while let Some(top) = heap.pop() {
         if cmp_folded(top.key, &group_key).is_ne() {
-            group.flush(&mut acc);
+            group.flush(acc);
             group_key.clear();
             group_key.extend_from_slice(top.key);
         }
         match top.from {
             From::Segment { seg, id } => {
                 let s = &segments[seg];
-                for g in s.groups(id) {
-                    let mut sum = 0u64;
-                    for (slot, count) in s.group_postings(g) {
-                        if included_slots.get(slot as usize).copied().unwrap_or(false) {
-                            sum = sum.saturating_add(count);
-                        }
-                    }
-                    let attr = table_attrs[g.attr as usize];
-                    group.add(attr, sum, |out| s.write_value(id, out));
-                }
+                group.add_segment(s, id, included_slots, table_attrs);
                 if id + 1 < s.len() as u32 {
                     heap.push(Cursor {
                         key: s.folded_value(id + 1),
@@ -424,55 +508,58 @@ pub fn aggregate_filtered(
             }
         }
     }
-    group.flush(&mut acc);
-    let mut hint = finish(acc, &node.url);
-    if let Some(p) = path {
-        let text: Vec<&str> = p.iter().map(Dsi::as_str).collect();
-        match Attribute::new(crate::table::PATH_ATTRIBUTE, Bytes::from(text.join(" "))) {
-            Ok(a) => hint.extra.push(a),
-            // Invariant: `Path` is an identifier; this arm never runs.
-            Err(e) => tracing::error!(%e, "path attribute rejected"),
-        }
-    }
-    Aggregate {
-        hint,
-        included,
-        skipped,
-        generation: snap.generation,
-    }
+    group.flush(acc);
 }
 
 fn finish(mut acc: Acc, url: &str) -> CipHint {
     let arena = Bytes::from(std::mem::take(&mut acc.arena));
     let total = acc.total;
-    let mut attrs: Vec<(AttrSpec, AttrAcc)> = std::mem::take(&mut acc.attrs)
-        .into_iter()
-        .filter_map(|mut a| Some((a.spelling.take()?, a)))
-        .collect();
-    attrs.sort_by_key(|a| attr_key(&a.0));
-    let mut hint = CipHint {
-        url: url.to_owned(),
-        sources: std::mem::take(&mut acc.sources),
-        total_object_count: total,
-        ..CipHint::default()
-    };
-    for (spec, a) in attrs {
-        if a.listed || !a.values.is_empty() {
-            hint.attributes.push(spec.clone());
-        }
-        if !a.values.is_empty() {
+    let lists: Vec<Vec<WeightEntry>> = acc
+        .attrs
+        .iter_mut()
+        .map(|a| {
             // No count can exceed the objects counted: values that fold together (one
             // peer's "Garcia" and "garcia" on the same objects) may sum past it.
-            let mut entries: Vec<WeightEntry> = a
-                .values
-                .iter()
-                .map(|&(at, len, count)| WeightEntry {
+            let mut entries: Vec<WeightEntry> = std::mem::take(&mut a.values)
+                .into_iter()
+                .map(|(at, len, count)| WeightEntry {
                     value: arena.slice(at..at + len),
                     count: count.min(total),
                 })
                 .collect();
             // Values arrive in folded order; a stable sort keeps it between equal counts.
             entries.sort_by_key(|e| std::cmp::Reverse(e.count));
+            entries
+        })
+        .collect();
+    assemble(acc, url, lists).0
+}
+
+/// The out-bound hint of the summed header `acc` and its weightlists (`lists`, by
+/// out-bound attribute, each in the hint's order: by count, highest first, then folded
+/// value): attributes in [`attr_key`] order, those listed or with values named. Also
+/// returns, for each weightlist written, the out-bound attribute it is.
+fn assemble(mut acc: Acc, url: &str, mut lists: Vec<Vec<WeightEntry>>) -> (CipHint, Vec<usize>) {
+    let mut attrs: Vec<(AttrSpec, AttrAcc, usize)> = std::mem::take(&mut acc.attrs)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, mut a)| Some((a.spelling.take()?, a, i)))
+        .collect();
+    attrs.sort_by_key(|a| attr_key(&a.0));
+    let mut hint = CipHint {
+        url: url.to_owned(),
+        sources: std::mem::take(&mut acc.sources),
+        total_object_count: acc.total,
+        ..CipHint::default()
+    };
+    let mut order = Vec::new();
+    for (spec, a, i) in attrs {
+        let entries = lists.get_mut(i).map(std::mem::take).unwrap_or_default();
+        if a.listed || !entries.is_empty() {
+            hint.attributes.push(spec.clone());
+        }
+        if !entries.is_empty() {
+            order.push(i);
             hint.weightlists
                 .push((spec.clone(), Weightlist::new(entries)));
         }
@@ -488,7 +575,7 @@ fn finish(mut acc: Acc, url: &str) -> CipHint {
             Err(e) => tracing::error!(%e, "provenance attribute rejected"),
         }
     }
-    hint
+    (hint, order)
 }
 
 #[cfg(test)]

@@ -141,8 +141,19 @@ type Header = Vec<(String, Vec<Bytes>)>;
 /// `hint`'s written URL and header attributes (weightlists left out), per name in order of
 /// first appearance; `None` when the hint cannot be written.
 fn split_header(hint: &CipHint) -> Option<(Bytes, Header)> {
-    let mut head = hint.clone();
-    head.weightlists.clear();
+    // A copy without the weightlists: cloning them only to drop them would cost the hint.
+    let head = CipHint {
+        url: hint.url.clone(),
+        attributes: hint.attributes.clone(),
+        sources: hint.sources.clone(),
+        total_object_count: hint.total_object_count,
+        weightlists: Vec::new(),
+        thresholds: hint.thresholds.clone(),
+        certification_type: hint.certification_type.clone(),
+        certification: hint.certification.clone(),
+        date: hint.date.clone(),
+        extra: hint.extra.clone(),
+    };
     let obj = head.try_to_soif().ok()?;
     let mut header: Vec<(String, Vec<Bytes>)> = Vec::new();
     for a in &obj.attributes {
@@ -166,6 +177,16 @@ fn grouped_header_hash(url: &[u8], header: &[(String, Vec<Bytes>)]) -> u64 {
             .iter()
             .flat_map(|(n, vs)| vs.iter().map(move |v| (n.as_str(), v))),
     )
+}
+
+/// One weightlist entry a change touched, as [`HintDelta::of_changes`] takes it: what the
+/// old hint listed for the value and what the new one lists (`None`: not listed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryChange {
+    /// The old hint's entry.
+    pub old: Option<WeightEntry>,
+    /// The new hint's entry.
+    pub new: Option<WeightEntry>,
 }
 
 /// The change from one hint to another ([`HintDelta::between`], [`HintDelta::apply`]).
@@ -410,6 +431,94 @@ impl HintDelta {
             set,
             removed,
             lists,
+        })
+    }
+
+    /// The delta from `from`, whose [`digest`] is `base`, to `to`, when they differ only in
+    /// their headers and in the weightlist entries `lists` names: per weightlist, each
+    /// changed value's entry before and after (`None` where not listed; a value respelled
+    /// is one entry removed and one added). `gone` names the weightlists `to` no longer has,
+    /// with every entry `from` listed in them. The weightlists themselves are not read, so
+    /// this costs the change, not the hints ([`crate::aggregate::Kept`] makes the out-bound
+    /// delta so). `None` when a header cannot be written.
+    pub fn of_changes(
+        from: &CipHint,
+        base: u64,
+        to: &CipHint,
+        lists: &[(AttrSpec, Vec<EntryChange>)],
+        gone: &[(AttrSpec, Vec<WeightEntry>)],
+    ) -> Option<Self> {
+        let (old_url, old_header) = split_header(from)?;
+        let (url, header) = split_header(to)?;
+        let old: HashMap<&str, &Vec<Bytes>> =
+            old_header.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        let new: HashMap<&str, &Vec<Bytes>> = header.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        let mut set = Vec::new();
+        let mut removed = Vec::new();
+        for (name, values) in &header {
+            // The `Date` is always stated, as `between` states it.
+            if old.get(name.as_str()) != Some(&values) || name.eq_ignore_ascii_case(DATE) {
+                set.push((name.clone(), values.clone()));
+            }
+        }
+        for (name, _) in &old_header {
+            if !new.contains_key(name.as_str()) {
+                removed.push(name.clone());
+            }
+        }
+        let mut sum = base
+            .wrapping_sub(grouped_header_hash(&old_url, &old_header))
+            .wrapping_add(grouped_header_hash(&url, &header));
+        let mut buf = Vec::new();
+        let mut out_lists = Vec::new();
+        for (spec, changes) in lists {
+            let name = spec.to_string().to_ascii_lowercase();
+            let mut entries = Vec::new();
+            for c in changes {
+                if let Some(o) = &c.old {
+                    sum = sum.wrapping_sub(entry_hash(&name, &o.value, o.count, &mut buf));
+                }
+                if let Some(n) = &c.new {
+                    sum = sum.wrapping_add(entry_hash(&name, &n.value, n.count, &mut buf));
+                }
+                match (&c.old, &c.new) {
+                    (Some(o), Some(n)) if o.value == n.value => {
+                        if o.count != n.count {
+                            entries.push(n.clone());
+                        }
+                    }
+                    (o, n) => {
+                        if let Some(o) = o {
+                            entries.push(WeightEntry {
+                                value: o.value.clone(),
+                                count: 0,
+                            });
+                        }
+                        if let Some(n) = n {
+                            entries.push(n.clone());
+                        }
+                    }
+                }
+            }
+            let is_new = !from.weightlists.iter().any(|(s, _)| s == spec);
+            if !entries.is_empty() || is_new {
+                out_lists.push((spec.clone(), entries));
+            }
+        }
+        for (spec, entries) in gone {
+            let name = spec.to_string().to_ascii_lowercase();
+            for o in entries {
+                sum = sum.wrapping_sub(entry_hash(&name, &o.value, o.count, &mut buf));
+            }
+            removed.push(list_name(spec));
+        }
+        Some(Self {
+            base,
+            result: sum,
+            url,
+            set,
+            removed,
+            lists: out_lists,
         })
     }
 

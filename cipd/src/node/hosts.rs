@@ -14,6 +14,7 @@ use crate::pipeline::feeds::FeedHost;
 use crate::pipeline::outbound::{BuildInput, OutboundHost, Pipeline};
 use crate::store::journal::{JournalHost, Journals};
 use crate::store::local_index::LocalIndex;
+use crate::sys::lock;
 use crate::sys::metrics::Metrics;
 
 impl OutboundHost for Node {
@@ -41,6 +42,13 @@ impl OutboundHost for Node {
             s.outbound_table_generation = table_generation;
             s.outbound_builds = builds;
         });
+    }
+
+    fn advanced(&self, delta: Arc<hints::delta::HintDelta>, bytes: usize) {
+        Metrics::inc(&self.metrics.outbound_advanced);
+        let mut journal = lock(&self.journal);
+        journal.set_limits(self.config().outbound.journal);
+        journal.record(delta, bytes);
     }
 }
 

@@ -37,7 +37,8 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use cip_proto::Dsi;
 use cip_proto::soif::SoifObject;
-use hints::aggregate::Filter;
+use hints::aggregate::{Filter, Kept};
+use hints::delta::HintDelta;
 use hints::hint::CipHint;
 use hints::table::RoutingTable;
 use tokio::sync::{Notify, Semaphore, watch};
@@ -60,6 +61,10 @@ pub trait OutboundHost: Send + Sync + 'static {
     /// A build finished: `changed` is the new out-bound generation when the hint changed;
     /// `table_generation` the table it covered; `builds` the count of builds so far.
     fn built(&self, changed: Option<u64>, table_generation: u64, builds: u64);
+    /// A build made the hint from the table's changes since the one before ([`Kept`]):
+    /// `delta` (written, `bytes` long) makes the new hint of the one before. Pollers that
+    /// hold the one before take it from the journal instead of a delta made by comparing.
+    fn advanced(&self, delta: Arc<HintDelta>, bytes: usize);
 }
 
 /// Most per-poller payloads cached for one out-bound hint.
@@ -95,6 +100,73 @@ pub struct Built {
     pub contributors: Vec<Dsi>,
     /// How long the build took.
     pub took: Duration,
+}
+
+/// A delta a build advanced the hint by, with its written size in bytes.
+pub type Advanced = (Arc<HintDelta>, usize);
+
+/// The shared out-bound hint (nothing left out), made from the table's changes since
+/// `kept` when it can ([`Kept::advance`]: unsigned hints only, the whole hint is signed),
+/// else aggregated whole; returns the build, the delta from the hint before when it was
+/// advanced (with its written size), and what to keep for the next build.
+pub fn build_shared(
+    input: &BuildInput,
+    table: &RoutingTable,
+    kept: Option<Kept>,
+) -> (Built, Option<Advanced>, Option<Kept>) {
+    let started = Instant::now();
+    if input.signer.is_some() {
+        return (build(input, table, None), None, None);
+    }
+    if let Some(mut kept) = kept {
+        match kept.advance(Some(&input.local), table, &input.node) {
+            Ok(delta) => {
+                let built = encode(
+                    kept.hint(),
+                    input,
+                    kept.generation(),
+                    Some(delta.result),
+                    started,
+                );
+                let bytes = delta.to_soif().to_bytes().len();
+                return (built, Some((Arc::new(delta), bytes)), Some(kept));
+            }
+            Err(why) => tracing::debug!(%why, "out-bound hint aggregated whole"),
+        }
+    }
+    let mut aggregate = hints::aggregate::aggregate_filtered(
+        Some(&input.local),
+        table,
+        &input.node,
+        &Filter::default(),
+    );
+    aggregate.hint.date = input.local.date.clone();
+    let built = encode(&aggregate.hint, input, aggregate.generation, None, started);
+    let kept = Kept::new(aggregate, Some(input.local.clone()), built.hint_digest);
+    (built, None, kept)
+}
+
+/// An unsigned out-bound hint encoded; `digest`, when known, is its
+/// [`hints::delta::digest`] (else it is computed).
+fn encode(
+    hint: &CipHint,
+    input: &BuildInput,
+    table_generation: u64,
+    digest: Option<u64>,
+    started: Instant,
+) -> Built {
+    let contributors = hints::table::provenance(hint).unwrap_or_default();
+    let soif = hint.to_soif();
+    let hint_digest = digest.unwrap_or_else(|| hints::delta::digest_of(hint, &soif));
+    Built {
+        digest: soif_digest(&soif),
+        payload: Bytes::from(soif.to_bytes()),
+        hint_digest,
+        table_generation,
+        local_generation: input.local_generation,
+        contributors,
+        took: started.elapsed(),
+    }
 }
 
 /// Aggregates the local hint and the table (leaving out `exclude`'s data) and encodes it.
@@ -276,6 +348,8 @@ pub struct Pipeline {
     hook: Mutex<Option<BuildHook>>,
     /// The datasets changed since the notifier last looked ([`Pipeline::take_touched`]).
     touched: Mutex<Touched>,
+    /// The shared aggregate as last built, for the builder to advance ([`Kept`]).
+    kept: Mutex<Option<Kept>>,
 }
 
 /// What changed since the notifier last looked: some datasets of the routing table, or
@@ -341,6 +415,7 @@ impl Pipeline {
             exclusive: Semaphore::new(1),
             hook: Mutex::new(None),
             touched: Mutex::new(Touched::default()),
+            kept: Mutex::new(None),
         }
     }
 
@@ -658,8 +733,9 @@ pub async fn run<H: OutboundHost>(node: Arc<H>, token: CancellationToken) {
         let input = node.build_input();
         let table = node.table();
         let hook = pipeline.hook();
+        let kept = lock(&pipeline.kept).take();
         let job = crate::sys::net::spawn_blocking(move || {
-            let built = build(&input, &table, None);
+            let built = build_shared(&input, &table, kept);
             if let Some(h) = hook {
                 h(seq);
             }
@@ -670,10 +746,14 @@ pub async fn run<H: OutboundHost>(node: Arc<H>, token: CancellationToken) {
             () = token.cancelled() => return,
         };
         match built {
-            Ok(built) => {
+            Ok((built, delta, kept)) => {
+                *lock(&pipeline.kept) = kept;
                 let took = built.took;
                 let table_generation = built.table_generation;
                 let changed = pipeline.install(seq, built);
+                if let (Some(_), Some((delta, bytes))) = (changed, delta) {
+                    node.advanced(delta, bytes);
+                }
                 if let Some(generation) = changed {
                     tracing::debug!(
                         generation,

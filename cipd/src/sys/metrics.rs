@@ -188,6 +188,8 @@ pub struct Metrics {
     /// Of those, the ones taken by the hint's head alone: neither the hint nor its spool
     /// file read (PROTOCOL.md "Applied by the head").
     pub deltas_by_head: Counter,
+    /// Out-bound hints made from the table's changes since the one before.
+    pub outbound_advanced: Counter,
     /// Deltas from polled peers refused (base not held, inconsistent, corrupt): the whole
     /// hint is asked at once.
     pub deltas_refused: Counter,
@@ -414,6 +416,11 @@ impl Default for Metrics {
             "cipd_deltas_in_place_total",
             "Deltas from polled peers the routing table applied in place (not re-importing the whole hint).",
         );
+        let outbound_advanced = counter(
+            r,
+            "cipd_outbound_advanced_total",
+            "Out-bound hints made from the table's changes since the one before, not aggregated whole.",
+        );
         let deltas_by_head = counter(
             r,
             "cipd_deltas_by_head_total",
@@ -545,6 +552,7 @@ impl Default for Metrics {
             deltas_applied,
             deltas_in_place,
             deltas_by_head,
+            outbound_advanced,
             deltas_refused,
             index_objects_implausible,
             index_objects_over_budget,

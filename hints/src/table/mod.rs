@@ -125,6 +125,7 @@ use crate::index::{BulkBuilder, Segment, SegmentOverflow};
 use crate::threads::on_threads;
 
 pub mod answer;
+mod changes;
 mod charge;
 mod config;
 mod eval;
@@ -144,8 +145,9 @@ pub use eval::{Route, TableRow};
 use patch::thresholds_of;
 pub use patch::{CountChange, ListChanges};
 pub use state::RoutingTable;
+pub(crate) use state::Snapshot;
 pub(crate) use state::attr_key;
-use state::{PeerEntry, PendingBuild, Snapshot};
+use state::{PeerEntry, PendingBuild};
 
 /// Name of the CIP-HINT attribute (with `-N` multi-value suffixes) that lists provenance
 /// DSIs.
@@ -436,6 +438,7 @@ impl RoutingTable {
             pending: Arc::default(),
             bulk_load: std::sync::atomic::AtomicBool::new(false),
             cache: CacheBudget::new(config.summaries.memo_bytes),
+            changes: Mutex::default(),
             config,
         }
     }

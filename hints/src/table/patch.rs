@@ -148,6 +148,7 @@ impl RoutingTable {
         let (mut distinct, mut entries) = (old.distinct_values as i64, old.entries as i64);
         // Reused per value: its folded bytes, postings, summed changes, spellings.
         let (mut lower, mut spelling, mut best) = (Vec::new(), Vec::new(), Vec::new());
+        let mut touched: Vec<Bytes> = Vec::new();
         let mut postings: Vec<(u32, u32, u64)> = Vec::new();
         let mut diffs: Vec<(u32, i128)> = Vec::new();
         for group in order.chunk_by(|a, b| cmp_folded(&a.1.value, &b.1.value).is_eq()) {
@@ -155,6 +156,7 @@ impl RoutingTable {
             lower.extend_from_slice(&group[0].1.value);
             lower.make_ascii_lowercase();
             let hash = hash_lower(&self.hasher, &lower);
+            touched.push(Bytes::copy_from_slice(&lower));
             // The records holding the peer's postings of this value (one per segment at
             // most), copied whole: the segments they leave hide them.
             postings.clear();
@@ -245,6 +247,13 @@ impl RoutingTable {
         };
         next.slots[slot as usize] = Some(Arc::new(entry));
         debug_assert_eq!(next.budget_held(), others + budget);
+        // Logged before it is published (under the writer lock): a reader that sees the
+        // generation finds its change.
+        let generation = self.current.load().generation + 1;
+        self.changes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(generation, touched);
         self.commit(next);
         Ok(outcome)
     }

@@ -431,6 +431,8 @@ pub struct RoutingTable {
     pub(super) bulk_load: std::sync::atomic::AtomicBool,
     /// Bytes of memoized substring sums, over all segments ([`crate::index::cache`]).
     pub(super) cache: Arc<CacheBudget>,
+    /// The values recent in-place changes touched ([`RoutingTable::touched_since`]).
+    pub(super) changes: Mutex<super::changes::ChangeLog>,
 }
 
 /// A count of background summary builds, to wait on.

@@ -437,3 +437,69 @@ async fn a_restarted_poller_takes_the_whole_hint_once_then_deltas() {
     hub.stop().await;
     leaf.stop().await;
 }
+
+fn advanced(n: &TestNode) -> u64 {
+    n.daemon.node().metrics().outbound_advanced.get()
+}
+
+/// The node's stored out-bound hint is what aggregating its whole table makes.
+fn outbound_exact(n: &TestNode) -> bool {
+    let node = n.daemon.node();
+    let whole = cipd::pipeline::outbound::build(&node.outbound_input(), &node.table_handle(), None);
+    node.outbound().current().hint_digest == whole.hint_digest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middle_node_passes_a_change_up_as_a_delta_of_its_own_changes() {
+    let start = authors(&[]);
+    let mut leaf = TestNode::start(NodeSpec::new("1.3.6.1.4.1.99999.611", &refs(&start))).await;
+    let mut mid = TestNode::start(NodeSpec::new("1.3.6.1.4.1.99999.612", &["Mid"])).await;
+    let mut top = TestNode::start(NodeSpec::new("1.3.6.1.4.1.99999.613", &["Top"])).await;
+    leaf.reconfigure(leaf.spec.clone().peer("mid", &mid, &["poller"]))
+        .await;
+    mid.reconfigure(
+        mid.spec
+            .clone()
+            .peer("leaf", &leaf, &["poll"])
+            .peer("top", &top, &["poller"]),
+    )
+    .await;
+    top.reconfigure(top.spec.clone().peer("mid", &mid, &["poll"]))
+        .await;
+    top.wait_query("Author=Author7", |a| a.referrals.len() == 1)
+        .await;
+
+    // Changes at the leaf: the first delta takes the long way into the middle node's
+    // table, still in place; from then on the middle node makes its out-bound hint from
+    // the table's changes, and the top takes each as a delta.
+    let mut names = vec!["Newcomer".to_owned()];
+    for round in 0..4 {
+        let before = (advanced(&mid), applied(&top));
+        names.push(format!("Round{round}"));
+        if round == 2 {
+            // A removal too.
+            names.remove(0);
+        }
+        let now = authors(&refs(&names));
+        leaf.set_authors(&refs(&now)).await;
+        let newest = format!("Author=Round{round}");
+        top.wait_query(&newest, |a| a.referrals.len() == 1).await;
+        eventually("the top applied a delta", || applied(&top) > before.1).await;
+        if round > 0 {
+            assert!(advanced(&mid) > before.0, "round {round}: advanced");
+        }
+        assert!(
+            outbound_exact(&mid),
+            "round {round}: the advanced hint is exact"
+        );
+    }
+    assert_eq!(top.query("Author=Newcomer").await.referrals.len(), 0);
+    for q in ["Author=Author7", "Author=Round0", "Author=Author299"] {
+        assert_eq!(top.query(q).await.referrals.len(), 1, "{q}");
+    }
+    assert_eq!(refused(&top), 0);
+    assert!(sent(&mid) >= 3);
+    top.stop().await;
+    mid.stop().await;
+    leaf.stop().await;
+}
