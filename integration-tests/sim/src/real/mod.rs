@@ -673,12 +673,17 @@ impl MeshUnderTest for RealMesh {
         self.write_collection(leaf, &text)
     }
 
-    fn root_cpu(&mut self) -> Duration {
-        self.daemons
-            .first()
-            .and_then(Option::as_ref)
-            .map(|p| crate::sim::cpu_of(&p.0.id().to_string()))
-            .unwrap_or_default()
+    fn level_cpu(&mut self) -> Vec<Duration> {
+        (0..=self.plan.tree.depth)
+            .map(|l| {
+                self.plan
+                    .tree
+                    .level(l)
+                    .filter_map(|i| self.daemons.get(i).and_then(Option::as_ref))
+                    .map(|p| crate::sim::cpu_of(&p.0.id().to_string()))
+                    .sum()
+            })
+            .collect()
     }
 
     fn wait_exact(&mut self) -> Result<Option<Duration>, RealError> {

@@ -116,6 +116,7 @@ impl Report {
         r.rss_kib = 0;
         if let Some(s) = &mut r.sustained {
             s.root_cpu = Duration::ZERO;
+            s.level_cpu.clear();
         }
         format!("{r:?}")
     }
@@ -206,6 +207,22 @@ impl Report {
                 "root CPU: {:.2} ms a change ({} ms in all)",
                 o.root_cpu.as_secs_f64() * 1000.0 / o.changes.max(1) as f64,
                 o.root_cpu.as_millis()
+            );
+            let per: Vec<String> = o
+                .level_cpu
+                .iter()
+                .enumerate()
+                .map(|(l, cpu)| {
+                    format!(
+                        "level {l} {:.2} ms",
+                        cpu.as_secs_f64() * 1000.0 / o.changes.max(1) as f64
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "CPU a change, each level's nodes together: {}",
+                per.join(", ")
             );
             if let Some((root, _)) = o.traffic.first() {
                 let _ = writeln!(
@@ -421,8 +438,8 @@ pub trait MeshUnderTest {
     /// Brings the expected hints up to date ([`Plan::recount`]), then waits until every
     /// table is exact; the time that took (none: not within the timeout).
     fn wait_exact(&mut self) -> Result<Option<Duration>, Self::Error>;
-    /// CPU time the root has used so far.
-    fn root_cpu(&mut self) -> Duration;
+    /// CPU time each level's nodes have used so far, summed per level (level 0 the root).
+    fn level_cpu(&mut self) -> Vec<Duration>;
 }
 
 /// How often sustained changes are made: the changes due in each slice go out at its start.
@@ -432,7 +449,7 @@ const SUSTAINED_SLICE: Duration = Duration::from_millis(100);
 /// seed; then waits until every table is exact.
 fn sustain<M: MeshUnderTest>(mesh: &mut M, s: &Sustained) -> Result<SustainedOutcome, M::Error> {
     let before = mesh.levels()?;
-    let cpu_before = mesh.root_cpu();
+    let cpu_before = mesh.level_cpu();
     let leaves = mesh.plan().leaves.len() as f64;
     let per_slice = leaves * s.per_leaf_minute / 60.0 * SUSTAINED_SLICE.as_secs_f64();
     let (mut owed, mut k, mut elapsed) = (0.0, 0u64, Duration::ZERO);
@@ -448,10 +465,17 @@ fn sustain<M: MeshUnderTest>(mesh: &mut M, s: &Sustained) -> Result<SustainedOut
         elapsed += SUSTAINED_SLICE;
     }
     let exact_after = mesh.wait_exact()?;
+    let level_cpu: Vec<Duration> = mesh
+        .level_cpu()
+        .iter()
+        .zip(cpu_before.iter().chain(std::iter::repeat(&Duration::ZERO)))
+        .map(|(now, before)| now.saturating_sub(*before))
+        .collect();
     Ok(SustainedOutcome {
         changes: usize::try_from(k).unwrap_or(usize::MAX),
         period: s.period,
-        root_cpu: mesh.root_cpu().saturating_sub(cpu_before),
+        root_cpu: level_cpu.first().copied().unwrap_or_default(),
+        level_cpu,
         traffic: traffic_between(&before, &mesh.levels()?),
         exact_after,
     })
@@ -1044,7 +1068,14 @@ impl MeshUnderTest for Mesh<'_> {
         self.wait(|m| m.tables_exact())
     }
 
-    fn root_cpu(&mut self) -> Duration {
-        self.sim.busy(name_of(0).as_str())
+    fn level_cpu(&mut self) -> Vec<Duration> {
+        (0..=self.plan.tree.depth)
+            .map(|l| {
+                let ids: Vec<usize> = self.plan.tree.level(l).collect();
+                ids.into_iter()
+                    .map(|i| self.sim.busy(name_of(i).as_str()))
+                    .sum()
+            })
+            .collect()
     }
 }

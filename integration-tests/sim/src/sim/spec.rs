@@ -189,6 +189,8 @@ pub struct SustainedOutcome {
     /// CPU time the root used from the first change until every table was exact (in a
     /// simulation, on the simulation's thread).
     pub root_cpu: Duration,
+    /// CPU time each level's nodes used together over the same span (level 0 is the root).
+    pub level_cpu: Vec<Duration>,
 }
 
 /// Node churn: through `period`, nodes crash and restart from their spool, leaves leave for
