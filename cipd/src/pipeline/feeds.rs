@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::config::{CollectionConfig, Config};
@@ -57,6 +58,8 @@ pub async fn run<H, P, Fut>(
 {
     let token = node.shutdown_token();
     // name -> (url, next due, failures in a row)
+    // On the runtime's clock, which the timers follow (a simulation's clock runs apart from
+    // the system's: a deadline on the system's clock would pass at once there, or never).
     let mut due: HashMap<String, (String, Instant, u32)> = HashMap::new();
     loop {
         let config = node.config();
@@ -97,7 +100,7 @@ pub async fn run<H, P, Fut>(
         }
         tokio::select! {
             () = token.cancelled() => return,
-            () = tokio::time::sleep_until(next_check.into()) => {}
+            () = tokio::time::sleep_until(next_check) => {}
         }
     }
 }
@@ -105,6 +108,75 @@ pub async fn run<H, P, Fut>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A node with one pulled collection, counting its pulls.
+    struct Host {
+        config: Arc<Config>,
+        metrics: Metrics,
+        token: CancellationToken,
+        pulls: AtomicUsize,
+    }
+
+    impl FeedHost for Host {
+        fn config(&self) -> Arc<Config> {
+            self.config.clone()
+        }
+        fn metrics(&self) -> &Metrics {
+            &self.metrics
+        }
+        fn shutdown_token(&self) -> CancellationToken {
+            self.token.clone()
+        }
+        fn http_client(&self) -> crate::sys::http::HttpClient {
+            self.config
+                .http_client
+                .client(None, None)
+                .unwrap_or_else(|e| panic!("client: {e}"))
+        }
+        async fn reload_changed(&self) {}
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_schedule_keeps_the_runtimes_clock() {
+        // A paused clock runs ahead of the system's as soon as it is advanced, as a
+        // simulation's does: a schedule kept on the system's clock then found every
+        // deadline passed and pulled without end.
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::from_toml_relative(
+            "data_dir = \"d\"\n[node]\ndsi = \"1.3.6.1.4.1.99999.1\"\n\
+             [[collection]]\nname = \"pulled\"\ntype = \"soif\"\npath = \"docs.soif\"\n",
+            dir.path(),
+        )
+        .unwrap();
+        let host = Arc::new(Host {
+            config: Arc::new(config),
+            metrics: Metrics::default(),
+            token: CancellationToken::new(),
+            pulls: AtomicUsize::new(0),
+        });
+        let every = Duration::from_secs(60);
+        let select = |_: &CollectionConfig| {
+            Some(Feed {
+                url: "http://feed/".into(),
+                interval: Duration::from_secs(60),
+            })
+        };
+        let task = tokio::spawn(run(
+            host.clone(),
+            "test pull",
+            select,
+            |h: Arc<Host>, _, _| async move {
+                h.pulls.fetch_add(1, Ordering::Relaxed);
+                Ok(false)
+            },
+        ));
+        tokio::time::sleep(every * 10 + Duration::from_secs(1)).await;
+        // Once at the start, then once a minute.
+        assert_eq!(host.pulls.load(Ordering::Relaxed), 11);
+        host.token.cancel();
+        task.await.unwrap();
+    }
 
     #[test]
     fn retries_double_up_to_the_interval() {
