@@ -90,8 +90,10 @@ pub(super) async fn accept_loop(
                                 tls_peer_certificates: None,
                             };
                             match &whois {
+                                // Each way boxed: the task holds only the one it
+                                // takes (a TLS connection's state alone is kilobytes).
                                 Some(w) => {
-                                    serve_shared_connection(
+                                    Box::pin(serve_shared_connection(
                                         stream,
                                         ctx,
                                         service.as_ref(),
@@ -99,40 +101,45 @@ pub(super) async fn accept_loop(
                                         &transport,
                                         token,
                                         hooks,
-                                    )
+                                    ))
                                     .await
                                 }
                                 None => {
-                                    serve_tracked_connection(
+                                    Box::pin(serve_tracked_connection(
                                         stream,
                                         ctx,
                                         service.as_ref(),
                                         &transport,
                                         token,
                                         hooks,
-                                    )
+                                    ))
                                     .await
                                 }
                             }
                         }
-                        Some(cfg) => match tls_accept::accept(cfg, stream, handshake).await {
-                            Ok((tls_stream, certs)) => {
-                                let ctx = PeerContext {
-                                    remote,
-                                    tls_peer_certificates: certs,
-                                };
-                                serve_tracked_connection(
-                                    tls_stream,
-                                    ctx,
-                                    service.as_ref(),
-                                    &transport,
-                                    token,
-                                    hooks,
-                                )
-                                .await
-                            }
-                            Err(e) => Err(e),
-                        },
+                        Some(cfg) => {
+                            Box::pin(async move {
+                                match tls_accept::accept(cfg, stream, handshake).await {
+                                    Ok((tls_stream, certs)) => {
+                                        let ctx = PeerContext {
+                                            remote,
+                                            tls_peer_certificates: certs,
+                                        };
+                                        serve_tracked_connection(
+                                            tls_stream,
+                                            ctx,
+                                            service.as_ref(),
+                                            &transport,
+                                            token,
+                                            hooks,
+                                        )
+                                        .await
+                                    }
+                                    Err(e) => Err(e),
+                                }
+                            })
+                            .await
+                        }
                     }
                 };
                 // Evicted for a new connection: the connection is dropped (closed) at once.

@@ -256,8 +256,9 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
                 since: started,
             });
         });
+        // Boxed: an exchange's future is kilobytes, and the loop spends its life waiting.
         let outcome = tokio::select! {
-            r = poll_once(&node, &peer) => r,
+            r = Box::pin(poll_once(&node, &peer)) => r,
             () = token.cancelled() => {
                 node.update_peer(&peer.name, |s| s.exchange = None);
                 return;
@@ -284,7 +285,7 @@ async fn poll_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
                 failures = failures.saturating_add(1);
                 last_transient = transient(&e);
                 if last_transient {
-                    gone_check(&node, &peer.name).await;
+                    Box::pin(gone_check(&node, &peer.name)).await;
                 }
                 let legacy = not_cipv3(&e);
                 let message = if legacy {
@@ -631,8 +632,9 @@ async fn push_loop(node: Arc<Node>, peer: PeerConfig, token: CancellationToken) 
             () = token.cancelled() => return,
         }
         node.update_peer(&peer.name, |s| s.last_attempt = Some(SystemTime::now()));
+        // Boxed, as a poll is.
         let outcome = tokio::select! {
-            r = push_once(&node, &peer) => r,
+            r = Box::pin(push_once(&node, &peer)) => r,
             () = token.cancelled() => return,
         };
         match outcome {
@@ -738,8 +740,11 @@ where
         let job = notify(node.clone(), peer.clone());
         let t = token.clone();
         node.tracker.spawn(async move {
+            // Pinned in place and polled by reference: moved into `select!`, the job would
+            // be held twice in the task.
+            tokio::pin!(job);
             tokio::select! {
-                () = job => {}
+                () = &mut job => {}
                 () = t.cancelled() => {}
             }
         });

@@ -78,7 +78,10 @@ pub async fn run<H, P, Fut>(
                 next_check = next_check.min(at);
                 continue;
             }
-            let (next, failures) = match pull(node.clone(), config.clone(), c.clone()).await {
+            // Boxed: a pull (an HTTP fetch and a parse) is a large future, and the loop
+            // spends its life waiting (every node runs it, most with nothing to pull).
+            let pulled = Box::pin(pull(node.clone(), config.clone(), c.clone())).await;
+            let (next, failures) = match pulled {
                 Ok(ch) => {
                     changed |= ch;
                     (feed.interval, 0)
@@ -96,7 +99,7 @@ pub async fn run<H, P, Fut>(
         }
         due.retain(|name, _| live.contains(name));
         if changed {
-            node.reload_changed().await;
+            Box::pin(node.reload_changed()).await;
         }
         tokio::select! {
             () = token.cancelled() => return,

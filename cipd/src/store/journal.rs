@@ -271,7 +271,12 @@ pub async fn journal_loop<H: JournalHost>(node: Arc<H>) {
 
 fn sync_all<H: JournalHost>(node: &H) {
     let config = node.config();
-    if config.rdm.path.is_none() {
+    // Kept only for RDM clients, who come over HTTP: a node with no HTTP listener keeps
+    // none (a journal first made later counts every object as changed then, as at a first
+    // start, so `since` answers stay whole rather than miss a change).
+    if config.rdm.path.is_none()
+        || (config.listen.http.is_empty() && config.listen.https.is_empty())
+    {
         return;
     }
     let local = node.local();

@@ -231,7 +231,23 @@ pub struct Metrics {
     polled: Mutex<BTreeMap<String, [Counter; 2]>>,
     /// Poll durations: ok, failed.
     poll_duration: [Histogram; 2],
-    registry: Registry,
+    registry: Registrations,
+}
+
+/// What the page shows, recorded once as a name, a help text and a handle on the metric,
+/// and put in a `prometheus_client` registry at each scrape: a registry keeps every name
+/// and help text as strings of its own, kilobytes a node for a page that may never be
+/// asked for (a simulation runs thousands of nodes in one process).
+#[derive(Default)]
+struct Registrations(Vec<AddTo>);
+
+/// Puts one metric in a registry.
+type AddTo = Box<dyn Fn(&mut Registry) + Send + Sync>;
+
+impl std::fmt::Debug for Registrations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Registrations({})", self.0.len())
+    }
 }
 
 /// The chasing search's metrics (`/v1/search`, `/search`, Whois++ `chase`).
@@ -262,7 +278,7 @@ pub struct SearchMetrics {
 }
 
 impl SearchMetrics {
-    fn register(r: &mut Registry) -> Self {
+    fn register(r: &mut Registrations) -> Self {
         let searches = counter(
             r,
             "cipd_searches_total",
@@ -357,7 +373,7 @@ impl SearchMetrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::default();
+        let mut registry = Registrations::default();
         let r = &mut registry;
         let search = SearchMetrics::register(r);
         let queries = counter(r, "cipd_queries_total", "Referral queries answered.");
@@ -636,7 +652,11 @@ impl Metrics {
         }));
         let mut out = String::with_capacity(16 * 1024);
         // Writing to a String does not fail, nor does encoding these metrics.
-        let _ = prometheus_text::encode(&mut out, &self.registry)
+        let mut registry = Registry::default();
+        for add in &self.registry.0 {
+            add(&mut registry);
+        }
+        let _ = prometheus_text::encode(&mut out, &registry)
             .and_then(|()| prometheus_text::encode(&mut out, &scraped));
         out
     }
@@ -644,7 +664,12 @@ impl Metrics {
 
 /// Registers `metric` as `name` with `help`, both as the page shows them: a counter's name
 /// ends with `_total` and every help text with a full stop, which the library adds back.
-fn register<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metric: M) -> M {
+fn register<M: Metric + Clone>(
+    r: &mut Registrations,
+    name: &'static str,
+    help: &'static str,
+    metric: M,
+) -> M {
     let name = match metric.metric_type() {
         MetricType::Counter => counter_family(name),
         _ => name,
@@ -653,11 +678,15 @@ fn register<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metric:
         help.ends_with('.'),
         "the help of {name} ends with a full stop"
     );
-    r.register(name, help.strip_suffix('.').unwrap_or(help), metric.clone());
+    let help = help.strip_suffix('.').unwrap_or(help);
+    let shown = metric.clone();
+    r.0.push(Box::new(move |registry| {
+        registry.register(name, help, shown.clone());
+    }));
     metric
 }
 
 /// A counter registered as `name` with `help` (see [`register`]).
-fn counter(r: &mut Registry, name: &str, help: &str) -> Counter {
+fn counter(r: &mut Registrations, name: &'static str, help: &'static str) -> Counter {
     register(r, name, help, Counter::default())
 }

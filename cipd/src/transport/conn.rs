@@ -25,6 +25,11 @@ use super::handler::{
 /// Read-buffer growth step.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// The read buffer of a frame's first read: most requests and answers are a few hundred
+/// bytes, and an idle connection holds no more than this (its buffer is dropped after each
+/// exchange). Larger frames grow it geometrically from here.
+const FIRST_READ: usize = 4 * 1024;
+
 /// Serves one connection as the receiver-CIP (RFC 2653 §2.1).
 ///
 /// Sends the `220` banner, accepts `# CIP-Version: 3` (also when the first request follows
@@ -199,7 +204,8 @@ where
             }
             let Conn { io, rbuf, .. } = conn;
             return match other {
-                Some(o) => o.serve(line, io, rbuf, &peer, shutdown).await,
+                // Boxed, as a CIP request's handling is: rare, and large.
+                Some(o) => Box::pin(o.serve(line, io, rbuf, &peer, shutdown)).await,
                 None => Ok(()),
             };
         }
@@ -247,7 +253,9 @@ where
             }
             Ok(request) => {
                 debug!(remote = %peer.remote, kind = request.kind(), "request");
-                let reply = handler.handle(request, &peer).await;
+                // Boxed: the handler's future is large (a poll's answer, an import) and a
+                // connection spends its life waiting for its next request.
+                let reply = Box::pin(handler.handle(request, &peer)).await;
                 conn.queue_reply(reply);
             }
         }
@@ -532,6 +540,8 @@ impl CipConnection {
                 Err(e) => debug!(error = %e, kind = request.kind(), "dropping unparsable output"),
             }
         }
+        // A kept-alive connection waits for its next poll holding no buffer.
+        self.conn.shed_buffer();
         Ok(reply)
     }
 
@@ -656,11 +666,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         }
     }
 
-    /// After a request: an emptied read buffer is dropped (a large one would otherwise stay
-    /// allocated for the connection's life) and its share of the budget given back.
+    /// After an exchange: emptied read and write buffers are dropped (they would otherwise
+    /// stay allocated, at their largest, for the connection's life: across a mesh's kept-alive
+    /// connections that was most of a node's memory) and the read buffer's share of the
+    /// budget given back.
     fn shed_buffer(&mut self) {
-        if self.rbuf.is_empty() && self.rbuf.capacity() > crate::sys::budget::FREE_PER_BUFFER {
+        if self.rbuf.is_empty() && self.rbuf.capacity() > 0 {
             self.rbuf = BytesMut::new();
+        }
+        if self.wbuf.is_empty() && self.wbuf.capacity() > 0 {
+            self.wbuf = BytesMut::new();
         }
         if self.rbuf.is_empty()
             && let Some(r) = &mut self.reservation
@@ -711,10 +726,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             // this many bytes is refused by it, so an oversize line or message is cut off at
             // the limit instead of after a read of twice the limit.
             let room = self.max_buffered().saturating_sub(self.rbuf.len()).max(1);
-            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
-                // Grow geometrically so a large message is not copied once per chunk; the
-                // codec's limits bound the size, the shared budget the sum over connections.
-                let more = READ_CHUNK.max(self.rbuf.len()).min(room);
+            let len = self.rbuf.len();
+            if self.rbuf.capacity() - len < (len.max(FIRST_READ) / 4).min(READ_CHUNK / 4) {
+                // Grow geometrically (doubling from a small first read) so a large message
+                // is not copied once per chunk and a small one does not hold a large buffer;
+                // the codec's limits bound the size, the shared budget the sum over
+                // connections.
+                let more = len.max(FIRST_READ).min(room);
                 if let Some(r) = &mut self.reservation {
                     r.cover(self.rbuf.len() + more, deadline).await?;
                 }
@@ -981,5 +999,31 @@ mod tests {
         // could have filled the whole buffer.
         assert!(conn.io.given <= conn.max_buffered(), "{}", conn.io.given);
         assert!(conn.rbuf.capacity() < 4 * conn.max_buffered());
+    }
+
+    #[tokio::test]
+    async fn a_short_frame_takes_a_small_buffer_and_an_exchange_leaves_none() {
+        let (mut far, near) = tokio::io::duplex(1 << 20);
+        let mut conn = Conn::new(near, Limits::default(), Expect::Message);
+        let wait = Wait::new(Duration::from_secs(5), Phase::Idle, None);
+        // A short status line: a first read of a few KiB, not of a chunk.
+        far.write_all(b"200 ok\r\n").await.unwrap();
+        match conn.read_frame(Expect::Status, wait, None).await.unwrap() {
+            Read::Frame(Frame::Status(s)) => assert_eq!(s.code, ResponseCode::Ok),
+            _ => panic!("a status"),
+        }
+        assert!(
+            conn.rbuf.capacity() <= FIRST_READ,
+            "{}",
+            conn.rbuf.capacity()
+        );
+        // The exchange's end gives both buffers back.
+        conn.queue_status(&Status::new(ResponseCode::Ok));
+        conn.send(Instant::now() + Duration::from_secs(5), Phase::Transfer)
+            .await
+            .unwrap();
+        conn.shed_buffer();
+        assert_eq!(conn.rbuf.capacity(), 0);
+        assert_eq!(conn.wbuf.capacity(), 0);
     }
 }

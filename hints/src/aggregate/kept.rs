@@ -148,9 +148,11 @@ fn rebuild(
 impl Kept {
     /// Keeps `aggregate`, the shared aggregate (nothing left out by a [`Filter`]) made
     /// from `local` and whose [`crate::delta::digest`] is `digest`. `None` when it left a
-    /// peer out for its protocols: which peers those are may change without a table write.
+    /// peer out for its protocols (which peers those are may change without a table
+    /// write), and when it includes no peer (a leaf's: every change it will see is its
+    /// local hint's, so keeping it would only cost its size).
     pub fn new(aggregate: Aggregate, local: Option<Arc<CipHint>>, digest: u64) -> Option<Self> {
-        if !aggregate.skipped.is_empty() {
+        if !aggregate.skipped.is_empty() || aggregate.included.is_empty() {
             return None;
         }
         let folded = aggregate
@@ -506,8 +508,9 @@ mod tests {
             }
             if kept.is_none() {
                 let digest = digest(&full.hint);
+                let peers = !full.included.is_empty();
                 kept = Kept::new(full, local.clone(), digest);
-                prop_assert!(kept.is_some());
+                prop_assert_eq!(kept.is_some(), peers);
             }
         }
         Ok(advanced)
