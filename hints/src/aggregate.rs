@@ -26,8 +26,7 @@ use cip_proto::soif::Attribute;
 
 use crate::hint::{AttrSpec, CipHint, WeightEntry, Weightlist};
 use crate::index::{Segment, cmp_folded};
-mod kept;
-pub use kept::{Kept, Stale};
+pub mod kept;
 
 use crate::table::{PROVENANCE_ATTRIBUTE, RoutingTable, Snapshot, attr_key, provenance};
 

@@ -439,7 +439,7 @@ impl HintDelta {
     /// changed value's entry before and after (`None` where not listed; a value respelled
     /// is one entry removed and one added). `gone` names the weightlists `to` no longer has,
     /// with every entry `from` listed in them. The weightlists themselves are not read, so
-    /// this costs the change, not the hints ([`crate::aggregate::Kept`] makes the out-bound
+    /// this costs the change, not the hints ([`crate::aggregate::kept::Kept`] makes the out-bound
     /// delta so). `None` when a header cannot be written.
     pub fn of_changes(
         from: &CipHint,

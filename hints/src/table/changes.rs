@@ -1,9 +1,9 @@
 //! Which values the table's recent in-place changes touched, by generation: what lets a
 //! reader that derived something from generation `g` (the out-bound aggregate) bring it to
 //! the current generation at the cost of the changes, not of the table
-//! ([`RoutingTable::touched_since`]).
+//! (`RoutingTable::touched_since`).
 //!
-//! Only [`RoutingTable::apply_delta`] writes here. Every other write (a whole import, a
+//! Only `RoutingTable::apply_delta` writes here. Every other write (a whole import, a
 //! removal, an expiry) publishes a generation the log does not hold: a reader spanning it
 //! finds a gap and starts over from the whole table. The log is bounded in values; the
 //! oldest changes go first, which again only leaves a gap.
@@ -11,8 +11,6 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-
-use super::RoutingTable;
 
 /// Most values the log holds, over all its changes.
 pub(super) const MAX_LOGGED_VALUES: usize = 1 << 16;
@@ -65,27 +63,6 @@ impl ChangeLog {
             next += 1;
         }
         (next == to + 1).then_some(out)
-    }
-}
-
-impl RoutingTable {
-    /// The hash the segments' exact tables find a folded value by.
-    pub(crate) fn hash_folded(&self, lower: &[u8]) -> u64 {
-        crate::index::hash_lower(&self.hasher, lower)
-    }
-
-    /// The values (ASCII-lowercased, possibly repeated) whose entries changed between
-    /// generation `from` and generation `to` (the current one or older), when every change
-    /// between them was made in place ([`RoutingTable::apply_delta`]) and is still logged;
-    /// `None` otherwise (a whole import, a removal or an expiry came between, or the
-    /// changes were too many to keep). Whatever the table's entries make of a value not
-    /// listed is the same at `to` as at `from`; the peers' headers and metadata may have
-    /// changed all the same.
-    pub fn touched_since(&self, from: u64, to: u64) -> Option<Vec<Bytes>> {
-        self.changes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .since(from, to)
     }
 }
 

@@ -320,3 +320,24 @@ pub(super) fn thresholds_of(attrs: &AttrTable, hint: &CipHint) -> Vec<(u32, u64)
     });
     thresholds
 }
+
+impl RoutingTable {
+    /// The hash the segments' exact tables find a folded value by.
+    pub(crate) fn hash_folded(&self, lower: &[u8]) -> u64 {
+        crate::index::hash_lower(&self.hasher, lower)
+    }
+
+    /// The values (ASCII-lowercased, possibly repeated) whose entries changed between
+    /// generation `from` and generation `to` (the current one or older), when every change
+    /// between them was made in place ([`RoutingTable::apply_delta`]) and is still logged;
+    /// `None` otherwise (a whole import, a removal or an expiry came between, or the
+    /// changes were too many to keep). Whatever the table's entries make of a value not
+    /// listed is the same at `to` as at `from`; the peers' headers and metadata may have
+    /// changed all the same.
+    pub fn touched_since(&self, from: u64, to: u64) -> Option<Vec<Bytes>> {
+        self.changes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .since(from, to)
+    }
+}
