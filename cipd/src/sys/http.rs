@@ -200,8 +200,82 @@ enum RedirectRefusal {
 /// The HTTP client. Cheap to clone: clones share one connection pool.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
-    inner: reqwest::Client,
+    inner: std::sync::Arc<Lazy>,
     max_redirects: usize,
+}
+
+/// The reqwest client, built at its first request: most nodes never make one, and a built
+/// client costs kilobytes (pools, connectors, TLS) in every node of a process.
+struct Lazy {
+    settings: std::sync::Mutex<Option<ClientSettings>>,
+    built: std::sync::OnceLock<Result<reqwest::Client, String>>,
+}
+
+impl std::fmt::Debug for Lazy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lazy")
+            .field("built", &self.built.get().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lazy {
+    /// The client, built now if it was not (a failure is kept, and told at each request).
+    fn client(&self) -> Result<&reqwest::Client, &str> {
+        self.built
+            .get_or_init(|| match crate::sys::lock(&self.settings).take() {
+                Some(settings) => build(settings).map_err(|e| e.0),
+                None => Err("the HTTP client's settings were lost".to_owned()),
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
+/// The reqwest client `settings` describe.
+fn build(settings: ClientSettings) -> Result<reqwest::Client, BuildError> {
+    let max = settings.max_redirects;
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() > max {
+            return attempt.error(RedirectRefusal::TooMany(max));
+        }
+        let downgrade = attempt.url().scheme() == "http"
+            && attempt
+                .previous()
+                .last()
+                .is_some_and(|u| u.scheme() == "https");
+        if downgrade {
+            let to = attempt.url().to_string();
+            return attempt.error(RedirectRefusal::Downgrade(to));
+        }
+        attempt.follow()
+    });
+    let mut tls = settings.tls;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut builder = reqwest::Client::builder()
+        .user_agent(settings.user_agent)
+        .connect_timeout(settings.connect_timeout)
+        .redirect(policy)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .tls_backend_preconfigured(tls);
+    if let Some(t) = settings.read_timeout {
+        builder = builder.read_timeout(t);
+    }
+    for (name, addrs) in &settings.resolve {
+        builder = builder.resolve_to_addrs(name, addrs);
+    }
+    builder = match settings.proxy {
+        ProxySetting::Environment => builder,
+        ProxySetting::Direct => builder.no_proxy(),
+        ProxySetting::Url(u) => {
+            let proxy = reqwest::Proxy::all(&u)
+                .map_err(|e| BuildError(format!("proxy {u:?}: {e}")))?
+                .no_proxy(reqwest::NoProxy::from_env());
+            builder.proxy(proxy)
+        }
+    };
+    builder.build().map_err(|e| BuildError(chain(&e)))
 }
 
 impl HttpClient {
@@ -210,51 +284,17 @@ impl HttpClient {
     /// # Errors
     /// [`BuildError`] when a proxy URL is not one.
     pub fn new(settings: ClientSettings) -> Result<Self, BuildError> {
-        let max = settings.max_redirects;
-        let policy = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() > max {
-                return attempt.error(RedirectRefusal::TooMany(max));
-            }
-            let downgrade = attempt.url().scheme() == "http"
-                && attempt
-                    .previous()
-                    .last()
-                    .is_some_and(|u| u.scheme() == "https");
-            if downgrade {
-                let to = attempt.url().to_string();
-                return attempt.error(RedirectRefusal::Downgrade(to));
-            }
-            attempt.follow()
-        });
-        let mut tls = settings.tls;
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let mut builder = reqwest::Client::builder()
-            .user_agent(settings.user_agent)
-            .connect_timeout(settings.connect_timeout)
-            .redirect(policy)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tls_backend_preconfigured(tls);
-        if let Some(t) = settings.read_timeout {
-            builder = builder.read_timeout(t);
+        // What can be wrong with the settings is told now; the client is built at its
+        // first request.
+        if let ProxySetting::Url(u) = &settings.proxy {
+            reqwest::Proxy::all(u).map_err(|e| BuildError(format!("proxy {u:?}: {e}")))?;
         }
-        for (name, addrs) in &settings.resolve {
-            builder = builder.resolve_to_addrs(name, addrs);
-        }
-        builder = match settings.proxy {
-            ProxySetting::Environment => builder,
-            ProxySetting::Direct => builder.no_proxy(),
-            ProxySetting::Url(u) => {
-                let proxy = reqwest::Proxy::all(&u)
-                    .map_err(|e| BuildError(format!("proxy {u:?}: {e}")))?
-                    .no_proxy(reqwest::NoProxy::from_env());
-                builder.proxy(proxy)
-            }
-        };
-        let inner = builder.build().map_err(|e| BuildError(chain(&e)))?;
         Ok(Self {
-            inner,
-            max_redirects: max,
+            max_redirects: settings.max_redirects,
+            inner: std::sync::Arc::new(Lazy {
+                settings: std::sync::Mutex::new(Some(settings)),
+                built: std::sync::OnceLock::new(),
+            }),
         })
     }
 
@@ -355,7 +395,11 @@ impl HttpClient {
         watch: Option<&mut BodyWatch>,
     ) -> Result<Answer, FetchError> {
         let parsed = check_url(url)?;
-        let mut request = self.inner.request(method, parsed).headers(headers);
+        let client = self.inner.client().map_err(|message| FetchError::Connect {
+            url: url.to_owned(),
+            message: format!("no HTTP client: {message}"),
+        })?;
+        let mut request = client.request(method, parsed).headers(headers);
         if let Some(body) = body {
             request = request.body(body);
         }
