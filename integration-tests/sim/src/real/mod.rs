@@ -339,7 +339,7 @@ impl RealMesh {
                 .iter()
                 .find(|p| p.get(0).and_then(Value::as_str) == Some(dsi.as_str()))
                 .and_then(|p| p.get(1)?.as_u64())?;
-            out.insert(value, n);
+            out.insert(value.into(), n);
         }
         Some(out)
     }
@@ -361,10 +361,7 @@ impl RealMesh {
         )?;
         let mut out = Counts::new();
         for r in rows.get("rows")?.as_array()? {
-            out.insert(
-                r.get("value")?.as_str()?.to_owned(),
-                r.get("total")?.as_u64()?,
-            );
+            out.insert(r.get("value")?.as_str()?.into(), r.get("total")?.as_u64()?);
         }
         Some(out)
     }

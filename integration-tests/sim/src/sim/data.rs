@@ -177,7 +177,11 @@ pub struct DataSpec {
 }
 
 /// Per value, how many objects hold it.
-pub type Counts = BTreeMap<String, u64>;
+pub type Counts = BTreeMap<Value, u64>;
+
+/// A value as the simulator's counts hold it: shared, so that the expected hints of every
+/// node up the tree (millions of entries at depth 5) hold one copy of each value's text.
+pub type Value = std::sync::Arc<str>;
 
 /// Draws leaf `leaf`'s collection: one `DOCUMENT:Author` value per object.
 pub fn leaf_counts(spec: &DataSpec, seed: u64, leaf: usize, cdf: &[f64]) -> Counts {
@@ -192,7 +196,7 @@ pub fn leaf_counts(spec: &DataSpec, seed: u64, leaf: usize, cdf: &[f64]) -> Coun
             let rank = cdf.partition_point(|&c| c < u).min(cdf.len() - 1);
             format!("a{rank}")
         };
-        *counts.entry(value).or_default() += 1;
+        *counts.entry(Value::from(value)).or_default() += 1;
     }
     counts
 }

@@ -710,7 +710,7 @@ impl Mesh<'_> {
                 usize::MAX,
             )
             .into_iter()
-            .map(|r| (String::from_utf8_lossy(&r.value).into_owned(), r.total))
+            .map(|r| (String::from_utf8_lossy(&r.value).into(), r.total))
             .collect()
     }
 
@@ -725,7 +725,7 @@ impl Mesh<'_> {
                 .table()
                 .entries(Some(&self.author), None, None, usize::MAX)
                 .into_iter()
-                .map(|r| (String::from_utf8_lossy(&r.value).into_owned(), r.total))
+                .map(|r| (String::from_utf8_lossy(&r.value).into(), r.total))
                 .collect();
             return self.plan.exact_sum_at(id, Some(total));
         }

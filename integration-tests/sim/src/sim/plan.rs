@@ -203,7 +203,7 @@ impl Plan {
             .unwrap_or(1)
             .max(1);
         let counts = self.leaves.get_mut(&leaf).expect("a leaf");
-        counts.insert(value.to_owned(), copies);
+        counts.insert(value.into(), copies);
         let text = data::soif(leaf, counts);
         self.recount();
         text
@@ -236,7 +236,7 @@ impl Plan {
         }
         if op != 1 {
             // Added, or edited: one object of a value no leaf held.
-            *counts.entry(format!("s{leaf}k{k}")).or_insert(0) += 1;
+            *counts.entry(format!("s{leaf}k{k}").into()).or_insert(0) += 1;
         }
         data::soif(leaf, counts)
     }
@@ -326,7 +326,7 @@ impl Plan {
 
     /// Distinct values over all leaves, and how many reach the root.
     pub fn truth(&self) -> (usize, usize) {
-        let truth: std::collections::BTreeSet<&String> =
+        let truth: std::collections::BTreeSet<&super::data::Value> =
             self.leaves.values().flat_map(|c| c.keys()).collect();
         (truth.len(), self.expected[0].len())
     }

@@ -554,14 +554,14 @@ pub fn compare_policies(tree: &Tree, leaves: &BTreeMap<usize, Counts>) -> Vec<Po
     }
     for k in [100usize, 1000, 10_000] {
         let held = exports(tree, leaves, |_, sum| {
-            let mut v: Vec<(String, u64)> = sum.into_iter().collect();
+            let mut v: Vec<(super::data::Value, u64)> = sum.into_iter().collect();
             v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             v.truncate(k);
             v.into_iter().collect()
         });
         rows.push(value_row(format!("top {k} per node"), &truth, &held));
     }
-    let all: BTreeSet<&String> = truth.iter().flat_map(|(_, t)| t.keys()).collect();
+    let all: BTreeSet<&super::data::Value> = truth.iter().flat_map(|(_, t)| t.keys()).collect();
     for bits in [4usize, 8, 16] {
         let (mut right, mut wrong, mut bytes) = (0u64, 0u64, 0usize);
         for (_, t) in &truth {
@@ -596,7 +596,10 @@ struct Bloom {
 }
 
 impl Bloom {
-    fn of<'a>(values: impl ExactSizeIterator<Item = &'a String>, bits_per_value: usize) -> Self {
+    fn of<'a>(
+        values: impl ExactSizeIterator<Item = &'a super::data::Value>,
+        bits_per_value: usize,
+    ) -> Self {
         let m = (values.len() * bits_per_value).max(64).next_power_of_two();
         let hashes = ((bits_per_value as f64) * std::f64::consts::LN_2)
             .round()
