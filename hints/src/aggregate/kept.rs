@@ -372,7 +372,8 @@ mod tests {
     use crate::aggregate::aggregate;
     use crate::delta::digest;
     use crate::hint::Weightlist;
-    use crate::table::{ImportError, PeerMeta};
+    use crate::table::ImportError;
+    use crate::table::tests::{dsi, meta};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -380,22 +381,6 @@ mod tests {
         "Garcia", "garcia", "GARCIA", "Smith", "Jones", "alpha", "Beta", "beta", "ray",
     ];
     const ATTRS: &[(&str, &str)] = &[("DOCUMENT", "Author"), ("DOCUMENT", "Title")];
-
-    fn dsi(s: &str) -> Dsi {
-        Dsi::new(s).unwrap()
-    }
-
-    fn meta(d: &str) -> PeerMeta {
-        PeerMeta {
-            dsi: dsi(d),
-            base_uris: vec![format!("cip://peer-{d}/")],
-            dsi_description: None,
-            received: std::time::SystemTime::UNIX_EPOCH,
-            expires: None,
-            via: None,
-            path: Vec::new(),
-        }
-    }
 
     fn node() -> NodeIdentity {
         NodeIdentity {

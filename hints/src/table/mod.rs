@@ -1047,4 +1047,4 @@ fn install(next: &mut Snapshot, slot: u32, entry: PeerEntry) -> ReplaceOutcome {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -8,11 +8,13 @@ use crate::thesaurus::Thesaurus;
 use bytes::Bytes;
 use std::time::Duration;
 
-fn dsi(s: &str) -> Dsi {
+/// A DSI from its text (tests here and above the table).
+pub(crate) fn dsi(s: &str) -> Dsi {
     Dsi::new(s).unwrap()
 }
 
-fn meta(d: &str) -> PeerMeta {
+/// Metadata of peer `d`, as a poll would bring it.
+pub(crate) fn meta(d: &str) -> PeerMeta {
     PeerMeta {
         dsi: dsi(d),
         base_uris: vec![format!("cip://peer-{d}/")],
