@@ -250,6 +250,9 @@ impl Kept {
 
         // Per out-bound attribute: the entries that change.
         let mut changes: HashMap<usize, Vec<EntryChange>> = HashMap::new();
+        // Per out-bound attribute, the positions in its kept weightlist of the entries that
+        // change (found once, here).
+        let mut dead_at: HashMap<usize, Vec<u32>> = HashMap::new();
         let mut group = Group::default();
         for key in &keys {
             let hash = table.hash_folded(key);
@@ -283,6 +286,7 @@ impl Kept {
                         count: sum.min(total),
                     });
                 if new.as_ref() != Some(&old) {
+                    dead_at.entry(a).or_default().push(pos);
                     changes.entry(a).or_default().push(EntryChange {
                         old: Some(old),
                         new,
@@ -320,11 +324,7 @@ impl Kept {
                     folded_by_attr[a] = old_folded;
                 }
                 Some(c) => {
-                    let dead: Vec<u32> = c
-                        .iter()
-                        .filter_map(|c| c.old.as_ref())
-                        .filter_map(|o| find(&old, &old_folded, &o.value.to_ascii_lowercase()))
-                        .collect();
+                    let dead = dead_at.remove(&a).unwrap_or_default();
                     let added: Vec<WeightEntry> = c.iter().filter_map(|c| c.new.clone()).collect();
                     if dead.len() == old.len() && added.is_empty() {
                         gone.push((self.hint.weightlists[li].0.clone(), old));
