@@ -129,7 +129,8 @@ pub struct Node {
     /// Bounds the in-bound hints being parsed at once (on the blocking pool).
     parsing: tokio::sync::Semaphore,
     thesaurus: ArcSwapOption<Thesaurus>,
-    peers: Mutex<BTreeMap<String, PeerState>>,
+    /// Boxed: a map node holds eleven slots, and most nodes have a peer or two.
+    peers: Mutex<BTreeMap<String, Box<PeerState>>>,
     poll_now: Mutex<HashMap<String, Arc<Notify>>>,
     spool: Arc<Spool>,
     status: watch::Sender<Status>,
@@ -234,7 +235,7 @@ impl Node {
         let peers = config
             .peers
             .iter()
-            .map(|p| (p.name.clone(), initial_peer_state(p)))
+            .map(|p| (p.name.clone(), Box::new(initial_peer_state(p))))
             .collect();
         let empty = Arc::new(CipHint::default());
         let peer_token = token.child_token();
@@ -545,7 +546,7 @@ impl Node {
 
     /// Every configured peer's state.
     pub fn peer_states(&self) -> Vec<PeerState> {
-        lock(&self.peers).values().cloned().collect()
+        lock(&self.peers).values().map(|p| (**p).clone()).collect()
     }
 
     /// Asks the daemon to stop (drain, then exit).

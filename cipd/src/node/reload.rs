@@ -93,7 +93,7 @@ impl Node {
                 for p in &new.peers {
                     let mut s = peers
                         .remove(&p.name)
-                        .unwrap_or_else(|| initial_peer_state(p));
+                        .unwrap_or_else(|| Box::new(initial_peer_state(p)));
                     let fresh = initial_peer_state(p);
                     s.address = fresh.address;
                     s.roles = fresh.roles;

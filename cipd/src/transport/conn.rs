@@ -28,7 +28,7 @@ const READ_CHUNK: usize = 64 * 1024;
 /// The read buffer of a frame's first read: most requests and answers are a few hundred
 /// bytes, and an idle connection holds no more than this (its buffer is dropped after each
 /// exchange). Larger frames grow it geometrically from here.
-const FIRST_READ: usize = 4 * 1024;
+const FIRST_READ: usize = 1024;
 
 /// Serves one connection as the receiver-CIP (RFC 2653 §2.1).
 ///
