@@ -9,7 +9,7 @@ use crate::ip::IpVersionAddrIter;
 /// Each new host has an IP in the subnet defined by the
 /// ip version of the simulation.
 ///
-/// Ipv4 simulations use the subnet 192.168.0.0/16.
+/// Ipv4 simulations use the subnet 192.168.0.0/16, then 10.0.0.0/8 (cipd patch).
 /// Ipv6 simulations use the link local subnet fe80:::/64
 pub struct Dns {
     addrs: IpVersionAddrIter,

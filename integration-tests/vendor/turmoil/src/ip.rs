@@ -3,7 +3,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// The kinds of networks that can be simulated in turmoil
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum IpVersion {
-    /// An Ipv4 network with an address space of 192.168.0.0/16
+    /// An Ipv4 network with an address space of 192.168.0.0/16, then 10.0.0.0/8 (cipd
+    /// patch)
     #[default]
     V4,
     /// An local area Ipv6 network with an address space of fe80::/64
@@ -40,6 +41,13 @@ impl IpVersionAddrIter {
                 let host = *next;
                 *next = next.wrapping_add(1);
 
+                // cipd patch: past the 65,535 hosts of 192.168.0.0/16, go on in
+                // 10.0.0.0/8 (the published crate wraps round and registers an address
+                // twice). The first 65,535 hosts get the addresses they always had.
+                if host > 0xFFFF {
+                    let [_, a, b, c] = host.to_be_bytes();
+                    return IpAddr::V4(Ipv4Addr::new(10, a, b, c));
+                }
                 let a = (host >> 8) as u8;
                 let b = (host & 0xFF) as u8;
 
@@ -64,6 +72,15 @@ impl IpVersionAddrIter {
 mod tests {
     use crate::{lookup, Builder, IpVersion, Result};
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn ip_version_v4_goes_on_past_192_168() {
+        // cipd patch.
+        let mut it = super::IpVersionAddrIter::V4(0xFFFF);
+        assert_eq!(it.next(), IpAddr::V4(Ipv4Addr::new(192, 168, 255, 255)));
+        assert_eq!(it.next(), IpAddr::V4(Ipv4Addr::new(10, 1, 0, 0)));
+        assert_eq!(it.next(), IpAddr::V4(Ipv4Addr::new(10, 1, 0, 1)));
+    }
 
     #[test]
     fn ip_version_v4() -> Result {
