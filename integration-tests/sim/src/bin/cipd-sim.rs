@@ -95,7 +95,12 @@ struct Args {
     /// Deepest mesh of --report.
     #[arg(long, default_value_t = 3)]
     report_depth: usize,
-    /// Print progress (simulated time, steps) to standard error every 5 s.
+    /// With --report: take up the runs an earlier report of the same spec measured
+    /// (scale-points.tsv in its directory, written after each run) and run only the others.
+    #[arg(long)]
+    resume: bool,
+    /// Print progress (phase, real and simulated time, memory) to standard error every
+    /// 10 s (meshes of 10,000 nodes or more print it anyway).
     #[arg(long)]
     progress: bool,
     /// Every peer's poll interval in seconds.
@@ -197,6 +202,8 @@ fn main() -> ExitCode {
             thresholds: a.thresholds.clone(),
             seed: a.seed,
             data,
+            resume: a.resume,
+            progress: a.progress,
         };
         return match cipd_sim::sim::report::write_report(&spec, dir) {
             Ok(md) => {

@@ -135,7 +135,7 @@ struct RealMesh {
 /// # Errors
 /// [`RealError`] when the namespaces, files or processes cannot be set up.
 pub fn run(spec: &RealSpec) -> Result<Report, RealError> {
-    let wall = Instant::now();
+    let started = crate::sim::Started::now();
     for (what, path) in [("cipd", &spec.cipd), ("cipd-sim-proxy", &spec.proxy)] {
         if !path.is_file() {
             return Err(RealError::Setup(format!(
@@ -200,7 +200,7 @@ pub fn run(spec: &RealSpec) -> Result<Report, RealError> {
         mesh.wait_serving(id)?;
     }
 
-    crate::sim::measure(&mut mesh, wall)
+    crate::sim::measure(&mut mesh, started)
 }
 
 impl RealMesh {
@@ -495,7 +495,7 @@ impl RealMesh {
             return Ok(self.wait_from(start, |m| m.tables_exact()));
         }
         let child = self.plan.ancestor_at(leaf, 1);
-        let want = self.plan.expected[child].get(value).copied();
+        let want = self.plan.expected(child).get(value);
         Ok(self.wait_from(start, |m| {
             m.held(0, child)
                 .is_some_and(|h| h.get(value).copied() == want)
@@ -668,6 +668,10 @@ impl MeshUnderTest for RealMesh {
     fn edit(&mut self, leaf: usize, k: u64) -> Result<(), RealError> {
         let text = self.plan.edit(leaf, k);
         self.write_collection(leaf, &text)
+    }
+
+    fn in_process(&self) -> bool {
+        false
     }
 
     fn level_cpu(&mut self) -> Vec<Duration> {

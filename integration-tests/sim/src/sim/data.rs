@@ -183,20 +183,44 @@ pub type Counts = BTreeMap<Value, u64>;
 /// node up the tree (millions of entries at depth 5) hold one copy of each value's text.
 pub type Value = std::sync::Arc<str>;
 
+/// What leaves draw their shared values from: the Zipf law's cumulative distribution and
+/// each rank's value, made once so that every leaf holding a shared value holds the same
+/// copy of its text.
+#[derive(Debug, Clone)]
+pub struct Draws {
+    cdf: Vec<f64>,
+    values: Vec<Value>,
+}
+
+impl Draws {
+    /// The draws of `spec`'s vocabulary and exponent.
+    pub fn new(spec: &DataSpec) -> Self {
+        Self {
+            cdf: zipf_cdf(spec.vocabulary, spec.zipf),
+            values: (0..spec.vocabulary)
+                .map(|rank| Value::from(format!("a{rank}")))
+                .collect(),
+        }
+    }
+}
+
 /// Draws leaf `leaf`'s collection: one `DOCUMENT:Author` value per object.
-pub fn leaf_counts(spec: &DataSpec, seed: u64, leaf: usize, cdf: &[f64]) -> Counts {
+pub fn leaf_counts(spec: &DataSpec, seed: u64, leaf: usize, draws: &Draws) -> Counts {
     let mut rng =
         fastrand::Rng::with_seed(seed ^ (leaf as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut counts = Counts::new();
     for k in 0..spec.objects {
-        let value = if rng.f64() < spec.tail || cdf.is_empty() {
-            format!("t{leaf}-{k}")
+        let value = if rng.f64() < spec.tail || draws.cdf.is_empty() {
+            Value::from(format!("t{leaf}-{k}"))
         } else {
             let u = rng.f64();
-            let rank = cdf.partition_point(|&c| c < u).min(cdf.len() - 1);
-            format!("a{rank}")
+            let rank = draws
+                .cdf
+                .partition_point(|&c| c < u)
+                .min(draws.cdf.len() - 1);
+            draws.values[rank].clone()
         };
-        *counts.entry(Value::from(value)).or_default() += 1;
+        *counts.entry(value).or_default() += 1;
     }
     counts
 }
@@ -232,25 +256,170 @@ pub fn soif(leaf: usize, counts: &Counts) -> String {
     out
 }
 
+/// A node's expected out-bound hint. The hints of the root's children and of the leaves
+/// (made when asked for) are held whole, for the figures that read single values; deeper
+/// inner nodes' as their length and a 128-bit digest of their content, enough to judge a
+/// table exact: below level 1 each level holds about all the mesh's values again, and at
+/// depth 5 whole lists would cost gigabytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expected {
+    /// The values with their counts, in order.
+    Whole(Box<[(Value, u64)]>),
+    /// Values held, and the digest of the values with their counts in order.
+    Digest(usize, u128),
+}
+
+impl Default for Expected {
+    fn default() -> Self {
+        Self::Whole(Box::default())
+    }
+}
+
+impl Expected {
+    /// The values of `counts` held by at least `threshold` objects.
+    pub fn of(counts: &Counts, threshold: u64) -> Self {
+        Self::Whole(
+            counts
+                .iter()
+                .filter(|(_, n)| **n >= threshold)
+                .map(|(v, n)| (v.clone(), *n))
+                .collect(),
+        )
+    }
+
+    /// The same hint held as a digest.
+    pub fn digest(&self) -> Self {
+        match self {
+            Self::Whole(list) => {
+                Self::Digest(list.len(), digest(list.iter().map(|(v, n)| (v, *n))))
+            }
+            Self::Digest(..) => self.clone(),
+        }
+    }
+
+    /// The count of `value`, if the hint holds it.
+    ///
+    /// # Panics
+    /// On a digest: only the root's children's and the leaves' hints are asked for values.
+    #[allow(
+        clippy::panic,
+        reason = "asking a digest for a value is a bug in the simulator, not a figure"
+    )]
+    pub fn get(&self, value: &str) -> Option<u64> {
+        match self {
+            Self::Whole(list) => list
+                .binary_search_by(|(v, _)| (**v).cmp(value))
+                .ok()
+                .map(|i| list[i].1),
+            Self::Digest(..) => panic!("the expected hint of a node below level 1 is a digest"),
+        }
+    }
+
+    /// Whether the hint holds `value` (see [`Expected::get`]).
+    pub fn contains_key(&self, value: &str) -> bool {
+        self.get(value).is_some()
+    }
+
+    /// Values held.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Whole(list) => list.len(),
+            Self::Digest(len, _) => *len,
+        }
+    }
+
+    /// Whether it holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values and counts, in order (none from a digest).
+    pub fn iter(&self) -> impl Iterator<Item = (&Value, u64)> {
+        let list: &[(Value, u64)] = match self {
+            Self::Whole(list) => list,
+            Self::Digest(..) => &[],
+        };
+        list.iter().map(|(v, n)| (v, *n))
+    }
+
+    /// Whether `held` is exactly this hint.
+    pub fn matches(&self, held: &Counts) -> bool {
+        match self {
+            Self::Whole(list) => {
+                held.len() == list.len()
+                    && held
+                        .iter()
+                        .zip(list.iter())
+                        .all(|((hv, hn), (v, n))| hv == v && hn == n)
+            }
+            Self::Digest(len, d) => {
+                held.len() == *len && digest(held.iter().map(|(v, n)| (v, *n))) == *d
+            }
+        }
+    }
+}
+
+/// 128 bits over values and counts in order: two SipHash runs of different keys (the
+/// standard library's, fixed for the process).
+fn digest<'a>(entries: impl Iterator<Item = (&'a Value, u64)> + Clone) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let half = |key: u8| {
+        let mut h = std::hash::DefaultHasher::new();
+        key.hash(&mut h);
+        for (v, n) in entries.clone() {
+            v.hash(&mut h);
+            n.hash(&mut h);
+        }
+        h.finish()
+    };
+    (u128::from(half(1)) << 64) | u128::from(half(2))
+}
+
 /// What each node's out-bound hint must hold, computed without the daemon: a node's
 /// collection plus its children's hints, summed per value, then its level's threshold
-/// applied (values held by fewer objects are left out).
+/// applied (values held by fewer objects are left out). The leaves `absent` count for
+/// nothing. A leaf's own entry is left empty: it is its collection under its level's
+/// threshold ([`Expected::of`]), made when asked for, since leaves are most of a mesh.
+/// Below level 1 an inner node's is kept as a digest ([`Expected`]) once its parents have
+/// summed it.
 pub fn expected_hints(
     tree: &Tree,
     leaves: &BTreeMap<usize, Counts>,
+    absent: &std::collections::BTreeSet<usize>,
     thresholds: &[u64],
-) -> Vec<Counts> {
-    let mut out = vec![Counts::new(); tree.nodes.len()];
+) -> Vec<Expected> {
+    let mut out = vec![Expected::default(); tree.nodes.len()];
+    // Parents not yet summed, per node: a child's whole list goes once the last is.
+    let mut waiting: Vec<usize> = tree.nodes.iter().map(|n| n.parents.len()).collect();
     for id in (0..tree.nodes.len()).rev() {
-        let mut sum = leaves.get(&id).cloned().unwrap_or_default();
+        if tree.is_leaf(id) {
+            continue;
+        }
+        let mut sum = Counts::new();
         for &c in &tree.nodes[id].children {
-            for (v, n) in &out[c] {
-                *sum.entry(v.clone()).or_default() += n;
+            if absent.contains(&c) {
+                continue;
+            }
+            if tree.is_leaf(c) {
+                let t = threshold_of(thresholds, tree.nodes[c].level);
+                for (v, n) in leaves.get(&c).into_iter().flatten() {
+                    if *n >= t {
+                        *sum.entry(v.clone()).or_default() += n;
+                    }
+                }
+            } else {
+                for (v, n) in out[c].iter() {
+                    *sum.entry(v.clone()).or_default() += n;
+                }
             }
         }
-        let t = threshold_of(thresholds, tree.nodes[id].level);
-        sum.retain(|_, n| *n >= t);
-        out[id] = sum;
+        out[id] = Expected::of(&sum, threshold_of(thresholds, tree.nodes[id].level));
+        for &c in &tree.nodes[id].children {
+            waiting[c] = waiting[c].saturating_sub(1);
+            if waiting[c] == 0 && tree.nodes[c].level >= 2 {
+                out[c] = out[c].digest();
+            }
+        }
     }
     out
 }
@@ -319,11 +488,37 @@ mod tests {
         leaves.insert(1, Counts::from([("x".into(), 1), ("y".into(), 3)]));
         leaves.insert(2, Counts::from([("x".into(), 1)]));
         // Leaves keep everything (threshold 1); the root needs 2: x (1 + 1) and y stay.
-        let h = expected_hints(&t, &leaves, &[2, 1]);
-        assert_eq!(h[0], Counts::from([("x".into(), 2), ("y".into(), 3)]));
+        let none = std::collections::BTreeSet::new();
+        let h = expected_hints(&t, &leaves, &none, &[2, 1]);
+        assert!(h[0].matches(&Counts::from([("x".into(), 2), ("y".into(), 3)])));
+        assert_eq!(h[0].get("y"), Some(3));
+        assert!(!h[0].contains_key("z"));
+        // A leaf's entry is left to be made from its collection.
+        assert!(h[1].is_empty());
         // Leaves need 2: x is left out at each leaf and never reaches the root.
-        let h = expected_hints(&t, &leaves, &[1, 2]);
-        assert_eq!(h[0], Counts::from([("y".into(), 3)]));
+        let h = expected_hints(&t, &leaves, &none, &[1, 2]);
+        assert!(h[0].matches(&Counts::from([("y".into(), 3)])));
+        // An absent leaf counts for nothing.
+        let h = expected_hints(&t, &leaves, &std::collections::BTreeSet::from([1]), &[2, 1]);
+        assert!(h[0].is_empty());
+        // Below level 1 a hint is kept as a digest, which judges the same.
+        let deep = Tree::new(2, 3, 1);
+        let deep_leaves: BTreeMap<usize, Counts> = (7..15)
+            .map(|l| {
+                (
+                    l,
+                    Counts::from([("x".into(), 1), (format!("own{l}").into(), 2)]),
+                )
+            })
+            .collect();
+        let h = expected_hints(&deep, &deep_leaves, &none, &[1]);
+        assert!(matches!(h[1], Expected::Whole(_)) && matches!(h[0], Expected::Whole(_)));
+        assert!(matches!(h[3], Expected::Digest(3, _)));
+        let below_3 = Counts::from([("own7".into(), 2), ("own8".into(), 2), ("x".into(), 2)]);
+        assert!(h[3].matches(&below_3) && !h[4].matches(&below_3));
+        assert!(!h[3].matches(&Counts::from([("x".into(), 2)])));
+        assert_eq!(h[0].get("x"), Some(8));
+        assert_eq!(h[1].get("own7"), Some(2));
     }
 
     #[test]
@@ -334,10 +529,15 @@ mod tests {
             zipf: 1.0,
             tail: 0.3,
         };
-        let cdf = zipf_cdf(spec.vocabulary, spec.zipf);
-        let a = leaf_counts(&spec, 7, 3, &cdf);
-        assert_eq!(a, leaf_counts(&spec, 7, 3, &cdf));
-        assert_ne!(a, leaf_counts(&spec, 8, 3, &cdf));
+        let draws = Draws::new(&spec);
+        let a = leaf_counts(&spec, 7, 3, &draws);
+        assert_eq!(a, leaf_counts(&spec, 7, 3, &draws));
+        assert_ne!(a, leaf_counts(&spec, 8, 3, &draws));
+        // Two leaves share the text of a shared value.
+        let b = leaf_counts(&spec, 7, 4, &draws);
+        let (ka, _) = a.get_key_value("a0").unwrap();
+        let (kb, _) = b.get_key_value("a0").unwrap();
+        assert!(std::sync::Arc::ptr_eq(ka, kb));
         assert_eq!(a.values().sum::<u64>(), 2000);
         // The most popular value is far above the median one.
         assert!(a["a0"] > 20 * a.get("a250").copied().unwrap_or(1));

@@ -102,6 +102,9 @@ pub struct Report {
     pub truth_values: usize,
     /// See `truth_values`.
     pub truth_at_root: usize,
+    /// CPU time the nodes used, and the harness's own (simulating the network, checking
+    /// tables, writing files): `(nodes, harness)`.
+    pub cpu: (Duration, Duration),
     /// Real time the run took.
     pub wall: Duration,
     /// The process's peak resident memory (KiB), after the run.
@@ -114,6 +117,7 @@ impl Report {
         let mut r = self.clone();
         r.wall = Duration::ZERO;
         r.rss_kib = 0;
+        r.cpu = (Duration::ZERO, Duration::ZERO);
         if let Some(s) = &mut r.sustained {
             s.root_cpu = Duration::ZERO;
             s.level_cpu.clear();
@@ -270,8 +274,10 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "\nwall {:.1} s, peak RSS {} MiB",
+            "\nwall {:.1} s (CPU: the nodes {:.1} s, the harness {:.1} s), peak RSS {} MiB",
             self.wall.as_secs_f64(),
+            self.cpu.0.as_secs_f64(),
+            self.cpu.1.as_secs_f64(),
             self.rss_kib / 1024
         );
         s
@@ -311,6 +317,10 @@ struct Mesh<'a> {
     author: AttrSpec,
     steps: u64,
     last_progress: Instant,
+    /// What the run is doing, for progress lines.
+    phase: String,
+    /// When the run began (real time).
+    started: Instant,
 }
 
 /// Runs the simulation `spec` in a fresh temporary directory.
@@ -330,11 +340,17 @@ pub fn run(spec: &SimSpec) -> Result<Report, SimError> {
 }
 
 fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
-    let wall = Instant::now();
+    let started = Started::now();
+    let wall = started.wall;
     cipd::sys::net::set_inline(true);
     // The daemons' jitter draws from this thread's generator: every host runs here.
     fastrand::seed(spec.seed);
     let plan = Plan::new(spec);
+    // A run this big takes minutes: it says how far it is.
+    let spec = &SimSpec {
+        progress: spec.progress || plan.len() >= PROGRESS_FROM_NODES,
+        ..spec.clone()
+    };
 
     let mut sim = turmoil::Builder::new()
         .simulation_duration(Duration::from_secs(100 * 365 * 86_400))
@@ -354,7 +370,6 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
         extra: String::new(),
     };
     let mut dirs = Vec::with_capacity(n);
-    let mut configs = Vec::with_capacity(n);
     for id in 0..n {
         let dir = root.join(name_of(id));
         std::fs::create_dir_all(dir.join("spool")).map_err(|e| SimError::Setup(e.to_string()))?;
@@ -362,12 +377,16 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
             std::fs::write(dir.join("docs.soif"), data::soif(id, counts))
                 .map_err(|e| SimError::Setup(e.to_string()))?;
         }
-        let path = dir.join("cipd.toml");
-        std::fs::write(&path, plan.config_text(id, &dir, &net))
+        std::fs::write(dir.join("cipd.toml"), plan.config_text(id, &dir, &net))
             .map_err(|e| SimError::Setup(e.to_string()))?;
-        let config = read_config(&path).map_err(|e| SimError::Setup(format!("n{id}: {e}")))?;
-        configs.push(Arc::new(config));
         dirs.push(dir);
+        if spec.progress && (id + 1) % 10_000 == 0 {
+            eprintln!(
+                "cipd-sim: [setup] {} of {n} nodes' files written, wall {:.0} s",
+                id + 1,
+                wall.elapsed().as_secs_f64()
+            );
+        }
     }
     let mut mesh = Mesh {
         sim,
@@ -385,15 +404,27 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
             .map_err(|e| SimError::Setup(format!("DOCUMENT:Author: {e}")))?,
         steps: 0,
         last_progress: Instant::now(),
+        phase: "setup".to_owned(),
+        started: wall,
     };
-    for (id, config) in configs.into_iter().enumerate() {
+    for id in 0..n {
+        let path = mesh.dirs[id].join("cipd.toml");
+        let config = read_config(&path).map_err(|e| SimError::Setup(format!("n{id}: {e}")))?;
         mesh.register(id, config);
+        if spec.progress && (id + 1) % 10_000 == 0 {
+            eprintln!(
+                "cipd-sim: [setup] {} of {n} nodes started, wall {:.0} s, RSS {}",
+                id + 1,
+                wall.elapsed().as_secs_f64(),
+                fmt_mib(rss_now_kib())
+            );
+        }
     }
     let joiners = match &spec.churn {
         Some(c) => mesh.hold_back_joiners(c),
         None => Vec::new(),
     };
-    let mut report = measure(&mut mesh, wall)?;
+    let mut report = measure(&mut mesh, started)?;
     if let Some(c) = &spec.churn {
         report.churn = Some(mesh.churn(c, &joiners)?);
         report.wall = wall.elapsed();
@@ -440,6 +471,10 @@ pub trait MeshUnderTest {
     fn wait_exact(&mut self) -> Result<Option<Duration>, Self::Error>;
     /// CPU time each level's nodes have used so far, summed per level (level 0 the root).
     fn level_cpu(&mut self) -> Vec<Duration>;
+    /// Whether the nodes run in this process, so that their CPU time is part of its own.
+    fn in_process(&self) -> bool;
+    /// Names what the run does next, for progress lines (nothing by default).
+    fn phase(&mut self, _phase: &str) {}
 }
 
 /// How often sustained changes are made: the changes due in each slice go out at its start.
@@ -486,10 +521,14 @@ fn sustain<M: MeshUnderTest>(mesh: &mut M, s: &Sustained) -> Result<SustainedOut
 ///
 /// # Errors
 /// The mesh's, when a step cannot be carried out.
-pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, M::Error> {
+pub fn measure<M: MeshUnderTest>(mesh: &mut M, started: Started) -> Result<Report, M::Error> {
+    mesh.phase("converging");
     let converged_at = mesh.converge()?;
+    mesh.phase("checking every table");
     let all_exact = converged_at.is_some() && mesh.all_exact();
+    mesh.phase("settling");
     mesh.settle()?;
+    mesh.phase("figures");
     let levels = mesh.levels()?;
     let mut held: std::collections::BTreeMap<usize, Counts> = mesh.plan().tree.nodes[0]
         .children
@@ -503,6 +542,7 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
     let (truth_values, truth_at_root) = mesh.plan().truth();
     let spec = mesh.plan().spec.clone();
 
+    mesh.phase("changes");
     let mut changes = Vec::new();
     for k in 0..spec.changes {
         let leaf = mesh.plan().pick_leaf(None, k as u64);
@@ -510,11 +550,19 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
     }
     let change_traffic = traffic_between(&levels, &mesh.levels()?);
     let sustained = match &spec.sustained {
-        Some(s) => Some(sustain(mesh, s)?),
+        Some(s) => {
+            mesh.phase("sustained changes");
+            Some(sustain(mesh, s)?)
+        }
         None => None,
     };
     let mut faults = Vec::new();
     for (k, fault) in spec.faults.iter().enumerate() {
+        mesh.phase(&format!(
+            "fault {} of {} ({fault})",
+            k + 1,
+            spec.faults.len()
+        ));
         faults.push(mesh.apply(*fault, k)?);
     }
     // Quiet: once the last change has settled, every exchange in the window is one beyond
@@ -522,6 +570,7 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
     let quiet = if spec.quiet_window.is_zero() {
         None
     } else {
+        mesh.phase("quiet");
         mesh.settle()?;
         let before = mesh.levels()?;
         mesh.idle(spec.quiet_window)?;
@@ -546,9 +595,23 @@ pub fn measure<M: MeshUnderTest>(mesh: &mut M, wall: Instant) -> Result<Report, 
         root_extra,
         truth_values,
         truth_at_root,
-        wall: wall.elapsed(),
+        cpu: cpu_split(mesh, started),
+        wall: started.wall.elapsed(),
         rss_kib: mesh.rss_kib(),
     })
+}
+
+/// The nodes' CPU time and the harness's own (this process's, the nodes' left out when they
+/// run in it).
+fn cpu_split<M: MeshUnderTest>(mesh: &mut M, started: Started) -> (Duration, Duration) {
+    let nodes: Duration = mesh.level_cpu().iter().sum();
+    let own = process_cpu().saturating_sub(started.cpu);
+    let harness = if mesh.in_process() {
+        own.saturating_sub(nodes)
+    } else {
+        own
+    };
+    (nodes, harness)
 }
 
 /// Per level, the poll bytes read and connections opened between two measurements.
@@ -565,6 +628,26 @@ pub fn traffic_between(before: &[LevelFigures], after: &[LevelFigures]) -> Vec<(
         .collect()
 }
 
+/// Meshes of this many nodes or more print progress whether asked or not.
+const PROGRESS_FROM_NODES: usize = 10_000;
+
+/// How often a run with progress on prints a line, in real time.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Resident memory of this process now (KiB), from `/proc/self/status`.
+pub fn rss_now_kib() -> u64 {
+    status_kib("self", "VmRSS:")
+}
+
+/// KiB as MiB, or GiB from 10 GiB up.
+fn fmt_mib(kib: u64) -> String {
+    if kib >= 10 << 20 {
+        format!("{:.1} GiB", kib as f64 / f64::from(1 << 20))
+    } else {
+        format!("{} MiB", kib / 1024)
+    }
+}
+
 /// Peak resident memory of this process (KiB), from `/proc/self/status`.
 pub fn peak_rss_kib() -> u64 {
     peak_rss_kib_of("self")
@@ -572,15 +655,48 @@ pub fn peak_rss_kib() -> u64 {
 
 /// Peak resident memory of process `pid` (a number, or `self`), in KiB; 0 when unknown.
 pub fn peak_rss_kib_of(pid: &str) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+/// A KiB figure of `/proc/<pid>/status` (its line starting `field`); 0 when unknown.
+fn status_kib(pid: &str, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// When a run began: real time, and the CPU time this process had used.
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// Real time.
+    pub wall: Instant,
+    /// This process's CPU time then.
+    pub cpu: Duration,
+}
+
+impl Started {
+    /// Now.
+    pub fn now() -> Self {
+        Self {
+            wall: Instant::now(),
+            cpu: process_cpu(),
+        }
+    }
+}
+
+/// CPU time this process has used, all its threads.
+fn process_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// CPU time this thread has used.
@@ -614,17 +730,26 @@ pub fn cpu_of(pid: &str) -> Duration {
 }
 
 impl Mesh<'_> {
-    fn register(&mut self, id: usize, config: Arc<Config>) {
+    /// Registers node `id`: it starts with `config`, and when it restarts (a crash, a join)
+    /// it reads its configuration file again, as a daemon does, so that no copy is held
+    /// for every node through the run.
+    fn register(&mut self, id: usize, config: Config) {
         let nodes = self.nodes.clone();
         let traffic = self.traffic[id].clone();
+        let path = self.dirs[id].join("cipd.toml");
+        let first = RefCell::new(Some(config));
         self.sim.host(name_of(id), move || {
-            let (config, nodes, traffic) = (config.clone(), nodes.clone(), traffic.clone());
+            let (nodes, traffic) = (nodes.clone(), traffic.clone());
+            let config = first
+                .borrow_mut()
+                .take()
+                .map_or_else(|| read_config(&path).map_err(|e| format!("n{id}: {e}")), Ok);
             async move {
                 let options = StartOptions {
                     network: Some(Arc::new(SimNet { traffic })),
                     ..StartOptions::default()
                 };
-                let daemon = Daemon::start_with((*config).clone(), options)
+                let daemon = Daemon::start_with(config?, options)
                     .await
                     .map_err(|e| format!("n{id}: {e}"))?;
                 nodes.borrow_mut()[id] = Some(daemon.node().clone());
@@ -660,16 +785,37 @@ impl Mesh<'_> {
 
     fn step(&mut self) -> Result<(), SimError> {
         self.steps += 1;
-        if self.spec.progress && self.last_progress.elapsed() >= Duration::from_secs(5) {
-            self.last_progress = Instant::now();
-            eprintln!(
-                "cipd-sim: simulated {} ms, {} steps",
-                self.sim.elapsed().as_millis(),
-                self.steps
-            );
+        if self.spec.progress && self.last_progress.elapsed() >= PROGRESS_EVERY {
+            self.progress();
         }
         self.sim.step().map_err(|e| SimError::Sim(e.to_string()))?;
         Ok(())
+    }
+
+    /// Prints a progress line: the phase, real and simulated time, memory now.
+    fn progress(&mut self) {
+        self.last_progress = Instant::now();
+        // While converging, how far each level is (the tree's levels; with cycles the
+        // tables are judged otherwise).
+        let levels = if self.phase == "converging" && !self.plan.tree.cyclic() {
+            let per: Vec<String> = self
+                .agreeing_per_level()
+                .iter()
+                .enumerate()
+                .map(|(l, (a, n))| format!("L{l} {a}/{n}"))
+                .collect();
+            format!("; inner nodes whose entry counts agree: {}", per.join(", "))
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "cipd-sim: [{}] wall {:.0} s, simulated {} ms ({} steps), RSS {}{levels}",
+            self.phase,
+            self.started.elapsed().as_secs_f64(),
+            self.sim.elapsed().as_millis(),
+            self.steps,
+            fmt_mib(rss_now_kib())
+        );
     }
 
     /// Steps until no node has opened a connection for [`SETTLE`] (the cold start's last
@@ -729,9 +875,48 @@ impl Mesh<'_> {
                 .collect();
             return self.plan.exact_sum_at(id, Some(total));
         }
-        self.plan.exact_at(id, node.table().peers().len(), |c| {
-            Some(self.held(&node, c))
-        })
+        // Each child's entry count first: cheap, where reading a table whole is not (a
+        // level-1 node of the depth-5 mesh holds 600,000 entries, and a wait checks every
+        // 20 simulated ms).
+        self.counts_agree(&node, id)
+            && self.plan.exact_at(id, node.table().peers().len(), |c| {
+                Some(self.held(&node, c))
+            })
+    }
+
+    /// Whether node `id`'s table holds, for each child present, as many entries as the
+    /// child's expected hint has values (one attribute is exported, so an entry is a value).
+    fn counts_agree(&self, node: &Node, id: usize) -> bool {
+        let peers = node.table().peers();
+        self.plan.tree.nodes[id]
+            .children
+            .iter()
+            .filter(|c| !self.plan.absent.contains(c))
+            .all(|&c| {
+                peers
+                    .iter()
+                    .find(|p| p.dsi == self.dsis[c])
+                    .is_some_and(|p| p.entries == self.plan.expected(c).len())
+            })
+    }
+
+    /// Per level with inner nodes, root first: how many of its nodes hold as many entries
+    /// per child as expected, of how many (a long run's progress: a level that lags shows).
+    fn agreeing_per_level(&self) -> Vec<(usize, usize)> {
+        let tree = &self.plan.tree;
+        (0..tree.depth)
+            .map(|level| {
+                let ids: Vec<usize> = tree.level(level).collect();
+                let agree = ids
+                    .iter()
+                    .filter(|&&id| {
+                        self.node(id)
+                            .is_some_and(|node| self.counts_agree(&node, id))
+                    })
+                    .count();
+                (agree, ids.len())
+            })
+            .collect()
     }
 
     /// The root exact; in a mesh with cycles, every table (each hub must settle).
@@ -784,7 +969,7 @@ impl Mesh<'_> {
             return self.wait(|m| m.tables_exact());
         }
         let child = self.plan.ancestor_at(leaf, 1);
-        let want = self.plan.expected[child].get(value).copied();
+        let want = self.plan.expected(child).get(value);
         self.wait(|m| {
             m.node(0)
                 .is_some_and(|root| m.held(&root, child).get(value).copied() == want)
@@ -1066,6 +1251,17 @@ impl MeshUnderTest for Mesh<'_> {
     fn wait_exact(&mut self) -> Result<Option<Duration>, SimError> {
         self.plan.recount();
         self.wait(|m| m.tables_exact())
+    }
+
+    fn in_process(&self) -> bool {
+        true
+    }
+
+    fn phase(&mut self, phase: &str) {
+        phase.clone_into(&mut self.phase);
+        if self.spec.progress {
+            self.progress();
+        }
     }
 
     fn level_cpu(&mut self) -> Vec<Duration> {

@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::Path;
 
-use super::data::{self, Counts, Tree};
+use std::borrow::Cow;
+
+use super::data::{self, Counts, Expected, Tree};
 use super::spec::{Hubs, LevelFigures, SimSpec};
 
 /// DSI of node `id`.
@@ -58,8 +60,9 @@ pub struct Plan {
     pub tree: Tree,
     /// Each leaf's collection.
     pub leaves: BTreeMap<usize, Counts>,
-    /// Each node's out-bound hint, by brute force, over the leaves present.
-    pub expected: Vec<Counts>,
+    /// Each inner node's out-bound hint, by brute force, over the leaves present (a
+    /// leaf's is made when asked for: [`Plan::expected`]).
+    pub expected: Vec<Expected>,
     /// Nodes down for good or not yet joined (churn): neither counted nor expected in
     /// their parents' tables.
     pub absent: std::collections::BTreeSet<usize>,
@@ -74,18 +77,34 @@ impl Plan {
             Hubs::Cross => tree.cross_link(),
             Hubs::Ring | Hubs::Full => tree.link_hubs(spec.hubs == Hubs::Full),
         }
-        let cdf = data::zipf_cdf(spec.data.vocabulary, spec.data.zipf);
+        let draws = data::Draws::new(&spec.data);
         let leaves: BTreeMap<usize, Counts> = (0..tree.nodes.len())
             .filter(|&id| tree.is_leaf(id))
-            .map(|id| (id, data::leaf_counts(&spec.data, spec.seed, id, &cdf)))
+            .map(|id| (id, data::leaf_counts(&spec.data, spec.seed, id, &draws)))
             .collect();
-        let expected = data::expected_hints(&tree, &leaves, &spec.thresholds);
+        let absent = std::collections::BTreeSet::new();
+        let expected = data::expected_hints(&tree, &leaves, &absent, &spec.thresholds);
         Self {
             spec: spec.clone(),
             tree,
             leaves,
             expected,
-            absent: std::collections::BTreeSet::new(),
+            absent,
+        }
+    }
+
+    /// Node `id`'s expected out-bound hint: an inner node's as computed, a leaf's made
+    /// from its collection (empty while it is absent).
+    pub fn expected(&self, id: usize) -> Cow<'_, Expected> {
+        if !self.tree.is_leaf(id) {
+            return Cow::Borrowed(&self.expected[id]);
+        }
+        match self.leaves.get(&id) {
+            Some(c) if !self.absent.contains(&id) => Cow::Owned(Expected::of(
+                c,
+                data::threshold_of(&self.spec.thresholds, self.tree.nodes[id].level),
+            )),
+            _ => Cow::Owned(Expected::default()),
         }
     }
 
@@ -243,13 +262,12 @@ impl Plan {
 
     /// Brings the expected hints up to date with the leaves' collections.
     pub fn recount(&mut self) {
-        let present: BTreeMap<usize, Counts> = self
-            .leaves
-            .iter()
-            .filter(|(id, _)| !self.absent.contains(id))
-            .map(|(id, c)| (*id, c.clone()))
-            .collect();
-        self.expected = data::expected_hints(&self.tree, &present, &self.spec.thresholds);
+        self.expected = data::expected_hints(
+            &self.tree,
+            &self.leaves,
+            &self.absent,
+            &self.spec.thresholds,
+        );
     }
 
     /// Marks `id` absent (left, or not yet joined) or present, and updates the expected
@@ -280,7 +298,7 @@ impl Plan {
         peers == children.len()
             && children
                 .iter()
-                .all(|&c| held(c).is_some_and(|h| h == self.expected[c]))
+                .all(|&c| held(c).is_some_and(|h| self.expected(c).matches(&h)))
     }
 
     /// In a mesh with cycles: whether node `id`'s table, summed over every entry
@@ -311,15 +329,10 @@ impl Plan {
         let (mut expected, mut matched, mut extra) = (0, 0, 0);
         for &c in &self.tree.nodes[0].children {
             let held = held(c);
-            expected += self.expected[c].len();
-            matched += self.expected[c]
-                .iter()
-                .filter(|(v, n)| held.get(*v) == Some(n))
-                .count();
-            extra += held
-                .keys()
-                .filter(|v| !self.expected[c].contains_key(*v))
-                .count();
+            let want = self.expected(c);
+            expected += want.len();
+            matched += want.iter().filter(|(v, n)| held.get(*v) == Some(n)).count();
+            extra += held.keys().filter(|v| !want.contains_key(v)).count();
         }
         (expected, matched, extra)
     }
@@ -328,7 +341,7 @@ impl Plan {
     pub fn truth(&self) -> (usize, usize) {
         let truth: std::collections::BTreeSet<&super::data::Value> =
             self.leaves.values().flat_map(|c| c.keys()).collect();
-        (truth.len(), self.expected[0].len())
+        (truth.len(), self.expected(0).len())
     }
 
     /// Figures per level from each node's (`figures`, none while it is down) and its
@@ -354,7 +367,7 @@ impl Plan {
                     let Some(node) = figures(id) else { continue };
                     let values = [
                         node.hint_bytes,
-                        self.expected[id].len(),
+                        self.expected(id).len(),
                         node.table_values,
                         node.table_bytes,
                         node.table_entries,

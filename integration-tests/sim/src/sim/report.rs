@@ -26,42 +26,170 @@ pub struct ReportSpec {
     pub seed: u64,
     /// The leaves' collections.
     pub data: DataSpec,
+    /// Take up the runs measured before ([`POINTS_FILE`] in the output directory).
+    pub resume: bool,
+    /// Print each run's progress (runs of 10,000 nodes or more print it anyway).
+    pub progress: bool,
 }
 
 /// One measured run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct Point {
     depth: usize,
     threshold: u64,
-    report: Report,
+    row: Row,
+}
+
+/// The figures of a run the report reads, kept in [`POINTS_FILE`] as one line.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    nodes: usize,
+    leaves: usize,
+    root_matched: usize,
+    root_expected: usize,
+    root_extra: usize,
+    all_exact: bool,
+    /// The root's table bytes.
+    root_bytes: f64,
+    /// The level-1 nodes' hint bytes, mean.
+    hint_bytes: f64,
+    converged_ms: Option<f64>,
+    /// Each change to the root, in order.
+    changes_ms: Vec<Option<f64>>,
+    wall_s: f64,
+    /// CPU seconds of the nodes and of the harness.
+    cpu_s: (f64, f64),
+    rss_mib: u64,
+}
+
+/// The measured runs, one a line, written after each run: a report cut short keeps what
+/// was measured, and `--resume` takes it up.
+pub const POINTS_FILE: &str = "scale-points.tsv";
+
+impl Row {
+    fn of(r: &Report) -> Self {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        Self {
+            nodes: r.nodes,
+            leaves: r.leaves,
+            root_matched: r.root_matched,
+            root_expected: r.root_expected,
+            root_extra: r.root_extra,
+            all_exact: r.all_exact,
+            root_bytes: r.levels.first().map_or(0.0, |l| l.table_bytes.0),
+            hint_bytes: r.levels.get(1).map_or(0.0, |l| l.hint_bytes.0),
+            converged_ms: r.converged_at.map(ms),
+            changes_ms: r.changes.iter().map(|c| c.map(ms)).collect(),
+            wall_s: r.wall.as_secs_f64(),
+            cpu_s: (r.cpu.0.as_secs_f64(), r.cpu.1.as_secs_f64()),
+            rss_mib: r.rss_kib / 1024,
+        }
+    }
+
+    /// Whether the root held exactly what brute force says, and every table was exact.
+    fn exact(&self) -> bool {
+        self.all_exact && self.root_extra == 0 && self.root_matched == self.root_expected
+    }
 }
 
 impl Point {
+    /// The point as a line of [`POINTS_FILE`] (tab-separated; `-` for none).
+    fn to_line(&self) -> String {
+        let r = &self.row;
+        let opt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v}"));
+        let changes: Vec<String> = r.changes_ms.iter().map(|c| opt(*c)).collect();
+        format!(
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            self.depth,
+            self.threshold,
+            r.nodes,
+            r.leaves,
+            r.root_matched,
+            r.root_expected,
+            r.root_extra,
+            r.all_exact,
+            r.root_bytes,
+            r.hint_bytes,
+            opt(r.converged_ms),
+            if changes.is_empty() {
+                "-".to_owned()
+            } else {
+                changes.join(",")
+            },
+            r.wall_s,
+            r.cpu_s.0,
+            r.cpu_s.1,
+            r.rss_mib
+        )
+    }
+
+    /// A line of [`POINTS_FILE`]; the error names what is wrong with it.
+    fn parse(line: &str) -> Result<Self, String> {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() != 16 {
+            return Err(format!("{} fields, expected 16", f.len()));
+        }
+        fn num<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, String> {
+            s.parse()
+                .map_err(|_| format!("{what} {s:?} is not a number"))
+        }
+        let opt = |s: &str, what: &str| -> Result<Option<f64>, String> {
+            if s == "-" {
+                Ok(None)
+            } else {
+                num(s, what).map(Some)
+            }
+        };
+        let changes_ms = if f[11] == "-" {
+            Vec::new()
+        } else {
+            f[11]
+                .split(',')
+                .map(|c| opt(c, "change"))
+                .collect::<Result<_, _>>()?
+        };
+        Ok(Self {
+            depth: num(f[0], "depth")?,
+            threshold: num(f[1], "threshold")?,
+            row: Row {
+                nodes: num(f[2], "nodes")?,
+                leaves: num(f[3], "leaves")?,
+                root_matched: num(f[4], "matched")?,
+                root_expected: num(f[5], "expected")?,
+                root_extra: num(f[6], "extra")?,
+                all_exact: f[7]
+                    .parse()
+                    .map_err(|_| format!("exact {:?} is not true or false", f[7]))?,
+                root_bytes: num(f[8], "root bytes")?,
+                hint_bytes: num(f[9], "hint bytes")?,
+                converged_ms: opt(f[10], "converged")?,
+                changes_ms,
+                wall_s: num(f[12], "wall")?,
+                cpu_s: (num(f[13], "nodes' CPU")?, num(f[14], "harness CPU")?),
+                rss_mib: num(f[15], "RSS")?,
+            },
+        })
+    }
+
     fn leaves(&self) -> f64 {
-        self.report.leaves as f64
+        self.row.leaves as f64
     }
 
     /// `(value, child)` entries the root holds.
     fn root_entries(&self) -> f64 {
-        self.report.root_matched as f64
+        self.row.root_matched as f64
     }
 
     fn root_bytes(&self) -> f64 {
-        self.report.levels[0].table_bytes.0
+        self.row.root_bytes
     }
 
     fn converged_ms(&self) -> Option<f64> {
-        self.report.converged_at.map(|d| d.as_secs_f64() * 1000.0)
+        self.row.converged_ms
     }
 
     fn change_ms(&self) -> Option<f64> {
-        let mut v: Vec<f64> = self
-            .report
-            .changes
-            .iter()
-            .flatten()
-            .map(|d| d.as_secs_f64() * 1000.0)
-            .collect();
+        let mut v: Vec<f64> = self.row.changes_ms.iter().flatten().copied().collect();
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied()
     }
@@ -158,51 +286,174 @@ pub struct PolicyRow {
 /// # Errors
 /// [`SimError`] when a run fails or a file cannot be written.
 pub fn write_report(spec: &ReportSpec, out: &Path) -> Result<String, SimError> {
-    std::fs::create_dir_all(out).map_err(|e| SimError::Setup(e.to_string()))?;
-    let mut points = Vec::new();
-    for depth in 1..=spec.max_depth {
-        for &threshold in &spec.thresholds {
-            let sim = SimSpec {
-                fan_in: spec.fan_in,
-                depth,
-                seed: spec.seed,
-                data: spec.data,
-                thresholds: vec![threshold],
-                changes: 3,
-                timeout: Duration::from_secs(600),
-                ..SimSpec::default()
-            };
-            let report = run(&sim)?;
+    let io = |e: std::io::Error| SimError::Setup(e.to_string());
+    std::fs::create_dir_all(out).map_err(io)?;
+    let points_path = out.join(POINTS_FILE);
+    let mut points = if spec.resume {
+        load_points(spec, &points_path)?
+    } else {
+        Vec::new()
+    };
+    let runs: Vec<(usize, u64)> = (1..=spec.max_depth)
+        .flat_map(|d| spec.thresholds.iter().map(move |&t| (d, t)))
+        .collect();
+    for (k, &(depth, threshold)) in runs.iter().enumerate() {
+        if points
+            .iter()
+            .any(|p| p.depth == depth && p.threshold == threshold)
+        {
             eprintln!(
-                "cipd-sim: depth {depth}, threshold {threshold}: {} nodes, wall {:.1} s",
-                report.nodes,
-                report.wall.as_secs_f64()
+                "cipd-sim: depth {depth}, threshold {threshold}: measured before, kept from {}",
+                points_path.display()
             );
-            points.push(Point {
-                depth,
-                threshold,
-                report,
-            });
+            continue;
+        }
+        eprintln!(
+            "cipd-sim: run {} of {}: depth {depth}, threshold {threshold}",
+            k + 1,
+            runs.len()
+        );
+        let sim = SimSpec {
+            fan_in: spec.fan_in,
+            depth,
+            seed: spec.seed,
+            data: spec.data,
+            thresholds: vec![threshold],
+            changes: 3,
+            timeout: Duration::from_secs(600),
+            progress: spec.progress,
+            ..SimSpec::default()
+        };
+        let report = run(&sim)?;
+        eprintln!(
+            "cipd-sim: depth {depth}, threshold {threshold}: {} nodes, wall {:.1} s, peak RSS {} MiB",
+            report.nodes,
+            report.wall.as_secs_f64(),
+            report.rss_kib / 1024
+        );
+        points.push(Point {
+            depth,
+            threshold,
+            row: Row::of(&report),
+        });
+        points.sort_by_key(|p| {
+            (
+                p.depth,
+                spec.thresholds.iter().position(|&t| t == p.threshold),
+            )
+        });
+        // What is measured so far, on disk at once: a report cut short keeps it.
+        save_points(spec, &points_path, &points)?;
+        let left: Vec<(usize, u64)> = runs[k + 1..].to_vec();
+        if !left.is_empty() {
+            write_files(spec, out, &points, None, &left)?;
         }
     }
-    let tree = Tree::new(spec.fan_in, spec.max_depth, 1);
-    let cdf = data::zipf_cdf(spec.data.vocabulary, spec.data.zipf);
+    let depth = spec.max_depth.min(POLICY_DEPTH);
+    let tree = Tree::new(spec.fan_in, depth, 1);
+    let draws = data::Draws::new(&spec.data);
     let leaves: BTreeMap<usize, Counts> = (0..tree.nodes.len())
         .filter(|&id| tree.is_leaf(id))
-        .map(|id| (id, data::leaf_counts(&spec.data, spec.seed, id, &cdf)))
+        .map(|id| (id, data::leaf_counts(&spec.data, spec.seed, id, &draws)))
         .collect();
     let policies = compare_policies(&tree, &leaves);
-    let md = render(spec, &points, &policies);
-    plot_root(spec, &points, &out.join("scale-root.svg"))?;
-    plot_times(&points, &out.join("scale-times.svg"))?;
-    plot_policies(&policies, &out.join("scale-policies.svg"))?;
+    write_files(spec, out, &points, Some((depth, &policies)), &[])
+}
+
+/// The deepest mesh export policies are compared on (by brute force over every node: at
+/// depth 5 that is minutes and gigabytes, for the same reading).
+const POLICY_DEPTH: usize = 4;
+
+/// Writes `scale.md` and its plots; `left` names the runs still to come (a partial report).
+fn write_files(
+    spec: &ReportSpec,
+    out: &Path,
+    points: &[Point],
+    policies: Option<(usize, &[PolicyRow])>,
+    left: &[(usize, u64)],
+) -> Result<String, SimError> {
+    let md = render(spec, points, policies, left);
+    plot_root(spec, points, &out.join("scale-root.svg"))?;
+    plot_times(points, &out.join("scale-times.svg"))?;
+    if let Some((_, policies)) = policies {
+        plot_policies(policies, &out.join("scale-policies.svg"))?;
+    }
     std::fs::write(out.join("scale.md"), &md).map_err(|e| SimError::Setup(e.to_string()))?;
     Ok(md)
 }
 
-fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String {
+/// The first line of [`POINTS_FILE`]: what the runs were (points of another spec are not
+/// taken up).
+fn points_header(spec: &ReportSpec) -> String {
+    format!(
+        "# cipd-sim scale points: fan-in {} seed {} objects {} vocabulary {} zipf {} tail {}",
+        spec.fan_in,
+        spec.seed,
+        spec.data.objects,
+        spec.data.vocabulary,
+        spec.data.zipf,
+        spec.data.tail
+    )
+}
+
+fn save_points(spec: &ReportSpec, path: &Path, points: &[Point]) -> Result<(), SimError> {
+    let mut text = points_header(spec);
+    text.push('\n');
+    for p in points {
+        text.push_str(&p.to_line());
+        text.push('\n');
+    }
+    // Written beside, then renamed: a run killed while writing leaves the last file whole.
+    let tmp = path.with_extension("tsv.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| SimError::Setup(format!("{}: {e}", path.display())))
+}
+
+/// The points of an earlier report of the same spec (none when there is no file).
+fn load_points(spec: &ReportSpec, path: &Path) -> Result<Vec<Point>, SimError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(SimError::Setup(format!("{}: {e}", path.display()))),
+    };
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or_default();
+    if header != points_header(spec) {
+        return Err(SimError::Setup(format!(
+            "{}: measured for another spec ({header:?}); remove it or run without --resume",
+            path.display()
+        )));
+    }
+    lines
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            Point::parse(l)
+                .map_err(|e| SimError::Setup(format!("{} line {}: {e}", path.display(), i + 2)))
+        })
+        .collect()
+}
+
+fn render(
+    spec: &ReportSpec,
+    points: &[Point],
+    policies: Option<(usize, &[PolicyRow])>,
+    left: &[(usize, u64)],
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# The mesh at scale\n");
+    if !left.is_empty() {
+        let runs: Vec<String> = left
+            .iter()
+            .map(|(d, t)| format!("depth {d} threshold {t}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "**Partial report**: written after each run; still to run: {}.\n",
+            runs.join(", ")
+        );
+    }
     let _ = writeln!(
         s,
         "Written by `cargo run --release -p cipd-sim --bin cipd-sim -- --report docs \
@@ -236,51 +487,77 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
     let _ = writeln!(
         s,
         "| depth | nodes | threshold | root entries | root table bytes | level-1 hint bytes | \
-         converged | change to root (median) | root exact | wall | peak RSS |"
+         converged | change to root (median) | every table exact | wall | CPU: nodes / harness | peak RSS |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for p in points {
-        let r = &p.report;
+        let r = &p.row;
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {:.1} s | {} MiB |",
+            "| {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {:.1} s | {:.1} s / {:.1} s | {} MiB |",
             p.depth,
             r.nodes,
             p.threshold,
             r.root_matched,
             p.root_bytes(),
-            r.levels.get(1).map_or(0.0, |l| l.hint_bytes.0),
+            r.hint_bytes,
             ms(p.converged_ms()),
             ms(p.change_ms()),
-            if r.all_exact && r.root_extra == 0 && r.root_matched == r.root_expected {
-                "yes"
-            } else {
-                "NO"
-            },
-            r.wall.as_secs_f64(),
-            r.rss_kib / 1024
+            if r.exact() { "yes" } else { "NO" },
+            r.wall_s,
+            r.cpu_s.0,
+            r.cpu_s.1,
+            r.rss_mib
         );
     }
+    let _ = writeln!(
+        s,
+        "\nWall and CPU are real time on the machine the report was written on; the nodes' \
+         CPU is the daemons' own work (each simulated host's busy time), the harness's is \
+         the simulator's (the simulated network, checking every table against brute force, \
+         writing the nodes' files). Peak RSS is the whole process's, simulator included."
+    );
     let _ = writeln!(s, "\n![root size against leaves](scale-root.svg)\n");
     let _ = writeln!(s, "## Laws and extrapolation\n");
     // With three depths or more, the deepest run is held out of the fits and checks them.
-    let held_out = (spec.max_depth >= 3).then_some(spec.max_depth);
+    let measured = points.iter().map(|p| p.depth).max().unwrap_or(0);
+    let held_out = (measured >= 3).then_some(measured);
     let fitted = |p: &&Point| Some(p.depth) != held_out;
+    // Extrapolated to the two depths beyond the deepest run.
+    let (far1, far2) = (measured + 1, measured + 2);
+    let leaves_at =
+        |depth: usize| (spec.fan_in as f64).powi(i32::try_from(depth).unwrap_or(i32::MAX));
+    let label = |depth: usize| {
+        if spec.fan_in == 10 {
+            format!("10^{depth}")
+        } else {
+            format!("{:.0}", leaves_at(depth))
+        }
+    };
+    let (x1, x2) = (leaves_at(far1), leaves_at(far2));
     let _ = writeln!(
         s,
-        "Root entries and root table bytes against the number of leaves `L`, fitted as \
-         `a * L^b` per threshold; convergence and change-to-root time against depth `D`, \
-         fitted as `c + d * D`{}. Extrapolated to fan-in {} meshes of 10,000 and 100,000 \
-         leaves:\n",
+        "What is measured and what is extrapolated: every row of the table above is a run to \
+         its end (every node the real daemon, every table checked against brute force), up \
+         to depth {measured} ({} leaves); nothing beyond it was run. Root entries and root \
+         table bytes against the number of leaves `L` are fitted as `a * L^b` and as a \
+         straight line per threshold; convergence and change-to-root time against depth \
+         `D`, as `c + d * D`{}. The columns at {} and {} leaves (fan-in {} meshes of depth \
+         {far1} and {far2}) are extrapolated from those laws:\n",
+        label(measured),
         held_out.map_or(String::new(), |d| format!(
             ", on the runs of depth 1 to {} (the depth-{d} run checks them)",
             d - 1
         )),
+        label(far1),
+        label(far2),
         spec.fan_in
     );
     let _ = writeln!(
         s,
-        "| threshold | law | entries | bytes | entries at 10^4 | bytes at 10^4 | entries at 10^5 | bytes at 10^5 | held-out run: entries predicted / measured, bytes predicted / measured |"
+        "| threshold | law | entries | bytes | entries at {l1} | bytes at {l1} | entries at {l2} | bytes at {l2} | held-out run: entries predicted / measured, bytes predicted / measured |",
+        l1 = label(far1),
+        l2 = label(far2)
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for &t in &spec.thresholds {
@@ -328,10 +605,10 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
                 "| {t} | {name} | {} | {} | {:.0} | {:.1} MB | {:.0} | {:.1} MB | {check} |",
                 e.describe(),
                 b.describe(),
-                e.at(1e4),
-                b.at(1e4) / 1e6,
-                e.at(1e5),
-                b.at(1e5) / 1e6
+                e.at(x1),
+                b.at(x1) / 1e6,
+                e.at(x2),
+                b.at(x2) / 1e6
             );
         }
     }
@@ -355,7 +632,6 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
         .filter(fitted)
         .filter_map(|p| p.change_ms().map(|c| (p.depth as f64, c)))
         .collect();
-    let depth_of = |leaves: f64| leaves.log(spec.fan_in as f64).round();
     let deepest = points
         .iter()
         .find(|p| p.threshold == spec.thresholds[0] && Some(p.depth) == held_out);
@@ -373,12 +649,12 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
         if let Some((d, c)) = linear(pts) {
             let _ = write!(
                 s,
-                "\n{what}: {c:.0} ms + {d:.0} ms per level; at 10^4 leaves (depth {}) {:.0} ms, \
-                 at 10^5 (depth {}) {:.0} ms.",
-                depth_of(1e4),
-                c + d * depth_of(1e4),
-                depth_of(1e5),
-                c + d * depth_of(1e5)
+                "\n{what}: {c:.0} ms + {d:.0} ms per level; at {} leaves (depth {far1}) {:.0} ms, \
+                 at {} (depth {far2}) {:.0} ms.",
+                label(far1),
+                c + d * far1 as f64,
+                label(far2),
+                c + d * far2 as f64
             );
             if let (Some(depth), Some(seen)) = (held_out, seen) {
                 let _ = write!(
@@ -391,10 +667,13 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
         }
     }
     let _ = writeln!(s, "\n![times against depth](scale-times.svg)\n");
+    let Some((depth, policies)) = policies else {
+        return s;
+    };
     let _ = writeln!(s, "## Export policies\n");
     let _ = writeln!(
         s,
-        "The same leaves (depth {}), each policy applied by every node to what it exports, \
+        "The same leaves (depth {depth}), each policy applied by every node to what it exports, \
          computed by brute force: what the root holds of its children's exports, and how \
          well it refers. Recall counts the true `(value, child)` pairs the root can refer \
          to; weighted recall weights each by its objects (queries shaped like the data); \
@@ -402,8 +681,7 @@ fn render(spec: &ReportSpec, points: &[Point], policies: &[PolicyRow]) -> String
          value held by fewer objects than `t`; top-K keeps a node's K most held values; \
          Bloom filters (as Gnutella's query routing tables) keep every value as bits of a \
          filter of the given bits per value (OR-ed up the tree), at the cost of false \
-         referrals and of counts (no ranking, no substring queries).\n",
-        spec.max_depth
+         referrals and of counts (no ranking, no substring queries).\n"
     );
     let _ = writeln!(
         s,
@@ -496,6 +774,15 @@ fn exports(
     out
 }
 
+/// What each node exports under per-level thresholds (see [`data::threshold_of`]).
+fn thresholded(tree: &Tree, leaves: &BTreeMap<usize, Counts>, thresholds: &[u64]) -> Vec<Counts> {
+    exports(tree, leaves, |level, mut sum| {
+        let t = data::threshold_of(thresholds, level);
+        sum.retain(|_, n| *n >= t);
+        sum
+    })
+}
+
 fn value_row(name: String, truth: &[(usize, Counts)], held: &[Counts]) -> PolicyRow {
     let (mut pairs, mut hit, mut weight, mut hit_weight, mut bytes) = (0, 0, 0u64, 0u64, 0usize);
     for (c, t) in truth {
@@ -524,7 +811,7 @@ pub fn compare_policies(tree: &Tree, leaves: &BTreeMap<usize, Counts>) -> Vec<Po
     let truth = truth(tree, leaves);
     let mut rows = Vec::new();
     for t in [1u64, 2, 4, 8] {
-        let held = data::expected_hints(tree, leaves, &[t]);
+        let held = thresholded(tree, leaves, &[t]);
         rows.push(value_row(
             format!("threshold {t} at every level"),
             &truth,
@@ -536,7 +823,7 @@ pub fn compare_policies(tree: &Tree, leaves: &BTreeMap<usize, Counts>) -> Vec<Po
         // Only the leaves drop rare values; the levels above keep what reaches them.
         let mut per_level = vec![1; deepest + 1];
         per_level[deepest] = t;
-        let held = data::expected_hints(tree, leaves, &per_level);
+        let held = thresholded(tree, leaves, &per_level);
         rows.push(value_row(
             format!("threshold {t} at the leaves only"),
             &truth,
@@ -545,7 +832,7 @@ pub fn compare_policies(tree: &Tree, leaves: &BTreeMap<usize, Counts>) -> Vec<Po
         // Only the root's children drop: rare values travel up to level 1.
         let mut per_level = vec![1; deepest + 1];
         per_level[1] = t;
-        let held = data::expected_hints(tree, leaves, &per_level);
+        let held = thresholded(tree, leaves, &per_level);
         rows.push(value_row(
             format!("threshold {t} at level 1 only"),
             &truth,
@@ -644,15 +931,23 @@ fn plot_root(spec: &ReportSpec, points: &[Point], path: &Path) -> Result<(), Sim
     let root = SVGBackend::new(path, (720, 440)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let ymax = points.iter().map(Point::root_entries).fold(1.0, f64::max) * 200.0;
+    // One depth beyond the deepest run.
+    let beyond = points.iter().map(|p| p.depth).max().unwrap_or(1) + 1;
+    let xmax = (spec.fan_in.max(2) as f64).powi(i32::try_from(beyond).unwrap_or(i32::MAX));
+    let xmax_label = if spec.fan_in == 10 {
+        format!("10^{beyond}")
+    } else {
+        format!("{xmax:.0}")
+    };
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "Root entries against leaves (fit extended to 10^5)",
+            format!("Root entries against leaves (fit extended to {xmax_label})"),
             ("sans-serif", 18),
         )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d((5f64..2e5).log_scale(), (10f64..ymax).log_scale())
+        .build_cartesian_2d((5f64..xmax * 2.0).log_scale(), (10f64..ymax).log_scale())
         .map_err(plot_err)?;
     chart
         .configure_mesh()
@@ -674,7 +969,7 @@ fn plot_root(spec: &ReportSpec, points: &[Point], path: &Path) -> Result<(), Sim
             .legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
         if let Some(law) = PowerLaw::fit(&pts) {
             let line: Vec<(f64, f64)> = (0..=40)
-                .map(|k| 10f64.powf(0.7 + k as f64 * (5.3 - 0.7) / 40.0))
+                .map(|k| 10f64.powf(0.7 + k as f64 * ((xmax * 2.0).log10() - 0.7) / 40.0))
                 .map(|x| (x, law.at(x)))
                 .collect();
             chart
@@ -813,6 +1108,80 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_point_reads_back_as_written() {
+        let p = Point {
+            depth: 3,
+            threshold: 4,
+            row: Row {
+                nodes: 1111,
+                leaves: 1000,
+                root_matched: 245,
+                root_expected: 245,
+                root_extra: 0,
+                all_exact: true,
+                root_bytes: 8730.5,
+                hint_bytes: 9180.25,
+                converged_ms: Some(200.0),
+                changes_ms: vec![Some(200.0), None, Some(300.0)],
+                wall_s: 3.8,
+                cpu_s: (2.5, 1.25),
+                rss_mib: 211,
+            },
+        };
+        assert_eq!(Point::parse(&p.to_line()), Ok(p.clone()));
+        let none = Point {
+            row: Row {
+                converged_ms: None,
+                changes_ms: Vec::new(),
+                ..p.row.clone()
+            },
+            ..p.clone()
+        };
+        assert_eq!(Point::parse(&none.to_line()), Ok(none));
+        // A damaged line says what is wrong.
+        let line = p.to_line().replacen("1111", "many", 1);
+        assert!(Point::parse(&line).unwrap_err().contains("nodes \"many\""));
+        assert!(Point::parse("1\t2").unwrap_err().contains("2 fields"));
+    }
+
+    #[test]
+    fn a_report_is_written_after_each_run_and_taken_up_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = ReportSpec {
+            fan_in: 2,
+            max_depth: 1,
+            thresholds: vec![1],
+            seed: 5,
+            data: DataSpec {
+                objects: 20,
+                vocabulary: 30,
+                zipf: 1.0,
+                tail: 0.3,
+            },
+            resume: false,
+            progress: false,
+        };
+        write_report(&spec, dir.path()).unwrap();
+        let points = dir.path().join(POINTS_FILE);
+        let first = std::fs::read_to_string(&points).unwrap();
+        assert_eq!(first.lines().count(), 2, "{first}");
+        assert!(dir.path().join("scale.md").is_file());
+        // One level deeper, resumed: the depth-1 run is kept as it was, depth 2 is added.
+        spec.max_depth = 2;
+        spec.resume = true;
+        let md = write_report(&spec, dir.path()).unwrap();
+        let second = std::fs::read_to_string(&points).unwrap();
+        assert!(second.starts_with(&first), "{second}");
+        assert_eq!(second.lines().count(), 3);
+        assert!(md.contains("| 2 | 7 | 1 |"), "{md}");
+        assert!(!md.contains("Partial report"));
+        // Points of another spec are not taken up.
+        spec.seed = 6;
+        let err = write_report(&spec, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("another spec"), "{err}");
+    }
+
+    #[test]
     fn power_law_and_line_fits() {
         let pts: Vec<(f64, f64)> = [10.0, 100.0, 1000.0]
             .iter()
@@ -834,9 +1203,9 @@ mod tests {
             zipf: 1.0,
             tail: 0.3,
         };
-        let cdf = data::zipf_cdf(spec.vocabulary, spec.zipf);
+        let draws = data::Draws::new(&spec);
         let leaves: BTreeMap<usize, Counts> = (4..13)
-            .map(|id| (id, data::leaf_counts(&spec, 9, id, &cdf)))
+            .map(|id| (id, data::leaf_counts(&spec, 9, id, &draws)))
             .collect();
         let rows = compare_policies(&tree, &leaves);
         let get = |n: &str| rows.iter().find(|r| r.name == n).unwrap();

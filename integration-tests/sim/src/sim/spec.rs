@@ -158,7 +158,8 @@ pub struct SimSpec {
     pub sustained: Option<Sustained>,
     /// Nodes that come and go after the faults (none: no churn).
     pub churn: Option<Churn>,
-    /// Print the simulated time and steps to standard error every few seconds of real time.
+    /// Print progress (phase, real and simulated time, memory) to standard error every few
+    /// seconds of real time; meshes of 10,000 nodes or more print it anyway.
     pub progress: bool,
 }
 
