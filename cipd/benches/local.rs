@@ -105,6 +105,7 @@ fn main() {
         &dir.path().join("local"),
         specs.clone(),
         Thresholds::default(),
+        true,
     );
     let load = started.elapsed();
     let hint = hint.finish("-", Vec::new());
@@ -135,6 +136,7 @@ fn main() {
         &dir.path().join("local"),
         specs.clone(),
         Thresholds::default(),
+        true,
     );
     println!("restart (cache reused): {:.2?}", started.elapsed());
     drop(again);

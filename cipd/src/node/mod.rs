@@ -776,6 +776,7 @@ impl Node {
             return reloaded;
         }
         let export = config.export.clone();
+        let keep_open = config.limits.keep_collection_files_open;
         let identity = self.identity();
         let dir = crate::store::local::cache_dir(&config.data_dir);
         let (statuses, jobs): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
@@ -786,8 +787,15 @@ impl Node {
             startup.begin("loading collections", "bytes", 0);
         }
         let pass = crate::sys::net::spawn_blocking(move || {
-            let rebuild =
-                || crate::store::local::rebuild(jobs, &dir, export.attributes, export.thresholds);
+            let rebuild = || {
+                crate::store::local::rebuild(
+                    jobs,
+                    &dir,
+                    export.attributes,
+                    export.thresholds,
+                    keep_open,
+                )
+            };
             let (outcomes, b) = if starting {
                 // Bytes of the collections finished before the one being read.
                 let finished = std::cell::Cell::new((String::new(), 0u64, 0u64));

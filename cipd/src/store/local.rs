@@ -208,8 +208,11 @@ impl AttrIndex {
 /// One collection's objects: a cache file, their offsets, and the index.
 #[derive(Debug)]
 pub struct CollectionStore {
-    /// The cache file (`None` for an empty store that has none).
+    /// The cache file, held open (`None` for an empty store that has none, or one whose
+    /// file is opened for each read: [`CollectionStore::release_file`]).
     file: Option<File>,
+    /// With the file released: the file indexed, to find it again at each read.
+    released: Option<FileId>,
     path: PathBuf,
     /// `offsets[i]..offsets[i + 1]` is object `i`.
     offsets: Vec<u64>,
@@ -226,6 +229,7 @@ impl CollectionStore {
     pub fn empty(indexed: &[String]) -> Self {
         Self {
             file: None,
+            released: None,
             path: PathBuf::new(),
             offsets: vec![0],
             templates: Vec::new(),
@@ -266,11 +270,11 @@ impl CollectionStore {
     /// # Errors
     /// A read error, or whatever `out` returns.
     pub fn copy_raw(&self, out: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
-        let Some(file) = &self.file else {
+        let Some(file) = self.cache_file()? else {
             return Ok(());
         };
         let mut reader = PositionalReader {
-            file,
+            file: &file,
             pos: 0,
             end: self.bytes(),
         };
@@ -314,21 +318,54 @@ impl CollectionStore {
     /// A read error, or [`StoreError::Corrupt`] when the bytes there are not one object.
     pub fn read(&self, id: u32) -> Result<SoifObject, StoreError> {
         let i = id as usize;
-        let (Some(&start), Some(&end), Some(file)) = (
-            self.offsets.get(i),
-            self.offsets.get(i + 1),
-            self.file.as_ref(),
-        ) else {
+        let file = self.cache_file().map_err(io_error("open", &self.path))?;
+        let (Some(&start), Some(&end), Some(file)) =
+            (self.offsets.get(i), self.offsets.get(i + 1), file)
+        else {
             return Err(self.corrupt(id, 0, "no such object".to_owned()));
         };
         let mut buf = vec![0u8; (end - start) as usize];
-        read_exact_at(file, &mut buf, start).map_err(io_error("read", &self.path))?;
+        read_exact_at(&file, &mut buf, start).map_err(io_error("read", &self.path))?;
         let objs = parse_all(Bytes::from(buf), Limits::unlimited())
             .map_err(|e| self.corrupt(id, start, e.to_string()))?;
         match <[SoifObject; 1]>::try_from(objs) {
             Ok([o]) => Ok(o),
             Err(v) => Err(self.corrupt(id, start, format!("{} objects there", v.len()))),
         }
+    }
+
+    /// Closes the cache file; each read then opens it again and checks it is still the
+    /// file indexed. For nodes with more collections than the process may hold files open
+    /// (`limits.keep_collection_files_open`). A reload puts a new file in its place: a read
+    /// through a store it replaced then fails ("replaced") instead of reading the new
+    /// file at the old offsets.
+    ///
+    /// # Errors
+    /// When the file's identity cannot be read (it stays open then).
+    pub fn release_file(&mut self) -> io::Result<()> {
+        if let Some(file) = &self.file {
+            self.released = Some(FileId::of(&file.metadata()?));
+            self.file = None;
+        }
+        Ok(())
+    }
+
+    /// The cache file: the one held, or the one at its path when it is still the file
+    /// indexed; `None` for a store without one.
+    fn cache_file(&self) -> io::Result<Option<FileRef<'_>>> {
+        if let Some(file) = &self.file {
+            return Ok(Some(FileRef::Held(file)));
+        }
+        let Some(want) = self.released else {
+            return Ok(None);
+        };
+        let file = File::open(&self.path)?;
+        if FileId::of(&file.metadata()?) != want {
+            return Err(io::Error::other(
+                "replaced since it was indexed (the collection was reloaded); ask again",
+            ));
+        }
+        Ok(Some(FileRef::Opened(file)))
     }
 
     fn corrupt(&self, id: u32, offset: u64, message: String) -> StoreError {
@@ -346,12 +383,12 @@ impl CollectionStore {
     /// A read error, or [`StoreError::Corrupt`] when the file does not hold the objects
     /// recorded.
     pub fn scan(&self, f: &mut dyn FnMut(u32, SoifObject)) -> Result<(), StoreError> {
-        let Some(file) = &self.file else {
+        let Some(file) = self.cache_file().map_err(io_error("open", &self.path))? else {
             return Ok(());
         };
         let mut reader = SoifFileReader::new(
             PositionalReader {
-                file,
+                file: &file,
                 pos: 0,
                 end: self.bytes(),
             },
@@ -742,6 +779,7 @@ impl Indexer {
         templates.shrink_to_fit();
         CollectionStore {
             file: Some(file),
+            released: None,
             path,
             offsets,
             templates,
@@ -1078,12 +1116,15 @@ pub struct Outcome {
 }
 
 /// Runs `jobs` in one pass that builds each loaded collection's store and index and counts
-/// every object into a hint builder for `specs` and `thresholds`.
+/// every object into a hint builder for `specs` and `thresholds`; without
+/// `keep_files_open`, each store loaded closes its cache file
+/// ([`CollectionStore::release_file`]).
 pub fn rebuild(
     jobs: Vec<Job>,
     dir: &Path,
     specs: Vec<AttrSpec>,
     thresholds: Thresholds,
+    keep_files_open: bool,
 ) -> (Vec<Outcome>, HintBuilder) {
     let indexed = indexed_attributes(&specs);
     let mut hint = HintBuilder::new(specs.clone(), thresholds.clone());
@@ -1110,10 +1151,15 @@ pub fn rebuild(
                 &mut hint,
                 &mut tainted,
             ) {
-                Ok(l) => out.push(Outcome {
-                    store: Arc::new(l.store),
-                    load: Some(Ok((l.report, l.fingerprint))),
-                }),
+                Ok(mut l) => {
+                    if !keep_files_open && let Err(e) = l.store.release_file() {
+                        tracing::warn!(collection = %name, error = %e, "cannot close the collection's cache file; it stays open");
+                    }
+                    out.push(Outcome {
+                        store: Arc::new(l.store),
+                        load: Some(Ok((l.report, l.fingerprint))),
+                    });
+                }
                 Err(e) => {
                     tracing::warn!(collection = %name, error = %e, "cannot load collection; keeping its previous objects");
                     let store =
@@ -1139,6 +1185,41 @@ pub fn rebuild(
 }
 
 // ---- file access -----------------------------------------------------------------------------
+
+/// A store's cache file for one read: the handle it holds, or one opened for the read.
+enum FileRef<'a> {
+    Held(&'a File),
+    Opened(File),
+}
+
+impl std::ops::Deref for FileRef<'_> {
+    type Target = File;
+
+    fn deref(&self) -> &File {
+        match self {
+            Self::Held(f) => f,
+            Self::Opened(f) => f,
+        }
+    }
+}
+
+/// Which file a path names: device and inode where there are, else length and modification
+/// time (a file written again in place, or another renamed over it, differs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId(u64, u64, u64, Option<std::time::SystemTime>);
+
+impl FileId {
+    #[cfg(unix)]
+    fn of(m: &fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self(m.dev(), m.ino(), m.len(), m.modified().ok())
+    }
+
+    #[cfg(not(unix))]
+    fn of(m: &fs::Metadata) -> Self {
+        Self(0, 0, m.len(), m.modified().ok())
+    }
+}
 
 /// A `Read` over `file[pos..end]` by positional reads, so several readers share one handle.
 struct PositionalReader<'a> {
@@ -1631,7 +1712,7 @@ mod tests {
                 previous: None,
             },
         ];
-        let (out, hint) = rebuild(jobs, dir.path(), specs(), Thresholds::default());
+        let (out, hint) = rebuild(jobs, dir.path(), specs(), Thresholds::default(), true);
         assert_eq!(
             hint.objects(),
             1,
@@ -1646,6 +1727,62 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    }
+
+    #[test]
+    fn a_released_file_is_opened_for_each_read_and_a_replaced_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let objs = vec![
+            obj("DOCUMENT", "u1", &[("Author", "Ann")]),
+            obj("DOCUMENT", "u2", &[("Author", "Bo")]),
+        ];
+        let job = |objs: &[SoifObject]| {
+            vec![Job::Load {
+                name: "docs".into(),
+                source: Arc::new(VecSource(objs.to_vec(), fresh())),
+                previous: None,
+            }]
+        };
+        let (held, _) = rebuild(job(&objs), dir.path(), specs(), Thresholds::default(), true);
+        let held = held[0].store.clone();
+        let (out, hint) = rebuild(
+            job(&objs),
+            dir.path(),
+            specs(),
+            Thresholds::default(),
+            false,
+        );
+        let released = out[0].store.clone();
+        assert_eq!(hint.objects(), 2);
+        assert!(released.file.is_none() && released.released.is_some());
+        // Every way of reading opens the file.
+        assert_eq!(released.read(1).unwrap().url(), b"u2".as_slice());
+        let mut seen = Vec::new();
+        released
+            .scan(&mut |id, o| seen.push((id, o.url().to_vec())))
+            .unwrap();
+        assert_eq!(seen, [(0, b"u1".to_vec()), (1, b"u2".to_vec())]);
+        let mut raw = Vec::new();
+        released
+            .copy_raw(&mut |b| {
+                raw.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(raw.len() as u64, released.bytes());
+        // A reload puts another file in its place: the released store refuses to read it at
+        // its old offsets, the store holding its file still reads its own.
+        let (_new, _) = rebuild(
+            job(&objs[1..]),
+            dir.path(),
+            specs(),
+            Thresholds::default(),
+            true,
+        );
+        let err = released.read(0).unwrap_err().to_string();
+        assert!(err.contains("replaced"), "{err}");
+        assert!(released.scan(&mut |_, _| {}).is_err());
+        assert_eq!(held.read(0).unwrap().url(), b"u1".as_slice());
     }
 
     #[test]

@@ -104,6 +104,8 @@ pub struct RawLimits {
     /// Most objects one query may read from disk to check terms on attributes that are not
     /// indexed.
     pub local_scan_max_objects: Option<usize>,
+    /// Whether each collection's cache file stays open while it is loaded.
+    pub keep_collection_files_open: Option<bool>,
     /// How often collection files are checked for changes (`"0s"` = never).
     pub watch_interval: Option<String>,
     /// Most datasets (peer DSIs) in the routing table.
@@ -230,6 +232,13 @@ pub struct Limits {
     /// Objects one local query may read from disk to check terms on unindexed attributes
     /// (default 100,000); past that the query is refused as not indexed.
     pub local_scan_max_objects: usize,
+    /// Whether each collection's cache file stays open while the collection is loaded
+    /// (default true: one open file a collection, and a reload's new file leaves reads of
+    /// the old one whole). Off, a file is opened for each object read and checked to be the
+    /// file indexed: for a process with more collections than it may hold files open (many
+    /// nodes in one simulator, thousands of small collections). Takes effect at the next
+    /// load of each collection.
+    pub keep_collection_files_open: bool,
     /// Collection change check interval; `None` = never (default 30 s).
     pub watch_interval: Option<Duration>,
     /// Routing table bounds (defaults: 10,000 peers, 20,000,000 entries per hint, 4 KiB
@@ -281,6 +290,7 @@ impl Default for Limits {
             max_concurrent_polls: 128,
             max_objects: 1000,
             local_scan_max_objects: DEFAULT_SCAN_MAX_OBJECTS,
+            keep_collection_files_open: true,
             watch_interval: Some(Duration::from_secs(30)),
             table: table_limits_for(crate::sys::memory::available()),
             query: hints::query::QueryLimits::default(),
@@ -478,6 +488,9 @@ impl Validator<'_> {
                 raw.local_scan_max_objects,
                 d.local_scan_max_objects,
             ),
+            keep_collection_files_open: raw
+                .keep_collection_files_open
+                .unwrap_or(d.keep_collection_files_open),
             watch_interval,
             table: self.table_limits(&raw, d.table),
             query: self.query_limits(&raw, d.query),

@@ -183,6 +183,7 @@ pub fn run(spec: &RealSpec) -> Result<Report, RealError> {
                 "admin_socket = {:?}\n",
                 dir.join("admin.sock").display().to_string()
             ),
+            keep_files_open: true,
         };
         std::fs::write(dir.join("cipd.toml"), mesh.plan.config_text(id, &dir, &net))
             .map_err(setup("configuration"))?;

@@ -368,7 +368,15 @@ fn run_in(spec: &SimSpec, root: &Path) -> Result<Report, SimError> {
         listen: format!("0.0.0.0:{PORT}"),
         peers: (0..n).map(|id| sim.lookup(name_of(id))).collect(),
         extra: String::new(),
+        keep_files_open: open_files_for(plan.leaves.len()),
     };
+    if spec.progress && !net.keep_files_open {
+        eprintln!(
+            "cipd-sim: [setup] {} leaves are more than this process may hold files open: \
+             the nodes open their collection files for each read",
+            plan.leaves.len()
+        );
+    }
     let mut dirs = Vec::with_capacity(n);
     for id in 0..n {
         let dir = root.join(name_of(id));
@@ -626,6 +634,30 @@ pub fn traffic_between(before: &[LevelFigures], after: &[LevelFigures]) -> Vec<(
             )
         })
         .collect()
+}
+
+/// Whether this process may hold every leaf's collection file open (each leaf keeps one
+/// open by default: objects are read from it by offset), raising its soft limit, and its
+/// hard one where allowed (as root), to what that needs. When it may not, the nodes are
+/// configured to open their collection files for each read
+/// (`limits.keep_collection_files_open`): past the limit a node could not open its
+/// collection and would serve an empty one.
+fn open_files_for(leaves: usize) -> bool {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    // Connections are simulated (no descriptor); spools and logs take a few at a time.
+    let need = leaves as u64 + 4096;
+    let now = getrlimit(Resource::Nofile);
+    let (soft, hard) = (
+        now.current.unwrap_or(u64::MAX),
+        now.maximum.unwrap_or(u64::MAX),
+    );
+    let raised = |hard: u64| Rlimit {
+        current: Some(need),
+        maximum: Some(hard),
+    };
+    soft >= need
+        || setrlimit(Resource::Nofile, raised(hard.max(need))).is_ok()
+        || (hard >= need && setrlimit(Resource::Nofile, raised(hard)).is_ok())
 }
 
 /// Meshes of this many nodes or more print progress whether asked or not.

@@ -36,6 +36,9 @@ pub struct Addressing {
     pub peers: Vec<IpAddr>,
     /// Lines added to the `[listen]` section (an admin socket, say).
     pub extra: String,
+    /// Whether the nodes keep their collection files open (`limits.keep_collection_files_open`):
+    /// not when they share a process that may not hold one file per leaf.
+    pub keep_files_open: bool,
 }
 
 /// What one node reports, for [`Plan::levels`].
@@ -148,6 +151,9 @@ impl Plan {
             self.spec.stall_timeout.as_millis() * 5,
             self.spec.stall_timeout.as_millis() * 2,
         );
+        if !net.keep_files_open {
+            t.push_str("keep_collection_files_open = false\n");
+        }
         // One entry per peer, with every role it has (two hubs of a full mesh poll each
         // other).
         let mut roles: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
