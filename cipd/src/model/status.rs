@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use cip_proto::Dsi;
 use serde::{Deserialize, Serialize};
@@ -117,6 +117,10 @@ pub struct PeerState {
     /// Since when its polls fail (`None` while it answers): it is unreachable now.
     #[serde(default)]
     pub unreachable_since: Option<SystemTime>,
+    /// The same moment on the node's monotonic clock (time since its start), which
+    /// `limits.peer_gone_after` is measured on.
+    #[serde(skip)]
+    pub unreachable_at: Option<Duration>,
     /// Its hint left the table after `limits.peer_gone_after` unreachable (the spooled copy
     /// stays); its next answer brings it back.
     #[serde(default)]

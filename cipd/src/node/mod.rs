@@ -1092,6 +1092,27 @@ mod tests {
         o
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn unreachable_time_runs_on_the_runtime_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::from_toml(&format!(
+            "data_dir = {:?}\n[node]\ndsi = \"1.3.6.1.4.1.99999.1\"\n\
+             [[peer]]\nname = \"p\"\nhost = \"127.0.0.1\"\nport = 7000\nrole = [\"poll\"]\n",
+            dir.path().display().to_string()
+        ))
+        .unwrap();
+        let node = Node::new(config, None, None, CancellationToken::new()).unwrap();
+        assert_eq!(node.note_reachable("p", false), (Duration::ZERO, false));
+        // The runtime's clock moves 90 s, the wall clock hardly at all (as in a simulation):
+        // `limits.peer_gone_after` is measured on the runtime's.
+        tokio::time::advance(Duration::from_secs(90)).await;
+        assert_eq!(node.note_reachable("p", false).0, Duration::from_secs(90));
+        assert!(node.peer_states()[0].unreachable_since.is_some());
+        assert_eq!(node.note_reachable("p", true).0, Duration::ZERO);
+        assert!(node.peer_states()[0].unreachable_at.is_none());
+        assert_eq!(node.note_reachable("p", false).0, Duration::ZERO);
+    }
+
     #[test]
     fn connection_limits_and_backlog_need_a_restart() {
         let old = Config::from_toml(

@@ -11,17 +11,23 @@ impl Node {
     /// hint has left the table already.
     pub fn note_reachable(&self, name: &str, answered: bool) -> (Duration, bool) {
         let now = SystemTime::now();
+        // How long is measured on the runtime's clock, not the wall clock: they agree in
+        // production, and where they do not (a simulation, a paused test runtime) the
+        // runtime's is the one the timers and polls run on.
+        let clock = self.uptime();
         let mut changed = false;
         let mut back = false;
         let (mut since, mut gone) = (None, false);
         self.update_peer(name, |s| {
             if answered {
                 changed = s.unreachable_since.take().is_some() || s.gone;
+                s.unreachable_at = None;
                 back = s.gone;
                 s.gone = false;
             } else {
                 changed = s.unreachable_since.is_none();
-                since = Some(*s.unreachable_since.get_or_insert(now));
+                s.unreachable_since.get_or_insert(now);
+                since = Some(*s.unreachable_at.get_or_insert(clock));
                 gone = s.gone;
             }
         });
@@ -32,9 +38,7 @@ impl Node {
             // We reach it directly again: our peers may leave it out of their answers.
             self.wake_polls();
         }
-        let down_for = since.map_or(Duration::ZERO, |t| {
-            now.duration_since(t).unwrap_or_default()
-        });
+        let down_for = since.map_or(Duration::ZERO, |t| clock.saturating_sub(t));
         (down_for, gone)
     }
 
