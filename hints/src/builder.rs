@@ -265,7 +265,9 @@ impl HintBuilder {
             if threshold > 1 {
                 hint.thresholds.push((slot.spec.clone(), threshold));
             }
-            hint.weightlists.push((slot.spec, Weightlist::new(entries)));
+            // Packed: a node keeps its local hint for as long as its collections last.
+            hint.weightlists
+                .push((slot.spec, Weightlist::packed(entries)));
         }
         hint
     }

@@ -72,6 +72,24 @@ impl Weightlist {
         }
     }
 
+    /// A weightlist of `entries`, in that order, held as its canonical text ([`encode`]):
+    /// about the bytes of the values and counts, where entries held as such cost a `Bytes`,
+    /// a count and an allocation each (about 58 bytes an entry for short values). For a
+    /// list kept long and read in order, such as a node's local hint; reading it scans the
+    /// text, editing it ([`Weightlist::entries_mut`]) turns it back into entries.
+    pub fn packed(entries: Vec<WeightEntry>) -> Self {
+        let held = Self::new(entries);
+        let len = held.len();
+        let mut text = encode(&held);
+        text.shrink_to_fit();
+        Self {
+            repr: Repr::Text {
+                text: Bytes::from(text),
+                len,
+            },
+        }
+    }
+
     /// How many entries it holds.
     pub fn len(&self) -> usize {
         match &self.repr {
@@ -492,6 +510,35 @@ fn parse_count(text: &[u8], base: usize) -> Result<u64, WeightlistError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_packed_list_reads_as_the_entries_it_was_made_of() {
+        let entries = vec![
+            WeightEntry {
+                value: Bytes::from_static(b"Garcia"),
+                count: 3,
+            },
+            WeightEntry {
+                value: Bytes::from_static(b"a, b; \"c\""),
+                count: 2,
+            },
+            WeightEntry {
+                value: Bytes::from_static(b""),
+                count: 1,
+            },
+        ];
+        let held = Weightlist::new(entries.clone());
+        let mut packed = Weightlist::packed(entries.clone());
+        assert_eq!(packed, held);
+        assert_eq!(packed.len(), 3);
+        assert_eq!(encode(&packed), encode(&held));
+        assert_eq!(packed.entries().collect::<Vec<_>>(), entries);
+        assert!(packed.value_bytes_bound() >= held.value_bytes_bound());
+        // Edited, it is entries again.
+        packed.entries_mut().pop();
+        assert_eq!(packed.len(), 2);
+        assert!(Weightlist::packed(Vec::new()).is_empty());
+    }
     use proptest::prelude::*;
 
     #[test]
