@@ -781,7 +781,9 @@ impl Mesh<'_> {
                     network: Some(Arc::new(SimNet { traffic })),
                     ..StartOptions::default()
                 };
-                let daemon = Daemon::start_with(config?, options)
+                // Boxed: the host's future lives as long as the node, and the start's state
+                // (several KB) would be held in it all that time.
+                let daemon = Box::pin(Daemon::start_with(config?, options))
                     .await
                     .map_err(|e| format!("n{id}: {e}"))?;
                 nodes.borrow_mut()[id] = Some(daemon.node().clone());
