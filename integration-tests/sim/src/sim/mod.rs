@@ -912,16 +912,16 @@ impl Mesh<'_> {
         // Each child's entry count first: cheap, where reading a table whole is not (a
         // level-1 node of the depth-5 mesh holds 600,000 entries, and a wait checks every
         // 20 simulated ms).
-        self.counts_agree(&node, id)
-            && self.plan.exact_at(id, node.table().peers().len(), |c| {
-                Some(self.held(&node, c))
-            })
+        let peers = node.table().peers();
+        self.counts_agree(&peers, id)
+            && self
+                .plan
+                .exact_at(id, peers.len(), |c| Some(self.held(&node, c)))
     }
 
     /// Whether node `id`'s table holds, for each child present, as many entries as the
     /// child's expected hint has values (one attribute is exported, so an entry is a value).
-    fn counts_agree(&self, node: &Node, id: usize) -> bool {
-        let peers = node.table().peers();
+    fn counts_agree(&self, peers: &[hints::table::PeerSummary], id: usize) -> bool {
         self.plan.tree.nodes[id]
             .children
             .iter()
@@ -930,7 +930,7 @@ impl Mesh<'_> {
                 peers
                     .iter()
                     .find(|p| p.dsi == self.dsis[c])
-                    .is_some_and(|p| p.entries == self.plan.expected(c).len())
+                    .is_some_and(|p| p.entries == self.plan.expected_len(c))
             })
     }
 
@@ -945,7 +945,7 @@ impl Mesh<'_> {
                     .iter()
                     .filter(|&&id| {
                         self.node(id)
-                            .is_some_and(|node| self.counts_agree(&node, id))
+                            .is_some_and(|node| self.counts_agree(&node.table().peers(), id))
                     })
                     .count();
                 (agree, ids.len())

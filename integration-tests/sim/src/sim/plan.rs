@@ -111,6 +111,21 @@ impl Plan {
         }
     }
 
+    /// How many values node `id`'s expected hint holds ([`Plan::expected`]'s length, a
+    /// leaf's counted without making its list: the waits ask it of every leaf).
+    pub fn expected_len(&self, id: usize) -> usize {
+        if !self.tree.is_leaf(id) {
+            return self.expected[id].len();
+        }
+        if self.absent.contains(&id) {
+            return 0;
+        }
+        let t = data::threshold_of(&self.spec.thresholds, self.tree.nodes[id].level);
+        self.leaves
+            .get(&id)
+            .map_or(0, |c| c.values().filter(|n| **n >= t).count())
+    }
+
     /// Nodes in the mesh.
     pub fn len(&self) -> usize {
         self.tree.nodes.len()
@@ -373,7 +388,7 @@ impl Plan {
                     let Some(node) = figures(id) else { continue };
                     let values = [
                         node.hint_bytes,
-                        self.expected(id).len(),
+                        self.expected_len(id),
                         node.table_values,
                         node.table_bytes,
                         node.table_entries,
@@ -399,5 +414,28 @@ impl Plan {
                 f
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_lengths_are_the_lists_lengths() {
+        let spec = SimSpec {
+            fan_in: 3,
+            depth: 2,
+            thresholds: vec![1, 2],
+            ..SimSpec::default()
+        };
+        let mut plan = Plan::new(&spec);
+        for id in 0..plan.len() {
+            assert_eq!(plan.expected_len(id), plan.expected(id).len(), "node {id}");
+        }
+        let leaf = *plan.leaves.keys().next().unwrap();
+        assert!(plan.expected_len(leaf) > 0);
+        plan.set_absent(leaf, true);
+        assert_eq!(plan.expected_len(leaf), 0);
     }
 }
