@@ -12,6 +12,10 @@
 //!
 //! `TABLE_BENCH_ONLY=exact|query|substring|replace` runs one part after the load (`query`:
 //! only the exact `answer()` and `query()` figures, for profiling it);
+//! `TABLE_BENCH_ONLY=churn` (run only when asked) applies deltas in place for
+//! `TABLE_BENCH_CHURN_SECS` (60) s, each peer changing 1 % of its values once a
+//! `TABLE_BENCH_CHURN_PERIOD` (60 s), and prints the CPU per changed entry (background
+//! merges and summaries included), the RSS against settled and an exact probe's p99;
 //! `TABLE_BENCH_LOAD_ONLY=1` stops after the load; `TABLE_BENCH_NEEDLE=text` repeats one
 //! substring query for 5 s (for profiling); `TABLE_BENCH_LIMIT` and `TABLE_BENCH_VALUES`
 //! set the referrals and values per referral asked for (10 and 1); `TABLE_BENCH_SLOW=1` prints every
@@ -335,6 +339,10 @@ fn main() {
         );
     }
 
+    if only.as_deref() == Some("churn") {
+        churn(&table, &lists, &pool, &meta, &spec, &exact, &opts);
+        return;
+    }
     if !run("replace") {
         return;
     }
@@ -380,4 +388,197 @@ fn radix36(mut n: usize) -> String {
     }
     out.reverse();
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Process CPU seconds so far (every thread: the table's background work included).
+fn cpu_secs() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some(ticks as f64 / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// VmRSS of this process, KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// The churn part: every peer changes 1 % of its values once a period (half a count raised,
+/// half a value replaced by a new one), applied in place at that pace; an exact query every
+/// 20 ms on another thread, the RSS every 50 ms.
+#[allow(clippy::too_many_arguments)]
+fn churn(
+    table: &RoutingTable,
+    lists: &[Vec<(u32, u64)>],
+    pool: &[Bytes],
+    meta: &dyn Fn(usize) -> PeerMeta,
+    spec: &AttrSpec,
+    exact: &[Query],
+    opts: &QueryOptions,
+) {
+    use hints::table::{CountChange, ListChanges};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let secs: f64 = std::env::var("TABLE_BENCH_CHURN_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60.0);
+    let period: f64 = std::env::var("TABLE_BENCH_CHURN_PERIOD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60.0);
+    let peers = lists.len();
+    // Values a peer holds by name: the replaced ones get new names, outside the pool.
+    let mut held: Vec<Vec<(Bytes, u64)>> = lists
+        .iter()
+        .map(|l| {
+            l.iter()
+                .map(|&(id, n)| (pool[id as usize].clone(), n))
+                .collect()
+        })
+        .collect();
+    table.wait_for_summaries();
+    let settled = rss_kib();
+    let stop = AtomicBool::new(false);
+    let rss_max = AtomicU64::new(settled);
+    let mut rng = Rng(0x5eed_0000_0000_0001);
+    let header = CipHint {
+        url: "-".into(),
+        total_object_count: 100_000,
+        ..CipHint::default()
+    };
+    let (mut changed, mut deltas, mut in_place) = (0u64, 0u64, 0u64);
+    let mut apply_max = Duration::ZERO;
+    let cpu0 = cpu_secs();
+    let start = Instant::now();
+    let waits = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                rss_max.fetch_max(rss_kib(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let probe = s.spawn(|| {
+            let mut waits = Vec::new();
+            let mut k = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                std::hint::black_box(table.route(&exact[k % exact.len()], opts).len());
+                waits.push(t.elapsed());
+                k += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            waits
+        });
+        let mut n = 0u64;
+        loop {
+            let at = Duration::from_secs_f64(period * n as f64 / peers as f64);
+            if at.as_secs_f64() >= secs {
+                break;
+            }
+            if let Some(wait) = at.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+            let p = (n as usize) % peers;
+            n += 1;
+            let list = &mut held[p];
+            let k = (list.len() / 100).max(1);
+            let mut entries = Vec::with_capacity(k + k / 2);
+            for j in 0..k {
+                let i = rng.below(list.len());
+                let (value, count) = list[i].clone();
+                if entries.iter().any(|e: &CountChange| e.value == value) {
+                    continue;
+                }
+                if j % 2 == 0 {
+                    entries.push(CountChange {
+                        value: value.clone(),
+                        before: count,
+                        after: count + 1,
+                    });
+                    list[i].1 = count + 1;
+                    changed += 1;
+                } else {
+                    let fresh = Bytes::from(format!("{} g{n}", String::from_utf8_lossy(&value)));
+                    entries.push(CountChange {
+                        value,
+                        before: count,
+                        after: 0,
+                    });
+                    entries.push(CountChange {
+                        value: fresh.clone(),
+                        before: 0,
+                        after: count,
+                    });
+                    list[i].0 = fresh;
+                    changed += 2;
+                }
+            }
+            let changes = [ListChanges {
+                attribute: spec.clone(),
+                entries,
+            }];
+            let t = Instant::now();
+            table
+                .apply_delta(meta(p), &header, &changes)
+                .unwrap_or_else(|e| panic!("delta {n}: {e}"));
+            apply_max = apply_max.max(t.elapsed());
+            deltas += 1;
+            in_place += 1;
+        }
+        let applied = start.elapsed();
+        table.wait_for_summaries();
+        stop.store(true, Ordering::Relaxed);
+        let waits = probe.join().unwrap_or_default();
+        (waits, applied)
+    });
+    let (mut waits, applied) = waits;
+    let cpu = cpu_secs() - cpu0;
+    let elapsed = start.elapsed();
+    waits.sort_unstable();
+    let pct = |q: f64| {
+        waits
+            .get(((waits.len() as f64 * q) as usize).min(waits.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    let per_entry = cpu / changed.max(1) as f64;
+    let ratio = rss_max.load(Ordering::Relaxed) as f64 / settled.max(1) as f64;
+    let st = table.stats();
+    println!(
+        "churn: {deltas} deltas ({in_place} in place) over {:.1} s ({:.1} s with the last summaries), {changed} changed entries; slowest apply_delta {:.1} ms; {} segments after",
+        applied.as_secs_f64(),
+        elapsed.as_secs_f64(),
+        apply_max.as_secs_f64() * 1e3,
+        st.segments,
+    );
+    println!(
+        "churn CPU: {cpu:.2} s (background merges and summaries included) = {:.1} us a changed entry; target 2 us: {}",
+        per_entry * 1e6,
+        verdict(per_entry <= 2e-6)
+    );
+    println!(
+        "churn memory: VmRSS at most {} MiB against {} MiB settled = {ratio:.2}x; target 1.1x: {}",
+        rss_max.load(Ordering::Relaxed) / 1024,
+        settled / 1024,
+        verdict(ratio <= 1.1)
+    );
+    println!(
+        "churn probe: {} exact route() every 20 ms, p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; target p99 5 ms: {}",
+        waits.len(),
+        pct(0.5).as_secs_f64() * 1e3,
+        pct(0.99).as_secs_f64() * 1e3,
+        waits.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        verdict(pct(0.99) <= Duration::from_millis(5))
+    );
 }
