@@ -231,6 +231,14 @@ impl Node {
             limits: config.limits.table,
             summaries: config.index,
             index_threads: config.import.index_threads,
+            background_start: {
+                let nice = config.import.background_nice;
+                (nice > 0).then(|| {
+                    hints::table::ThreadStart(Arc::new(move || {
+                        crate::sys::priority::lower_this_thread(nice);
+                    }))
+                })
+            },
         }));
         let peers = config
             .peers

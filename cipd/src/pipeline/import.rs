@@ -135,6 +135,9 @@ impl Importer {
             std::thread::Builder::new()
                 .name("hint-import".into())
                 .spawn(move || {
+                    // Below the async workers: queries and polls first (merges and
+                    // summary builds started from here inherit it).
+                    crate::sys::priority::lower_this_thread(config.background_nice);
                     let mut batch = Vec::new();
                     while let Some(first) = rx.blocking_recv() {
                         write_batch(

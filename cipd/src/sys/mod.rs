@@ -3,7 +3,7 @@
 //! notification ([`notify`]), start-up progress ([`startup`]), durable file writes
 //! ([`durable`]), the in-flight byte budget ([`budget`]), big buffers the allocator
 //! returns promptly ([`alloc`]), file-descriptor limits
-//! ([`fds`]), TLS configurations ([`tls`]), the one HTTP client ([`http`]) and the network
+//! ([`fds`]), background threads' CPU priority ([`priority`]), TLS configurations ([`tls`]), the one HTTP client ([`http`]) and the network
 //! seam a simulator plugs into ([`net`]). Imports
 //! nothing from the crate but its own modules.
 
@@ -16,6 +16,7 @@ pub mod memory;
 pub mod metrics;
 pub mod net;
 pub mod notify;
+pub mod priority;
 pub mod startup;
 pub mod telemetry;
 pub mod tls;

@@ -98,6 +98,19 @@ pub struct TableConfig {
     /// 1, big merges stay on one thread too (else they take two). 0 (the default): one per
     /// CPU, at most four.
     pub index_threads: usize,
+    /// Run first on each thread the table starts for work nobody waits on (summaries
+    /// built in the background): the daemon lowers the thread's CPU priority there.
+    pub background_start: Option<ThreadStart>,
+}
+
+/// What a background thread of the table runs first ([`TableConfig::background_start`]).
+#[derive(Clone)]
+pub struct ThreadStart(pub std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for ThreadStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ThreadStart(..)")
+    }
 }
 
 impl TableConfig {

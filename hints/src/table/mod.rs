@@ -139,6 +139,7 @@ pub use config::{
     DEFAULT_MAX_ATTRIBUTES, DEFAULT_MAX_ENTRIES_PER_HINT, DEFAULT_MAX_PEER_BYTES,
     DEFAULT_MAX_PEERS, DEFAULT_MAX_PROVENANCE, DEFAULT_MAX_TABLE_BYTES, DEFAULT_MAX_TOTAL_OBJECTS,
     DEFAULT_MAX_VALUE_LEN, ENTRY_BUDGET_BYTES, PROVENANCE_BUDGET_BYTES, TableConfig, TableLimits,
+    ThreadStart,
 };
 pub use config::{ImportError, ReplaceOutcome};
 pub use eval::{Route, TableRow};
@@ -477,9 +478,13 @@ impl RoutingTable {
             if cfg.background {
                 let (seg, build) = (seg.clone(), PendingBuild::new(&self.pending));
                 let ties = ties.clone();
+                let start = self.config.background_start.clone();
                 let spawned = std::thread::Builder::new()
                     .name("table-summaries".into())
                     .spawn(move || {
+                        if let Some(start) = start {
+                            (start.0)();
+                        }
                         let turn = build.0.turn.lock();
                         // A segment merged away meanwhile is not worth summarizing.
                         // (A newer version of it shares its core: summaries go there.)

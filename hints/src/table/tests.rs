@@ -1929,3 +1929,38 @@ fn summaries_never_count_a_hidden_value() {
         vec![("1.0".into(), 1, true), ("1.1".into(), 1, true)]
     );
 }
+
+#[test]
+fn background_summary_threads_run_the_configured_start_first() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let started = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&started);
+    let t = RoutingTable::new(TableConfig {
+        summaries: SummaryConfig {
+            background: true,
+            ..SummaryConfig::everything()
+        },
+        background_start: Some(ThreadStart(Arc::new(move || {
+            // Counted only on a thread of the table's own.
+            if std::thread::current().name() == Some("table-summaries") {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+        }))),
+        ..TableConfig::default()
+    });
+    t.replace(
+        meta("1.1"),
+        &hint(
+            100,
+            &[("DOCUMENT", "Author", &[("Garcia", 10), ("Smith", 3)])],
+        ),
+    )
+    .unwrap();
+    t.wait_for_summaries();
+    assert!(started.load(Ordering::SeqCst) >= 1);
+    assert_eq!(
+        t.query(&q("Author~arci"), &QueryOptions::default()).len(),
+        1,
+        "the summaries built there answer"
+    );
+}

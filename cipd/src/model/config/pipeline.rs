@@ -39,6 +39,9 @@ pub struct RawImport {
     /// Threads that index a big batch of hints, and at 1 keep big merges on one thread
     /// (default: the CPU count, at most 4).
     pub index_threads: Option<usize>,
+    /// How much lower than the daemon's the CPU priority of the import thread and the
+    /// table's summary builds is, in nice steps (default 10; 0 to 19; 0: the same).
+    pub background_nice: Option<i32>,
 }
 
 impl Validator<'_> {
@@ -70,6 +73,17 @@ impl Validator<'_> {
                 raw.index_threads,
                 d.index_threads,
             ),
+            background_nice: match raw.background_nice {
+                None => d.background_nice,
+                Some(n @ 0..=19) => n,
+                Some(n) => {
+                    self.err(
+                        "import.background_nice",
+                        format!("{n} is not a nice step from 0 to 19"),
+                    );
+                    d.background_nice
+                }
+            },
         }
     }
 }
@@ -86,6 +100,10 @@ pub struct ImportConfig {
     /// Threads that index a big batch of hints (at 1, big merges stay on one thread too);
     /// 0 (the default) leaves the choice to the table (the CPU count, at most 4: [`hints::table::TableConfig::index_threads`]).
     pub index_threads: usize,
+    /// Nice steps the import thread and the table's background summary builds run below
+    /// the async workers (default 10): on CPUs short of time, queries and polls are
+    /// answered first and the imports take what is left.
+    pub background_nice: i32,
 }
 
 impl Default for ImportConfig {
@@ -95,6 +113,7 @@ impl Default for ImportConfig {
             max_batch_entries: 4_000_000,
             parsers: std::thread::available_parallelism().map_or(2, usize::from),
             index_threads: 0,
+            background_nice: 10,
         }
     }
 }
@@ -169,7 +188,7 @@ mod tests {
         assert_eq!(c.import, Default::default());
         let c = Config::from_toml(&format!(
             "{BASE}[outbound]\nsettle = \"1s\"\nmax_wait = \"2s\"\nstale_after = \"3s\"\n\
-             [import]\nqueue = 5\nmax_batch_entries = 6\nparsers = 7\n"
+             [import]\nqueue = 5\nmax_batch_entries = 6\nparsers = 7\nbackground_nice = 0\n"
         ))
         .unwrap();
         assert_eq!(c.outbound.settle, Duration::from_secs(1));
@@ -179,6 +198,7 @@ mod tests {
             (c.import.queue, c.import.max_batch_entries, c.import.parsers),
             (5, 6, 7)
         );
+        assert_eq!(c.import.background_nice, 0);
     }
 
     #[test]
@@ -227,7 +247,7 @@ mod tests {
     #[test]
     fn bad_values_name_their_keys() {
         let err = Config::from_toml(&format!(
-            "{BASE}[outbound]\nsettle = \"soon\"\n[import]\nqueue = 0\n[limits]\nmax_total_objects = 0\n"
+            "{BASE}[outbound]\nsettle = \"soon\"\n[import]\nqueue = 0\nbackground_nice = 20\n[limits]\nmax_total_objects = 0\n"
         ))
         .unwrap_err();
         assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
@@ -237,7 +257,8 @@ mod tests {
             [
                 "limits.max_total_objects",
                 "outbound.settle",
-                "import.queue"
+                "import.queue",
+                "import.background_nice"
             ]
         );
     }
