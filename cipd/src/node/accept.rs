@@ -467,7 +467,7 @@ impl Node {
             self.begin_bulk_start();
         }
         let results = {
-            let mut imported = lock(&self.imported);
+            let mut imported = self.imported.lock();
             let results = self.table.replace_all(batch);
             for (r, (e, digest)) in results.iter().zip(&restored_from) {
                 if r.is_ok() {
@@ -546,9 +546,9 @@ impl Node {
     /// Drops hints older than the TTL from the table and the spool.
     pub fn expire(&self) -> usize {
         let gone = {
-            let mut imported = lock(&self.imported);
+            let mut imported = self.imported.lock();
             let gone = self.table.expire(SystemTime::now());
-            imported.retain(|d, _| !gone.contains(d));
+            imported.retain(|d| !gone.contains(d));
             gone
         };
         if gone.is_empty() {
@@ -602,7 +602,7 @@ impl Node {
     ) -> bool {
         let removed = {
             // A later import of the same payload must rebuild the out-bound hint again.
-            let mut imported = lock(&self.imported);
+            let mut imported = self.imported.lock();
             if self.table.peer_meta(dsi).is_some_and(|m| !keep_going(&m)) {
                 return false;
             }

@@ -62,10 +62,10 @@ impl Node {
     }
 
     /// Notes the head of the hint `peer`'s `dsi` now holds, after a delta was taken, with
-    /// the digest the import queue holds it under (read under the import thread's lock,
-    /// which a long table write holds: call it off the async workers).
+    /// the digest the import queue holds it under (read without waiting for a table
+    /// write under way).
     fn keep_head(&self, peer: &str, dsi: &Dsi, head: HintHead) {
-        let Some(imported) = lock(&self.imported).get(dsi).copied() else {
+        let Some(imported) = self.imported.get(dsi) else {
             return;
         };
         self.heads.keep(peer, dsi, HeldHead { head, imported });

@@ -665,7 +665,7 @@ impl Node {
                     .peer_meta(&w.origin)
                     .is_some_and(|m| !m.path.is_empty() && m.via.as_deref() == Some(&p));
                 if held {
-                    lock(&node.imported).remove(&w.origin);
+                    node.imported.lock().remove(&w.origin);
                     if node.table.remove(&w.origin) {
                         removed.push(w.origin.clone());
                     }

@@ -51,7 +51,7 @@ impl Node {
             return false;
         };
         let removed = {
-            let mut imported = lock(&self.imported);
+            let mut imported = self.imported.lock();
             imported.remove(&dsi);
             self.table.remove(&dsi)
         };

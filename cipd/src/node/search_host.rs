@@ -348,7 +348,6 @@ impl Node {
         let opts = self.query_options(true, None);
         let own = self.identity().dsi.clone();
         let answer = self.page_answer(query, &opts);
-        let digests = lock(&self.imported);
         answer
             .iter()
             .filter(|r| *r.dsi() != own)
@@ -363,7 +362,7 @@ impl Node {
                 datasets: self.table.provenance_len(r.dsi()).map_or(0, |n| {
                     u32::try_from(n.saturating_sub(1)).unwrap_or(u32::MAX)
                 }),
-                stamp: digests.get(r.dsi()).copied(),
+                stamp: self.imported.get(r.dsi()),
                 srtt: None,
             })
             .collect()

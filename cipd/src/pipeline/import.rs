@@ -12,7 +12,8 @@
 //!
 //! The thread also keeps the digests of what the table holds per dataset, under the same
 //! lock as the table write: a hint re-served unchanged refreshes its expiry but requests no
-//! out-bound rebuild.
+//! out-bound rebuild. Readers of a digest (a search's cached answers, a delta's kept head)
+//! do not take that lock, and never wait for a table write ([`DigestMap`]).
 //!
 //! A job may carry a `Vouch`: asked under that lock just before the write, it can veto
 //! the job (the peer's DSI binding ended while the hint waited in the queue). Whoever ends
@@ -21,7 +22,7 @@
 //! by a reload drops its future mid-import).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use cip_proto::Dsi;
 use hints::hint::CipHint;
@@ -90,8 +91,73 @@ struct Job {
     reply: oneshot::Sender<Result<Imported, QueueError>>,
 }
 
-/// Digests of the payloads the table holds, by dataset.
-pub(crate) type Digests = Arc<Mutex<HashMap<Dsi, u64>>>;
+/// Digests of the payloads the table holds, by dataset, shared by the import thread and
+/// the node.
+pub(crate) type Digests = Arc<DigestMap>;
+
+/// The digests of the payloads the table holds, by dataset. Writers take
+/// [`DigestMap::lock`] and hold it through their table write (the module doc says why);
+/// readers ask [`DigestMap::get`], which never waits for that write: it sees the digests
+/// as they were before it, or after.
+#[derive(Debug, Default)]
+pub(crate) struct DigestMap {
+    /// Held by a writer through its table write.
+    write: Mutex<()>,
+    /// The digests, locked only for the moment of a read or of one change.
+    held: RwLock<HashMap<Dsi, u64>>,
+}
+
+impl DigestMap {
+    /// The writers' lock: while it is held, no other writer changes a digest (or, by the
+    /// writers' rule, the table).
+    pub(crate) fn lock(&self) -> DigestsGuard<'_> {
+        DigestsGuard {
+            _write: lock(&self.write),
+            map: self,
+        }
+    }
+
+    /// The digest the table holds `dsi`'s payload under, without waiting for a write.
+    pub(crate) fn get(&self, dsi: &Dsi) -> Option<u64> {
+        self.read().get(dsi).copied()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Dsi, u64>> {
+        self.held.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn change(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Dsi, u64>> {
+        self.held.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A writer's hold on the [`DigestMap`] ([`DigestMap::lock`]).
+pub(crate) struct DigestsGuard<'a> {
+    _write: MutexGuard<'a, ()>,
+    map: &'a DigestMap,
+}
+
+impl DigestsGuard<'_> {
+    /// The digest held for `dsi`.
+    pub(crate) fn get(&self, dsi: &Dsi) -> Option<u64> {
+        self.map.get(dsi)
+    }
+
+    /// Notes that the table holds `dsi`'s payload of `digest`.
+    pub(crate) fn insert(&mut self, dsi: Dsi, digest: u64) {
+        self.map.change().insert(dsi, digest);
+    }
+
+    /// Forgets `dsi`'s digest.
+    pub(crate) fn remove(&mut self, dsi: &Dsi) {
+        self.map.change().remove(dsi);
+    }
+
+    /// Keeps only the digests of the datasets `keep` accepts.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Dsi) -> bool) {
+        self.map.change().retain(|d, _| keep(d));
+    }
+}
 
 /// The sending side of the queue.
 #[derive(Debug, Clone)]
@@ -241,7 +307,7 @@ fn import_batch(
     digests: &Digests,
     batch: &mut [Job],
 ) -> (Vec<Result<Imported, QueueError>>, Vec<Dsi>) {
-    let mut held = lock(digests);
+    let mut held = digests.lock();
     // Asked under the lock: a binding ended before this point vetoes the job; one ended
     // after it finds the dataset in the table when it drops it.
     let vouched: Vec<bool> = batch
@@ -275,14 +341,14 @@ fn import_batch(
             if !vouched[i] {
                 Step::Veto
             } else if last[&j.meta.dsi] == i
-                && held.get(&j.meta.dsi) == Some(&j.digest)
+                && held.get(&j.meta.dsi) == Some(j.digest)
                 && table.contains(&j.meta.dsi)
             {
                 Step::Refresh
             } else if jobs_of[&j.meta.dsi] == 1
                 && j.in_place
                     .as_ref()
-                    .is_some_and(|d| held.get(&j.meta.dsi) == Some(&d.base))
+                    .is_some_and(|d| held.get(&j.meta.dsi) == Some(d.base))
                 && table.contains(&j.meta.dsi)
             {
                 // The table holds the delta's base, and nothing else in the batch
@@ -580,7 +646,7 @@ mod tests {
                 .await;
             assert!(matches!(refused, Err(QueueError::Unvouched)), "{refused:?}");
         }
-        assert_eq!(lock(&digests).get(&Dsi::new("1.1").unwrap()), Some(&1));
+        assert_eq!(digests.get(&Dsi::new("1.1").unwrap()), Some(1));
         let other = importer
             .import(meta("1.2"), hint(5, "v3"), 3, None, None)
             .await
@@ -590,5 +656,28 @@ mod tests {
         assert!(table.generation() > generation);
         let q = hints::query::Query::parse("DOCUMENT:Author=v2").unwrap();
         assert!(table.query(&q, &Default::default()).is_empty());
+    }
+
+    #[test]
+    fn digests_are_read_while_a_writer_holds_its_lock() {
+        let digests = Digests::default();
+        let dsi = Dsi::new("1.1").unwrap();
+        digests.lock().insert(dsi.clone(), 7);
+        // A writer in the middle of a long table write.
+        let mut writer = digests.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| tx.send(digests.get(&dsi)).unwrap());
+            // The reader answers while the writer still holds its lock.
+            assert_eq!(
+                rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap(),
+                Some(7)
+            );
+        });
+        writer.insert(dsi.clone(), 8);
+        assert_eq!(writer.get(&dsi), Some(8));
+        writer.retain(|d| *d != dsi);
+        drop(writer);
+        assert_eq!(digests.get(&dsi), None);
     }
 }
