@@ -145,14 +145,6 @@ impl Cache {
         })
     }
 
-    /// Whether sums are memoized for `needle` under `attr`.
-    pub(crate) fn contains(&self, needle: &[u8], attr: u32) -> bool {
-        KEY.with_borrow_mut(|key| {
-            let key = key_of(key, needle, attr);
-            self.lock().map.contains_key(key)
-        })
-    }
-
     /// Keeps `store` as the sums of `needle` under `attr` if `budget` has room,
     /// forgetting this segment's oldest entries to make it.
     pub(crate) fn put(

@@ -45,9 +45,9 @@ pub(crate) struct SegmentOverflow;
 /// to a new small segment and hides them here: a hidden value is still found by lookups
 /// (its bytes, exact-table entry and 4-grams stay), but has no postings, so every reader
 /// passes over it. Summaries and memoized sums are computed from the core as if nothing
-/// were hidden, and are not used for a needle that a hidden value holds
-/// ([`Segment::hides_match`]). Versions share the core by `Arc`: hiding costs the hidden
-/// set, not the segment.
+/// were hidden: a query takes off them what the hidden values holding its needle add
+/// ([`Segment::hidden_matches`]), and uses them only where that leaves them exact.
+/// Versions share the core by `Arc`: hiding costs the hidden set, not the segment.
 #[derive(Debug, Default)]
 pub(crate) struct Segment {
     core: Arc<Core>,
@@ -68,10 +68,14 @@ impl std::ops::Deref for Segment {
 pub(crate) struct Hidden {
     /// Their ids, sorted.
     ids: Vec<u32>,
-    /// Their folded values, each followed by a 0 byte: one `memmem` tells whether a needle
-    /// is in any of them (a needle holding a 0 byte may match across two: then summaries
-    /// are passed over for nothing, which costs only time).
+    /// Their folded values, each followed by a 0 byte: one `memmem` pass finds those that
+    /// hold a needle (one holding a 0 byte may match across two: then the sums are not
+    /// used, which costs only time).
     text: Vec<u8>,
+    /// The id of each value in `text`, in `text`'s order (the order they were hidden).
+    text_ids: Vec<u32>,
+    /// Where each value's 0 byte is in `text`, in the same order.
+    text_ends: Vec<u32>,
     /// Their postings by slot, sorted by slot.
     by_slot: Vec<(u32, u64)>,
 }
@@ -537,6 +541,7 @@ impl Segment {
             + self.summary_bytes()
             + 4 * self.hidden.ids.capacity()
             + self.hidden.text.capacity()
+            + 4 * (self.hidden.text_ids.capacity() + self.hidden.text_ends.capacity())
             + 16 * self.hidden.by_slot.capacity()
     }
 }
@@ -557,11 +562,33 @@ impl Segment {
         !self.hidden.ids.is_empty() && self.hidden.ids.binary_search(&id).is_ok()
     }
 
-    /// True when a hidden value holds `finder`'s needle (or may: see [`Hidden`]): sums
-    /// computed from the core would count it, so they must not be used.
-    #[inline]
-    pub(crate) fn hides_match(&self, finder: &memchr::memmem::Finder<'_>) -> bool {
-        !self.hidden.text.is_empty() && finder.find(&self.hidden.text).is_some()
+    /// Appends to `out` the hidden values that hold `finder`'s needle, each once; false
+    /// (and nothing appended) when that cannot be told from the hidden text: a needle
+    /// holding a 0 byte, which may match across two values.
+    pub(crate) fn hidden_matches(
+        &self,
+        finder: &memchr::memmem::Finder<'_>,
+        out: &mut Vec<u32>,
+    ) -> bool {
+        let needle = finder.needle();
+        if needle.contains(&0) {
+            return false;
+        }
+        let h = &*self.hidden;
+        let mut from = 0usize;
+        while let Some(p) = h.text.get(from..).and_then(|t| finder.find(t)) {
+            let end_of_match = from + p + needle.len();
+            // The value the match ends in; it starts in it too (no 0 byte in the needle).
+            let i = h
+                .text_ends
+                .partition_point(|&e| (e as usize) < end_of_match);
+            let (Some(&id), Some(&end)) = (h.text_ids.get(i), h.text_ends.get(i)) else {
+                break;
+            };
+            out.push(id);
+            from = end as usize + 1;
+        }
+        true
     }
 
     /// Values hidden.
@@ -599,10 +626,17 @@ impl Segment {
         let mut hidden = Hidden {
             ids: Vec::with_capacity(self.hidden.ids.len() + ids.len()),
             text: self.hidden.text.clone(),
+            text_ids: self.hidden.text_ids.clone(),
+            text_ends: self.hidden.text_ends.clone(),
             by_slot: self.hidden.by_slot.clone(),
         };
         for &id in &ids {
             hidden.text.extend_from_slice(self.folded_value(id));
+            hidden.text_ids.push(id);
+            // Offsets fit: the text is at most the segment's value bytes plus one a value.
+            hidden
+                .text_ends
+                .push(u32::try_from(hidden.text.len()).unwrap_or(u32::MAX));
             hidden.text.push(0);
             let r = self.rec(id);
             for g in self.groups_raw(r.groups, r.ngroups) {
@@ -653,11 +687,6 @@ impl Segment {
     #[inline]
     pub(crate) fn memoized(&self, needle: &[u8], attr: u32) -> Option<Arc<Store>> {
         self.cache.get(needle, attr)
-    }
-
-    /// Whether a query kept the sums of `needle` (ASCII-lowercased) under `attr`.
-    pub(crate) fn has_memoized(&self, needle: &[u8], attr: u32) -> bool {
-        self.cache.contains(needle, attr)
     }
 
     /// Needles memoized and their bytes.

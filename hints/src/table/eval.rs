@@ -129,6 +129,10 @@ struct Scratch {
     ranked: Vec<Ranked>,
     /// `(slot, value id)` of the best values a summary lists for the ranked slots.
     tops: Vec<(u32, u32)>,
+    /// The current segment's hidden values holding the needle, and what they add to its
+    /// sums ([`lessen`]).
+    hidden: Vec<u32>,
+    less: Vec<Lessen>,
 }
 
 /// Per-slot sums that answered a substring term in one segment, held until its best
@@ -193,6 +197,92 @@ struct Tally {
     /// The current value's `(slot, count)` pairs.
     pairs: Vec<(u32, u64)>,
     k: usize,
+}
+
+/// What a segment's hidden values holding a needle add for one slot to sums computed from
+/// its core: `(slot, summed count, values)`.
+type Lessen = (u32, u64, u32);
+
+/// Puts in `less`, by slot, what the hidden values `hidden` of `seg` (those holding the
+/// needle, [`Segment::hidden_matches`]) add under `attr` to sums computed from its core.
+fn lessen(seg: &Segment, hidden: &[u32], attr: u32, less: &mut Vec<Lessen>) {
+    less.clear();
+    for &id in hidden {
+        let start = seg.start_of(id);
+        if let Some(g) = seg.groups_in_core(start).find(|g| g.attr == attr) {
+            less.extend(seg.group_postings(g).map(|(slot, count)| (slot, count, 1)));
+        }
+    }
+    less.sort_unstable_by_key(|l| l.0);
+    less.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1 = a.1.saturating_add(b.1);
+            a.2 += b.2;
+        }
+        same
+    });
+}
+
+/// True when `summary` (of `seg`'s core), less `less` ([`lessen`]), answers a page of
+/// `limit` referrals with `k` values each exactly:
+/// * a slot whose best values it lists lost hidden ones still has `k` listed, or the
+///   list held every value it matched;
+/// * a cut block ([`crate::index::sums::Summary::exact_for`]) still has `limit` live slots
+///   that rank before every slot it left out: those left out summed at most its lowest
+///   sum, and only lose by hiding, so a kept slot whose sum did not change, or is still
+///   above that, ranks before them.
+///
+/// Without `less`, [`crate::index::sums::Summary::exact_for`].
+fn exact_lessened(
+    summary: &crate::index::sums::Summary<'_>,
+    less: &[Lessen],
+    seg: &Segment,
+    limit: usize,
+    k: usize,
+    live: impl Fn(u32) -> bool,
+) -> bool {
+    if less.is_empty() {
+        return summary.exact_for(limit, live);
+    }
+    let entries = summary.entries;
+    for &(slot, _, _) in less {
+        let Ok(e) = entries.binary_search_by_key(&slot, |e| e.slot) else {
+            continue;
+        };
+        let (listed, hidden) = entries[e]
+            .tops
+            .iter()
+            .take_while(|&&id| id != u32::MAX)
+            .fold((0usize, 0usize), |(n, h), &id| {
+                (n + 1, h + usize::from(seg.is_hidden(id)))
+            });
+        if hidden > 0 && entries[e].matched as usize > listed && listed - hidden < k {
+            return false;
+        }
+    }
+    if summary.cut & crate::index::sums::CUT == 0 || limit == 0 {
+        return true;
+    }
+    let floor = (0..entries.len())
+        .map(|i| summary.sum(i))
+        .min()
+        .unwrap_or(0);
+    let certain = entries
+        .iter()
+        .enumerate()
+        .filter(|&(i, e)| {
+            live(e.slot)
+                && match less.binary_search_by_key(&e.slot, |l| l.0) {
+                    Err(_) => true,
+                    Ok(x) => {
+                        let (_, sum, values) = less[x];
+                        e.matched > values && summary.sum(i).saturating_sub(sum) > floor
+                    }
+                }
+        })
+        .count();
+    certain >= limit
 }
 
 /// True when `a` ranks before `b` among a referral's values: higher count, then
@@ -272,6 +362,26 @@ impl Tally {
     fn add_summary(&mut self, summary: &crate::index::sums::Summary<'_>) {
         for (i, e) in summary.entries.iter().enumerate() {
             self.add_summed(e.slot, summary.sum(i), e.matched);
+        }
+    }
+
+    /// [`Tally::add_summary`] of sums computed from a segment's core, less what its
+    /// hidden values holding the needle add (`less`, from [`lessen`]): a slot left with
+    /// no value is not counted.
+    fn add_summary_less(&mut self, summary: &crate::index::sums::Summary<'_>, less: &[Lessen]) {
+        if less.is_empty() {
+            return self.add_summary(summary);
+        }
+        for (i, e) in summary.entries.iter().enumerate() {
+            let (mut sum, mut matched) = (summary.sum(i), e.matched);
+            if let Ok(x) = less.binary_search_by_key(&e.slot, |l| l.0) {
+                sum = sum.saturating_sub(less[x].1);
+                matched = matched.saturating_sub(less[x].2);
+                if matched == 0 {
+                    continue;
+                }
+            }
+            self.add_summed(e.slot, sum, matched);
         }
     }
 
@@ -521,25 +631,36 @@ impl RoutingTable {
         let live = |slot| snap.live_tie(slot, opts.now).is_some();
         let mut scanned = 0;
         let finder = memchr::memmem::Finder::new(&lower);
+        let (mut hidden, mut less) = (Vec::new(), Vec::new());
         snap.segments.iter().all(|seg| {
-            if seg.hides_match(&finder) {
-                // Its sums count values it hides: it is searched.
-                scanned += seg.len();
-                return scanned < QUICK_SCAN_VALUES;
+            less.clear();
+            if seg.hides() {
+                hidden.clear();
+                if !seg.hidden_matches(&finder, &mut hidden) {
+                    // Its sums may count values it hides: it is searched.
+                    scanned += seg.len();
+                    return scanned < QUICK_SCAN_VALUES;
+                }
+                lessen(seg, &hidden, attr, &mut less);
             }
+            let k = opts.max_values;
             let summed = match seg.summaries_now().as_deref().and_then(|s| {
                 s.lookup(&lower, attr)
-                    .map(|summary| summary.exact_for(opts.limit, live))
+                    .map(|summary| exact_lessened(&summary, &less, seg, opts.limit, k, live))
             }) {
                 Some(exact) => exact,
                 // Not summarized although narrow summaries would hold it if it were
                 // broad enough: it matches few values.
                 None => seg.covers_narrowly(&lower, attr),
             };
-            summed || seg.has_memoized(&lower, attr) || {
-                scanned += seg.len();
-                scanned < QUICK_SCAN_VALUES
-            }
+            summed
+                || seg.memoized(&lower, attr).is_some_and(|store| {
+                    exact_lessened(&store.only(attr), &less, seg, opts.limit, k, live)
+                })
+                || {
+                    scanned += seg.len();
+                    scanned < QUICK_SCAN_VALUES
+                }
         })
     }
 
@@ -687,11 +808,20 @@ impl RoutingTable {
                 let mask = attr_mask(attrs);
                 let cache = &self.cache;
                 let cfg = &self.config.summaries;
+                let live = |slot| snap.live_tie(slot, opts.now).is_some();
                 for (si, seg) in segs.iter().enumerate() {
                     let si = si as u32;
-                    // Sums count the values a segment hides: not used for a needle one of
-                    // them holds (see `index::Segment`).
-                    let summable = summable && !seg.hides_match(&finder);
+                    // Sums count the values a segment hides: those that hold the needle
+                    // are taken off them (see `index::Segment`), or, when that cannot be
+                    // told, the sums are not used.
+                    let mut summable = summable;
+                    scratch.less.clear();
+                    if summable && seg.hides() {
+                        scratch.hidden.clear();
+                        summable = seg.hidden_matches(&finder, &mut scratch.hidden);
+                        lessen(seg, &scratch.hidden, attrs[0], &mut scratch.less);
+                    }
+                    let less = &scratch.less[..];
                     if summable {
                         let attr = attrs[0];
                         // A broad needle under one attribute: the segment's summary has
@@ -700,20 +830,20 @@ impl RoutingTable {
                         // A narrow summary holds only the best slots: it answers when the
                         // page asked for is among them.
                         let guard = seg.summaries_now();
-                        if let Some(sums) = guard.as_ref() {
-                            let live = |slot| snap.live_tie(slot, opts.now).is_some();
-                            if let Some(summary) = sums
+                        if let Some(sums) = guard.as_ref()
+                            && let Some(summary) = sums
                                 .lookup(&scratch.lower, attr)
-                                .filter(|s| s.exact_for(opts.limit, live))
-                            {
-                                tally.add_summary(&summary);
-                                scratch.summed.push((si, Summed::Built(Arc::clone(sums))));
-                                continue;
-                            }
+                                .filter(|s| exact_lessened(s, less, seg, opts.limit, k, live))
+                        {
+                            tally.add_summary_less(&summary, less);
+                            scratch.summed.push((si, Summed::Built(Arc::clone(sums))));
+                            continue;
                         }
-                        if let Some(store) = seg.memoized(&scratch.lower, attr) {
+                        if let Some(store) = seg.memoized(&scratch.lower, attr)
+                            && exact_lessened(&store.only(attr), less, seg, opts.limit, k, live)
+                        {
                             cache.hit();
-                            tally.add_summary(&store.only(attr));
+                            tally.add_summary_less(&store.only(attr), less);
                             scratch.summed.push((si, Summed::Kept(store)));
                             continue;
                         }
@@ -734,9 +864,13 @@ impl RoutingTable {
                         // and slot in one pass, and keep that.
                         cache.computed();
                         let store = seg.memoize(&finder, &scratch.ids, exact, attrs[0], cache);
-                        tally.add_summary(&store.only(attrs[0]));
-                        scratch.summed.push((si, Summed::Kept(store)));
-                        continue;
+                        let summary = store.only(attrs[0]);
+                        if exact_lessened(&summary, less, seg, opts.limit, k, live) {
+                            tally.add_summary_less(&summary, less);
+                            scratch.summed.push((si, Summed::Kept(store)));
+                            continue;
+                        }
+                        // Hidden values took best values it lists: searched below.
                     }
                     // One pipelined pass: each match's postings are read right after its
                     // bytes were checked, while the next batches load.
@@ -791,8 +925,9 @@ impl RoutingTable {
                         entries[e]
                             .tops
                             .iter()
-                            .take(k)
                             .take_while(|&&id| id != u32::MAX)
+                            .filter(|&&id| !seg.is_hidden(id))
+                            .take(k)
                             .map(|&id| (r.slot, id)),
                     );
                 }

@@ -93,11 +93,13 @@
 //! replaces: a change costs its values' records and that set, not the peer's hint.
 //!
 //! Substring sums (summaries and the memo) are computed from a segment's records, hidden
-//! ones included; a query does not use them in a segment where a hidden value holds the
-//! needle (one `memmem` over the hidden values' text), and searches it instead. A segment
-//! hiding more than 4,096 values and a sixteenth of its values is rewritten by the merge
-//! policy, hidden entries counting as dead; the patches merge tier by tier like any
-//! import's segment.
+//! ones included. A query finds the hidden values holding its needle (one `memmem` pass
+//! over their text) and takes what they add off the sums, per slot; it uses the sums so
+//! lessened where they stay exact (`eval::exact_lessened`: a cut block still holds the
+//! page, a slot's best values listed still hold the page's values), and searches the
+//! segment otherwise. A segment hiding more than 4,096 values and a sixteenth of its
+//! values is rewritten by the merge policy, hidden entries counting as dead; the patches
+//! merge tier by tier like any import's segment.
 //!
 //! # Loop prevention (digest A21)
 //!
