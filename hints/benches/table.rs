@@ -340,7 +340,19 @@ fn main() {
     }
 
     if only.as_deref() == Some("churn") {
-        churn(&table, &lists, &pool, &meta, &spec, &exact, &opts);
+        // Random fragments (broad ones among them, which summaries answer) and whole
+        // tokens, alternately.
+        let substring: Vec<Query> = fragments
+            .iter()
+            .zip(&tokens)
+            .flat_map(|(f, t)| [f, t])
+            .map(|needle| {
+                Query::parse(&format!("Author~\"{needle}\"")).unwrap_or_else(|e| panic!("{e}"))
+            })
+            .collect();
+        churn(
+            &table, &lists, &pool, &meta, &spec, &exact, &substring, &opts,
+        );
         return;
     }
     if !run("replace") {
@@ -425,6 +437,7 @@ fn churn(
     meta: &dyn Fn(usize) -> PeerMeta,
     spec: &AttrSpec,
     exact: &[Query],
+    substring: &[Query],
     opts: &QueryOptions,
 ) {
     use hints::table::{CountChange, ListChanges};
@@ -469,16 +482,24 @@ fn churn(
             }
         });
         let probe = s.spawn(|| {
-            let mut waits = Vec::new();
+            let (mut waits, mut substring_waits) = (Vec::new(), Vec::new());
             let mut k = 0;
             while !stop.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 std::hint::black_box(table.route(&exact[k % exact.len()], opts).len());
                 waits.push(t.elapsed());
+                // A substring query (a fragment or a whole token of a value) between two
+                // exact ones.
+                if k % 2 == 1 {
+                    let t = Instant::now();
+                    let q = &substring[(k / 2) % substring.len()];
+                    std::hint::black_box(table.query(q, opts).len());
+                    substring_waits.push(t.elapsed());
+                }
                 k += 1;
                 std::thread::sleep(Duration::from_millis(20));
             }
-            waits
+            (waits, substring_waits)
         });
         let mut n = 0u64;
         loop {
@@ -542,7 +563,17 @@ fn churn(
         let waits = probe.join().unwrap_or_default();
         (waits, applied)
     });
-    let (mut waits, applied) = waits;
+    let ((mut waits, mut substring_waits), applied) = waits;
+    substring_waits.sort_unstable();
+    let spct = |q: f64| {
+        substring_waits
+            .get(
+                ((substring_waits.len() as f64 * q) as usize)
+                    .min(substring_waits.len().saturating_sub(1)),
+            )
+            .copied()
+            .unwrap_or_default()
+    };
     let cpu = cpu_secs() - cpu0;
     let elapsed = start.elapsed();
     waits.sort_unstable();
@@ -580,5 +611,17 @@ fn churn(
         pct(0.99).as_secs_f64() * 1e3,
         waits.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
         verdict(pct(0.99) <= Duration::from_millis(5))
+    );
+    println!(
+        "churn substring probe: {} queries (fragments and whole tokens of values), p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        substring_waits.len(),
+        spct(0.5).as_secs_f64() * 1e3,
+        spct(0.99).as_secs_f64() * 1e3,
+        substring_waits
+            .last()
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e3,
     );
 }
