@@ -285,6 +285,41 @@ fn exact_lessened(
     certain >= limit
 }
 
+/// True when every cut block among `summed` (the summaries that answered needle `lower`
+/// under `attr`, by segment) holds each live slot of `touched` (every slot the term
+/// counted) that its segment has postings of: such a slot may hold the needle there past
+/// the block's cut, with a sum the tally lacks.
+fn cut_blocks_hold(
+    segs: &[Arc<Segment>],
+    summed: &[(u32, Summed)],
+    lower: &[u8],
+    attr: u32,
+    touched: &[u32],
+    live: impl Fn(u32) -> bool,
+) -> bool {
+    summed.iter().all(|(si, store)| {
+        let summary = match store {
+            Summed::Kept(store) => store.only(attr),
+            Summed::Built(sums) => match sums.lookup(lower, attr) {
+                Some(summary) => summary,
+                None => return true,
+            },
+        };
+        if summary.cut & crate::index::sums::CUT == 0 {
+            return true;
+        }
+        let seg = &segs[*si as usize];
+        touched.iter().all(|&slot| {
+            !live(slot)
+                || seg.slot_entries(slot) == 0
+                || summary
+                    .entries
+                    .binary_search_by_key(&slot, |e| e.slot)
+                    .is_ok()
+        })
+    })
+}
+
 /// True when `a` ranks before `b` among a referral's values: higher count, then
 /// ASCII-case-insensitive value order.
 fn value_before(segs: &[Arc<Segment>], a: Top, b: Top) -> bool {
@@ -491,6 +526,16 @@ impl Tally {
     }
 
     /// Forgets the kept values of every touched slot.
+    /// Forgets everything tallied so far (to tally the term again).
+    fn clear_touched(&mut self) {
+        for &slot in &self.touched {
+            let s = slot as usize;
+            self.counts[s] = 0;
+            self.matched[s] = 0;
+        }
+        self.clear_tops();
+    }
+
     fn clear_tops(&mut self) {
         for &slot in &self.touched {
             self.top_len[slot as usize] = 0;
@@ -809,74 +854,97 @@ impl RoutingTable {
                 let cache = &self.cache;
                 let cfg = &self.config.summaries;
                 let live = |slot| snap.live_tie(slot, opts.now).is_some();
-                for (si, seg) in segs.iter().enumerate() {
-                    let si = si as u32;
-                    // Sums count the values a segment hides: those that hold the needle
-                    // are taken off them (see `index::Segment`), or, when that cannot be
-                    // told, the sums are not used.
-                    let mut summable = summable;
-                    scratch.less.clear();
-                    if summable && seg.hides() {
-                        scratch.hidden.clear();
-                        summable = seg.hidden_matches(&finder, &mut scratch.hidden);
-                        lessen(seg, &scratch.hidden, attrs[0], &mut scratch.less);
-                    }
-                    let less = &scratch.less[..];
-                    if summable {
-                        let attr = attrs[0];
-                        // A broad needle under one attribute: the segment's summary has
-                        // the sums; the ranked slots' best values are read from it
-                        // afterwards.
-                        // A narrow summary holds only the best slots: it answers when the
-                        // page asked for is among them.
-                        let guard = seg.summaries_now();
-                        if let Some(sums) = guard.as_ref()
-                            && let Some(summary) = sums
-                                .lookup(&scratch.lower, attr)
-                                .filter(|s| exact_lessened(s, less, seg, opts.limit, k, live))
-                        {
-                            tally.add_summary_less(&summary, less);
-                            scratch.summed.push((si, Summed::Built(Arc::clone(sums))));
-                            continue;
+                // A cut block answers for its segment's slots only if it holds each one
+                // another segment counts that may hold the needle here too (deltas in
+                // place split a peer's values between segments): checked once every
+                // segment is tallied; if one does not, the term is tallied again without
+                // cut blocks.
+                for cuts in [true, false] {
+                    for (si, seg) in segs.iter().enumerate() {
+                        let si = si as u32;
+                        // Sums count the values a segment hides: those that hold the needle
+                        // are taken off them (see `index::Segment`), or, when that cannot be
+                        // told, the sums are not used.
+                        let mut summable = summable;
+                        scratch.less.clear();
+                        if summable && seg.hides() {
+                            scratch.hidden.clear();
+                            summable = seg.hidden_matches(&finder, &mut scratch.hidden);
+                            lessen(seg, &scratch.hidden, attrs[0], &mut scratch.less);
                         }
-                        if let Some(store) = seg.memoized(&scratch.lower, attr)
-                            && exact_lessened(&store.only(attr), less, seg, opts.limit, k, live)
-                        {
-                            cache.hit();
-                            tally.add_summary_less(&store.only(attr), less);
-                            scratch.summed.push((si, Summed::Kept(store)));
-                            continue;
+                        let less = &scratch.less[..];
+                        if summable {
+                            let attr = attrs[0];
+                            // A broad needle under one attribute: the segment's summary has
+                            // the sums; the ranked slots' best values are read from it
+                            // afterwards.
+                            // A narrow summary holds only the best slots: it answers when the
+                            // page asked for is among them.
+                            let guard = seg.summaries_now();
+                            if let Some(sums) = guard.as_ref()
+                                && let Some(summary) = sums
+                                    .lookup(&scratch.lower, attr)
+                                    .filter(|s| cuts || s.cut & crate::index::sums::CUT == 0)
+                                    .filter(|s| exact_lessened(s, less, seg, opts.limit, k, live))
+                            {
+                                tally.add_summary_less(&summary, less);
+                                scratch.summed.push((si, Summed::Built(Arc::clone(sums))));
+                                continue;
+                            }
+                            if let Some(store) = seg.memoized(&scratch.lower, attr)
+                                && exact_lessened(&store.only(attr), less, seg, opts.limit, k, live)
+                            {
+                                cache.hit();
+                                tally.add_summary_less(&store.only(attr), less);
+                                scratch.summed.push((si, Summed::Kept(store)));
+                                continue;
+                            }
                         }
-                    }
-                    let Some(exact) = seg.substring_candidates(&finder, &mut scratch.ids) else {
-                        continue;
-                    };
-                    // Values reported under other attributes only need not be loaded.
-                    seg.retain_under(&mut scratch.ids, mask);
-                    if summable
+                        let Some(exact) = seg.substring_candidates(&finder, &mut scratch.ids)
+                        else {
+                            continue;
+                        };
+                        // Values reported under other attributes only need not be loaded.
+                        seg.retain_under(&mut scratch.ids, mask);
+                        if summable
                         && cache.enabled()
                         && seg.len() >= cfg.min_values
                         // Too few values hold it to be worth keeping.
                         && !seg.covers_narrowly(&scratch.lower, attrs[0])
                         && scratch.ids.len() >= cfg.memo_min_candidates
-                    {
-                        // Expensive, and likely asked again: sum it for every attribute
-                        // and slot in one pass, and keep that.
-                        cache.computed();
-                        let store = seg.memoize(&finder, &scratch.ids, exact, attrs[0], cache);
-                        let summary = store.only(attrs[0]);
-                        if exact_lessened(&summary, less, seg, opts.limit, k, live) {
-                            tally.add_summary_less(&summary, less);
-                            scratch.summed.push((si, Summed::Kept(store)));
-                            continue;
+                        {
+                            // Expensive, and likely asked again: sum it for every attribute
+                            // and slot in one pass, and keep that.
+                            cache.computed();
+                            let store = seg.memoize(&finder, &scratch.ids, exact, attrs[0], cache);
+                            let summary = store.only(attrs[0]);
+                            if exact_lessened(&summary, less, seg, opts.limit, k, live) {
+                                tally.add_summary_less(&summary, less);
+                                scratch.summed.push((si, Summed::Kept(store)));
+                                continue;
+                            }
+                            // Hidden values took best values it lists: searched below.
                         }
-                        // Hidden values took best values it lists: searched below.
+                        // One pipelined pass: each match's postings are read right after its
+                        // bytes were checked, while the next batches load.
+                        seg.for_each_candidate(&finder, &scratch.ids, exact, |id, start| {
+                            tally.add_at(segs, si, id, start, attrs);
+                        });
                     }
-                    // One pipelined pass: each match's postings are read right after its
-                    // bytes were checked, while the next batches load.
-                    seg.for_each_candidate(&finder, &scratch.ids, exact, |id, start| {
-                        tally.add_at(segs, si, id, start, attrs);
-                    });
+                    if !cuts
+                        || cut_blocks_hold(
+                            segs,
+                            &scratch.summed,
+                            &scratch.lower,
+                            attrs[0],
+                            &tally.touched,
+                            live,
+                        )
+                    {
+                        break;
+                    }
+                    tally.clear_touched();
+                    scratch.summed.clear();
                 }
             }
         }
