@@ -122,7 +122,12 @@ async fn datachanged_propagates_up_the_hierarchy() {
     let leaf_spec = leaf.spec.clone().peer("mid", &mid, &["poller"]);
     leaf.reconfigure(leaf_spec).await;
     let mid_spec = mid.spec.clone().peer("root", &root, &["poller"]);
+    let polled = mid.daemon.node().status_snapshot().polls_ok;
     mid.reconfigure(mid_spec).await;
+    // The reload polls the leaf at once; done before the change, so that only the leaf's
+    // datachanged can bring it (on a busy machine that poll could otherwise come after).
+    mid.wait_for("the reload's poll", |s| s.polls_ok > polled)
+        .await;
     assert!(root.query("Author=Zed").await.referrals.is_empty());
 
     leaf.set_authors(&["Ada", "Zed"]).await;
