@@ -1885,16 +1885,21 @@ mod deltas_in_place {
     }
 }
 
-#[test]
-fn summaries_never_count_a_hidden_value() {
-    use crate::delta::HintDelta;
+/// A table summarizing every n-gram before a write returns.
+fn summarized_at_once() -> RoutingTable {
     let mut cfg = SummaryConfig::everything();
     cfg.background = false;
-    let t = RoutingTable::new(TableConfig {
+    RoutingTable::new(TableConfig {
         node: Some(dsi("9.9")),
         summaries: cfg,
         ..TableConfig::default()
-    });
+    })
+}
+
+#[test]
+fn summaries_never_count_a_hidden_value() {
+    use crate::delta::HintDelta;
+    let t = summarized_at_once();
     // Enough other values that the patch is not merged at once.
     let filler: Vec<String> = (0..40).map(|i| format!("filler{i}")).collect();
     let with = |garcia: u64| {
@@ -1980,13 +1985,7 @@ fn background_summary_threads_run_the_configured_start_first() {
 #[test]
 fn summaries_are_lessened_by_the_hidden_values_that_hold_a_needle() {
     use crate::delta::HintDelta;
-    let mut cfg = SummaryConfig::everything();
-    cfg.background = false;
-    let t = RoutingTable::new(TableConfig {
-        node: Some(dsi("9.9")),
-        summaries: cfg,
-        ..TableConfig::default()
-    });
+    let t = summarized_at_once();
     let filler: Vec<String> = (0..40).map(|i| format!("filler{i}")).collect();
     let garcias: Vec<String> = (0..10).map(|i| format!("Garcia {i}")).collect();
     let with = |top: u64| {
