@@ -285,6 +285,27 @@ fn exact_lessened(
     certain >= limit
 }
 
+/// True when no segment but `segs[si]` has postings of a slot that `segs[si]` has
+/// postings of and `summary` (a cut block of it) left out: the block then holds every
+/// slot the other segments can count ([`cut_blocks_hold`]).
+fn others_within_cut(
+    segs: &[Arc<Segment>],
+    si: usize,
+    summary: &crate::index::sums::Summary<'_>,
+) -> bool {
+    let seg = &segs[si];
+    segs.iter().enumerate().all(|(ti, other)| {
+        ti == si
+            || other.slots().iter().all(|&(slot, _)| {
+                seg.slot_entries(slot) == 0
+                    || summary
+                        .entries
+                        .binary_search_by_key(&slot, |e| e.slot)
+                        .is_ok()
+            })
+    })
+}
+
 /// True when every cut block among `summed` (the summaries that answered needle `lower`
 /// under `attr`, by segment) holds each live slot of `touched` (every slot the term
 /// counted) that its segment has postings of: such a slot may hold the needle there past
@@ -677,7 +698,8 @@ impl RoutingTable {
         let mut scanned = 0;
         let finder = memchr::memmem::Finder::new(&lower);
         let (mut hidden, mut less) = (Vec::new(), Vec::new());
-        snap.segments.iter().all(|seg| {
+        let segs = &snap.segments[..];
+        segs.iter().enumerate().all(|(si, seg)| {
             less.clear();
             if seg.hides() {
                 hidden.clear();
@@ -690,8 +712,13 @@ impl RoutingTable {
             }
             let k = opts.max_values;
             let summed = match seg.summaries_now().as_deref().and_then(|s| {
-                s.lookup(&lower, attr)
-                    .map(|summary| exact_lessened(&summary, &less, seg, opts.limit, k, live))
+                s.lookup(&lower, attr).map(|summary| {
+                    exact_lessened(&summary, &less, seg, opts.limit, k, live)
+                        // A cut block another segment's slots may pass (see
+                        // `cut_blocks_hold`) could send the query to a search.
+                        && (summary.cut & crate::index::sums::CUT == 0
+                            || others_within_cut(segs, si, &summary))
+                })
             }) {
                 Some(exact) => exact,
                 // Not summarized although narrow summaries would hold it if it were

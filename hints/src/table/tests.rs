@@ -2052,3 +2052,66 @@ fn summaries_are_lessened_by_the_hidden_values_that_hold_a_needle() {
         .map(|(v, c)| (v.to_owned(), c))
     );
 }
+
+/// A narrow summary's cut block is quick while its segment's slots are its own; once a
+/// delta splits a peer it left out between that segment and a patch, the query is not
+/// (it may search the segment), and the answer stays the one of a fresh table.
+#[test]
+fn a_cut_block_is_not_quick_once_a_left_out_peer_is_split() {
+    use crate::delta::HintDelta;
+    let hints = anber_hints();
+    let t = RoutingTable::new(TableConfig {
+        summaries: SummaryConfig {
+            min_matches: usize::MAX,
+            narrow_min_values: 2,
+            narrow_slots: 2,
+            ..SummaryConfig::everything()
+        },
+        ..TableConfig::default()
+    });
+    load(&t, &hints, true);
+    t.compact();
+    t.wait_for_summaries();
+    let page = QueryOptions {
+        limit: 1,
+        ..QueryOptions::default()
+    };
+    let needle = q("DOCUMENT:Author~anber");
+    assert_eq!(t.current.load().segments.len(), 1);
+    assert!(
+        t.answers_quickly(&needle, &page),
+        "one segment, a cut block"
+    );
+    // The peer ranked last is past the block's cut.
+    let all = t.route(
+        &needle,
+        &QueryOptions {
+            limit: 100,
+            ..QueryOptions::default()
+        },
+    );
+    let last = all.last().unwrap().meta.dsi.clone();
+    let p: usize = last.as_str().rsplit('.').next().unwrap().parse().unwrap();
+    let before = &hints[p];
+    let mut after = before.clone();
+    let mut entries = after.weightlists[0].1.clone().into_entries();
+    entries[0].count = 900;
+    after.weightlists[0].1 = Weightlist::new(entries);
+    let (made, changes) = HintDelta::between(before, &after)
+        .unwrap()
+        .apply_changes(before)
+        .unwrap();
+    t.apply_delta(meta(&format!("1.{p}")), &made, &changes)
+        .unwrap();
+    assert_eq!(t.current.load().segments.len(), 2, "the patch stands apart");
+    assert!(!t.answers_quickly(&needle, &page));
+    let mut changed = hints.clone();
+    changed[p] = after;
+    let fresh = RoutingTable::default();
+    load(&fresh, &changed, true);
+    assert_eq!(
+        summary(&t.query(&needle, &page)),
+        summary(&fresh.query(&needle, &page))
+    );
+    assert_eq!(summary(&t.query(&needle, &page))[0].0, format!("1.{p}"));
+}
