@@ -358,7 +358,7 @@ fn gather<'a>(
     let mut included_slots = vec![false; snap.slots.len()];
     let mut included = Vec::new();
     let mut skipped = Vec::new();
-    for (dsi, &slot) in &snap.peers {
+    for (dsi, &slot) in snap.peers.iter() {
         let Some(entry) = snap.entry(slot) else {
             continue;
         };

@@ -1049,7 +1049,7 @@ fn install(next: &mut Snapshot, slot: u32, entry: PeerEntry) -> ReplaceOutcome {
         next.slots.resize(slot as usize + 1, None);
     }
     next.slots[slot as usize] = Some(Arc::new(entry));
-    next.peers.insert(dsi, slot);
+    Arc::make_mut(&mut next.peers).insert(dsi, slot);
     outcome
 }
 

@@ -177,7 +177,9 @@ impl AttrTable {
 pub(crate) struct Snapshot {
     /// Bumped by every published change ([`RoutingTable::generation`]).
     pub generation: u64,
-    pub peers: BTreeMap<Dsi, u32>,
+    /// Shared between snapshots until a write adds or removes a peer: a write that keeps
+    /// the peers (a delta, a refresh) copies no DSI.
+    pub peers: Arc<BTreeMap<Dsi, u32>>,
     pub slots: Vec<Option<Arc<PeerEntry>>>,
     pub(super) free: Vec<u32>,
     pub attrs: Arc<AttrTable>,
@@ -291,7 +293,7 @@ impl Snapshot {
     }
 
     pub(super) fn kill(&mut self, dsi: &Dsi) -> bool {
-        match self.peers.remove(dsi) {
+        match Arc::make_mut(&mut self.peers).remove(dsi) {
             Some(slot) => {
                 self.slots[slot as usize] = None;
                 true
