@@ -263,12 +263,22 @@ impl Node {
             .filter(|(_, s)| s.gone)
             .map(|(n, _)| n.clone())
             .collect();
-        config
+        let mut apart = BTreeSet::new();
+        let mut learned = Vec::new();
+        for p in config
             .peers
             .iter()
             .filter(|p| p.has_role(PeerRole::Poll) && !gone.contains(&p.name))
-            .filter_map(|p| p.dsi.clone().or_else(|| self.peer_dsi(&p.name)))
-            .collect()
+        {
+            match &p.dsi {
+                Some(dsi) => {
+                    apart.insert(dsi.clone());
+                }
+                None => learned.push(p.name.as_str()),
+            }
+        }
+        apart.extend(self.bindings.dsis_of(learned));
+        apart
     }
 
     /// Polls `peer` now, as its `datachanged` does: the answer comes whole only if it

