@@ -696,15 +696,7 @@ fn narrow_summaries_are_rebuilt_once_enough_peers_are_gone() {
             hint(100, &[("DOCUMENT", "Author", &[(own.as_str(), 10 + p)])])
         })
         .collect();
-    let t = RoutingTable::new(TableConfig {
-        summaries: SummaryConfig {
-            min_matches: usize::MAX,
-            narrow_min_values: 2,
-            narrow_slots: 3,
-            ..SummaryConfig::everything()
-        },
-        ..TableConfig::default()
-    });
+    let t = narrow_table(3);
     load(&t, &hints, true);
     t.wait_for_summaries();
     // Whether the segment's summary of `garc` holds a page of 3.
@@ -1898,7 +1890,6 @@ fn summarized_at_once() -> RoutingTable {
 
 #[test]
 fn summaries_never_count_a_hidden_value() {
-    use crate::delta::HintDelta;
     let t = summarized_at_once();
     // Enough other values that the patch is not merged at once.
     let filler: Vec<String> = (0..40).map(|i| format!("filler{i}")).collect();
@@ -1922,11 +1913,7 @@ fn summaries_never_count_a_hidden_value() {
         vec![("1.0".into(), 6, true), ("1.1".into(), 6, true)]
     );
     let b = with(1);
-    let (made, changes) = HintDelta::between(&a, &b)
-        .unwrap()
-        .apply_changes(&a)
-        .unwrap();
-    t.apply_delta(meta("1.0"), &made, &changes).unwrap();
+    apply_between(&t, meta("1.0"), &a, &b);
     let snap = t.current.load();
     assert_eq!(snap.segments[0].hidden_values(), 1);
     assert!(
@@ -1984,7 +1971,6 @@ fn background_summary_threads_run_the_configured_start_first() {
 /// slot whose best values listed lost too many of them to hidden values is searched.
 #[test]
 fn summaries_are_lessened_by_the_hidden_values_that_hold_a_needle() {
-    use crate::delta::HintDelta;
     let t = summarized_at_once();
     let filler: Vec<String> = (0..40).map(|i| format!("filler{i}")).collect();
     let garcias: Vec<String> = (0..10).map(|i| format!("Garcia {i}")).collect();
@@ -2002,11 +1988,7 @@ fn summaries_are_lessened_by_the_hidden_values_that_hold_a_needle() {
     t.replace(meta("1.1"), &with(30)).unwrap();
     t.compact();
     t.wait_for_summaries();
-    let (made, changes) = HintDelta::between(&a, &b)
-        .unwrap()
-        .apply_changes(&a)
-        .unwrap();
-    t.apply_delta(meta("1.0"), &made, &changes).unwrap();
+    apply_between(&t, meta("1.0"), &a, &b);
     let snap = t.current.load();
     assert_eq!(
         snap.segments[0].hidden_values(),
@@ -2053,22 +2035,36 @@ fn summaries_are_lessened_by_the_hidden_values_that_hold_a_needle() {
     );
 }
 
+/// Applies in place to `t` the delta from `a` to `b` of `peer`'s hint.
+fn apply_between(t: &RoutingTable, peer: PeerMeta, a: &CipHint, b: &CipHint) {
+    let (made, changes) = crate::delta::HintDelta::between(a, b)
+        .unwrap()
+        .apply_changes(a)
+        .unwrap();
+    t.apply_delta(peer, &made, &changes).unwrap();
+}
+
+/// A table with narrow summaries alone, of `slots` slots, built before a write returns
+/// (and none broad).
+fn narrow_table(slots: usize) -> RoutingTable {
+    RoutingTable::new(TableConfig {
+        summaries: SummaryConfig {
+            min_matches: usize::MAX,
+            narrow_min_values: 2,
+            narrow_slots: slots,
+            ..SummaryConfig::everything()
+        },
+        ..TableConfig::default()
+    })
+}
+
 /// A narrow summary's cut block is quick while its segment's slots are its own; once a
 /// delta splits a peer it left out between that segment and a patch, the query is not
 /// (it may search the segment), and the answer stays the one of a fresh table.
 #[test]
 fn a_cut_block_is_not_quick_once_a_left_out_peer_is_split() {
-    use crate::delta::HintDelta;
     let hints = anber_hints();
-    let t = RoutingTable::new(TableConfig {
-        summaries: SummaryConfig {
-            min_matches: usize::MAX,
-            narrow_min_values: 2,
-            narrow_slots: 2,
-            ..SummaryConfig::everything()
-        },
-        ..TableConfig::default()
-    });
+    let t = narrow_table(2);
     load(&t, &hints, true);
     t.compact();
     t.wait_for_summaries();
@@ -2097,12 +2093,7 @@ fn a_cut_block_is_not_quick_once_a_left_out_peer_is_split() {
     let mut entries = after.weightlists[0].1.clone().into_entries();
     entries[0].count = 900;
     after.weightlists[0].1 = Weightlist::new(entries);
-    let (made, changes) = HintDelta::between(before, &after)
-        .unwrap()
-        .apply_changes(before)
-        .unwrap();
-    t.apply_delta(meta(&format!("1.{p}")), &made, &changes)
-        .unwrap();
+    apply_between(&t, meta(&format!("1.{p}")), before, &after);
     assert_eq!(t.current.load().segments.len(), 2, "the patch stands apart");
     assert!(!t.answers_quickly(&needle, &page));
     let mut changed = hints.clone();
