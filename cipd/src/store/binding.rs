@@ -173,8 +173,7 @@ impl Bindings {
     }
 
     /// The DSIs bound to those of `peers` that have a binding, read under one lock (every
-    /// poll names the peers its node polls: a lock and a binding copied per peer cost a
-    /// 1,000-peer hub a tenth of its polls' CPU).
+    /// poll names the peers its node polls: not a lock and a binding copied per peer).
     pub fn dsis_of<'a>(&self, peers: impl IntoIterator<Item = &'a str>) -> Vec<Dsi> {
         let inner = lock(&self.inner);
         peers
