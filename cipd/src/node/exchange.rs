@@ -536,32 +536,27 @@ impl Node {
 
     /// `peer` answered that nothing changed: what it brought stays, and lives another
     /// `spool.ttl` from now, as when it re-serves an identical hint (its spool file keeps
-    /// its arrival time: a restart polls it whole). Off the async workers.
+    /// its arrival time: a restart polls it whole). Written to the table off the async
+    /// workers, together with the other refreshes that come meanwhile (one write for all
+    /// that came while the last one ran or waited for the table).
     pub async fn refresh_peer(self: &Arc<Self>, peer: &str) {
         let Some(own) = self.peer_dsi(peer) else {
             return;
         };
         let mut held = self.routes.chosen_via(peer);
         held.push(own);
-        let node = self.clone();
+        let now = SystemTime::now();
         let ttl = self.config().spool_ttl;
-        let done = crate::sys::net::spawn_blocking(move || {
-            let now = SystemTime::now();
-            let metas: Vec<PeerMeta> = held
-                .iter()
-                .filter_map(|d| node.table.peer_meta(d))
-                .map(|m| PeerMeta {
-                    received: now,
-                    expires: Some(now + ttl),
-                    ..(*m).clone()
-                })
-                .collect();
-            node.table.refresh_all(metas);
-        })
-        .await;
-        if let Err(e) = done {
-            tracing::warn!(%peer, error = %e, "cannot refresh an unchanged peer's expiry");
-        }
+        let metas: Vec<PeerMeta> = held
+            .iter()
+            .filter_map(|d| self.table.peer_meta(d))
+            .map(|m| PeerMeta {
+                received: now,
+                expires: Some(now + ttl),
+                ..(*m).clone()
+            })
+            .collect();
+        self.refreshes.submit(metas).await;
     }
 
     /// The damping settings in force (`limits.damping_*`).

@@ -25,7 +25,7 @@ use cip_proto::cip::{IndexObject, IndexType};
 use cip_proto::soif::SoifObject;
 use hints::hint::CipHint;
 use hints::query::{MatchOp, Query};
-use hints::table::{ImportError, RoutingTable, TableConfig};
+use hints::table::{ImportError, PeerMeta, RoutingTable, TableConfig};
 use hints::thesaurus::Thesaurus;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
@@ -126,6 +126,8 @@ pub struct Node {
     bindings: Arc<Bindings>,
     /// The queue to the import thread.
     importer: Importer,
+    /// Refreshes of peers that answered `unchanged`, written to the table in batches.
+    refreshes: Arc<crate::pipeline::coalesce::Coalescer<PeerMeta>>,
     /// Bounds the in-bound hints being parsed at once (on the blocking pool).
     parsing: tokio::sync::Semaphore,
     thesaurus: ArcSwapOption<Thesaurus>,
@@ -256,6 +258,12 @@ impl Node {
             outbound.clone(),
         )
         .map_err(NodeError::Thread)?;
+        let refreshes = Arc::new(crate::pipeline::coalesce::Coalescer::new({
+            let table = table.clone();
+            move |metas: Vec<PeerMeta>| {
+                table.refresh_all(metas);
+            }
+        }));
         let parsers = config.import.parsers;
         let answer_cache_bytes = config.limits.answer_cache_bytes;
         let scans = config.limits.max_concurrent_scans;
@@ -297,6 +305,7 @@ impl Node {
             table,
             outbound,
             importer,
+            refreshes,
             parsing: tokio::sync::Semaphore::new(parsers),
             thesaurus: ArcSwapOption::empty(),
             peers: Mutex::new(peers),
