@@ -22,7 +22,7 @@
 //! offers a delta only when applying it makes its hint byte for byte
 //! ([`HintDelta::for_wire`]), so that a signature over the hint still holds.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::Bytes;
 use cip_proto::soif::{Attribute, SoifObject};
@@ -156,14 +156,21 @@ fn split_header(hint: &CipHint) -> Option<(Bytes, Header)> {
     };
     let obj = head.try_to_soif().ok()?;
     let mut header: Vec<(String, Vec<Bytes>)> = Vec::new();
+    // Names looked up, not searched: an aggregate's `Provenance-N` are as many names as it
+    // has datasets below it (11,111 at a level-1 hub of 111,111 nodes), and a search per
+    // name made each out-bound delta cost their square.
+    let mut at: HashMap<&str, usize> = HashMap::new();
     for a in &obj.attributes {
         let name = a.name.as_str();
         if bracketed(name, LIST_PREFIX).is_some() {
             continue;
         }
-        match header.iter_mut().find(|(n, _)| n == name) {
-            Some(h) => h.1.push(a.value.clone()),
-            None => header.push((name.to_owned(), vec![a.value.clone()])),
+        match at.get(name) {
+            Some(&i) => header[i].1.push(a.value.clone()),
+            None => {
+                at.insert(name, header.len());
+                header.push((name.to_owned(), vec![a.value.clone()]));
+            }
         }
     }
     Some((obj.url().clone(), header))
@@ -550,17 +557,33 @@ impl HintDelta {
         // What `next` removes goes, whatever this one set or changed before it; a name it
         // sets again after this one removed it stays removed too, so that applying the
         // joined delta drops it and appends it at the end, as applying the two does.
-        for name in &next.removed {
-            out.set.retain(|(n, _)| n != name);
-            out.lists.retain(|(s, _)| list_name(s) != *name);
-            if !out.removed.contains(name) {
-                out.removed.push(name.clone());
+        // Names are looked up in sets and maps, not searched: a header change can name
+        // every `Provenance-N` of a big aggregate.
+        if !next.removed.is_empty() {
+            let gone: HashSet<&str> = next.removed.iter().map(String::as_str).collect();
+            out.set.retain(|(n, _)| !gone.contains(n.as_str()));
+            out.lists
+                .retain(|(s, _)| !gone.contains(list_name(s).as_str()));
+            let mut listed: HashSet<String> = out.removed.iter().cloned().collect();
+            for name in &next.removed {
+                if listed.insert(name.clone()) {
+                    out.removed.push(name.clone());
+                }
             }
         }
+        let mut at: HashMap<String, usize> = out
+            .set
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i))
+            .collect();
         for (name, values) in &next.set {
-            match out.set.iter_mut().find(|(n, _)| n == name) {
-                Some(slot) => slot.1.clone_from(values),
-                None => out.set.push((name.clone(), values.clone())),
+            match at.get(name) {
+                Some(&i) => out.set[i].1.clone_from(values),
+                None => {
+                    at.insert(name.clone(), out.set.len());
+                    out.set.push((name.clone(), values.clone()));
+                }
             }
         }
         for (spec, changes) in &next.lists {
@@ -846,11 +869,23 @@ impl HintDelta {
 
     /// Applies its header changes to `header`: names removed, `Set-` values put in.
     fn set_header(&self, header: &mut Vec<(String, Vec<Bytes>)>) {
-        header.retain(|(n, _)| !self.removed.iter().any(|r| r == n));
+        // Looked up, not searched: see `split_header`.
+        if !self.removed.is_empty() {
+            let gone: HashSet<&str> = self.removed.iter().map(String::as_str).collect();
+            header.retain(|(n, _)| !gone.contains(n.as_str()));
+        }
+        let mut at: HashMap<String, usize> = header
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| (n.clone(), i))
+            .collect();
         for (name, values) in &self.set {
-            match header.iter_mut().find(|(n, _)| n == name) {
-                Some(slot) => slot.1.clone_from(values),
-                None => header.push((name.clone(), values.clone())),
+            match at.get(name) {
+                Some(&i) => header[i].1.clone_from(values),
+                None => {
+                    at.insert(name.clone(), header.len());
+                    header.push((name.clone(), values.clone()));
+                }
             }
         }
     }
@@ -918,6 +953,10 @@ impl HintDelta {
             offset,
             reason,
         };
+        // Where each weightlist and header name already is: looked up, not searched, so
+        // that a delta of many names (a received one too) costs their number, not its square.
+        let mut list_at: HashMap<AttrSpec, usize> = HashMap::new();
+        let mut set_at: HashMap<String, usize> = HashMap::new();
         for a in &obj.attributes {
             let name = a.name.as_str();
             if name.eq_ignore_ascii_case(BASE_ATTRIBUTE) {
@@ -935,14 +974,20 @@ impl HintDelta {
                     .map_err(|e| bad(a, 0, format!("{spec:?} is not a Template:Attribute: {e}")))?;
                 let list = crate::weightlist::parse(&a.value)
                     .map_err(|e| bad(a, e.offset, e.kind.to_string()))?;
-                match delta.lists.iter_mut().find(|(s, _)| *s == spec) {
-                    Some((_, c)) => c.extend(list.entries()),
-                    None => delta.lists.push((spec, list.entries().collect())),
+                match list_at.get(&spec) {
+                    Some(&i) => delta.lists[i].1.extend(list.entries()),
+                    None => {
+                        list_at.insert(spec.clone(), delta.lists.len());
+                        delta.lists.push((spec, list.entries().collect()));
+                    }
                 }
             } else if let Some(header) = strip_prefix_ignore_case(name, SET_PREFIX) {
-                match delta.set.iter_mut().find(|(n, _)| n == header) {
-                    Some((_, vs)) => vs.push(a.value.clone()),
-                    None => delta.set.push((header.to_owned(), vec![a.value.clone()])),
+                match set_at.get(header) {
+                    Some(&i) => delta.set[i].1.push(a.value.clone()),
+                    None => {
+                        set_at.insert(header.to_owned(), delta.set.len());
+                        delta.set.push((header.to_owned(), vec![a.value.clone()]));
+                    }
                 }
             } else {
                 return Err(bad(a, 0, "not an attribute of a delta".into()));

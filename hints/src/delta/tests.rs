@@ -406,3 +406,51 @@ fn a_hint_without_url_takes_its_delta_through_the_wire() {
     let (next, _, _) = read.apply_to_head(&head, |_, _| 0).unwrap();
     assert_eq!(next, HintHead::of(&b, digest(&b)).unwrap());
 }
+
+/// An aggregate's header names every dataset below it once (`Provenance-1` ... `-N`): a
+/// delta that changes a few of thousands of names, joined with the next, applied whole and
+/// to the head alone, and read back from the wire, gives the new hint exactly.
+#[test]
+fn a_header_of_thousands_of_names_takes_its_changes_exactly() {
+    let names: Vec<String> = (1..=5_000).map(|i| format!("Provenance-{i}")).collect();
+    let dsis: Vec<String> = (1..=5_000).map(|i| format!("1.2.{i}")).collect();
+    let header = |skip: usize, extra: &str| -> Vec<(String, String)> {
+        let mut h: Vec<(String, String)> = names
+            .iter()
+            .zip(&dsis)
+            .enumerate()
+            .filter(|&(i, _)| i != skip)
+            .map(|(_, (n, d))| (n.clone(), d.clone()))
+            .collect();
+        h.push(("Provenance-5001".into(), extra.into()));
+        h
+    };
+    let make = |h: &[(String, String)], date: &str| {
+        let pairs: Vec<(&str, &str)> = h.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        hint(9, &big(20), &pairs, date)
+    };
+    let a = make(&header(4_000, "9.9.1"), "Mon, 01 Jan 2024 00:00:00 GMT");
+    let b = make(&header(17, "9.9.2"), "Tue, 02 Jan 2024 00:00:00 GMT");
+    // The second change also removes a name, which the join must carry.
+    let mut hc = header(17, "9.9.3");
+    hc.retain(|(n, _)| n != "Provenance-31");
+    let c = make(&hc, "Wed, 03 Jan 2024 00:00:00 GMT");
+    let ab = HintDelta::between(&a, &b).unwrap();
+    let bc = HintDelta::between(&b, &c).unwrap();
+    assert_eq!(bc.removed, ["Provenance-31"]);
+    // Only what changed is stated: two names and the `Date` of 5,001.
+    assert!(ab.set.len() <= 4, "{} names set", ab.set.len());
+    let joined = ab.then(&bc).unwrap();
+    let wire = HintDelta::from_soif(&soif(&joined.to_soif().to_bytes()).unwrap()[0]).unwrap();
+    assert_eq!(wire, joined);
+    // The same content (a name set again comes last, as PROTOCOL.md says) and digest.
+    let made = wire.apply(&a).unwrap();
+    assert!(content(&made) == content(&c), "not the new hint's content");
+    assert_eq!(digest(&made), digest(&c));
+    let head = HintHead::of(&a, digest(&a)).unwrap();
+    let (next, _, _) = joined.apply_to_head(&head, |_, _| 0).unwrap();
+    assert!(
+        Some(next) == HintHead::of(&made, digest(&c)),
+        "the head alone went elsewhere"
+    );
+}
